@@ -1,0 +1,27 @@
+# User-facing verbs. `make demo` runs the whole pipeline at miniature scale; `make test` runs
+# every test (Docker tests included when an engine is reachable).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APPLIANCE := $(PY) -m appliance
+
+.PHONY: venv test lint demo bench
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+test: venv
+	$(PY) -m pytest
+
+lint: venv
+	$(VENV)/bin/ruff check appliance tests
+	$(VENV)/bin/mypy appliance
+
+demo: venv
+	@echo "make demo: the tiny-model demo is not built yet (runner issue); checking the machine instead"
+	$(APPLIANCE) doctor
