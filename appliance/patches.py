@@ -23,7 +23,6 @@ from typing import Any
 from appliance.digests import canonical_json, sha256_bytes, sha256_file, tree_digest
 from appliance.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.lock import Lock, PatchEntry
-from appliance.paths import repo_root
 from appliance.source import SourceTree, ignore_vcs
 
 SERIES_RECORD = ".appliance-series.json"
@@ -68,8 +67,9 @@ class PatchedTree:
     source: dict[str, Any]
 
 
-def patches_dir() -> Path:
-    return repo_root() / "patches" / "llama.cpp"
+def patches_dir(lock: Lock) -> Path:
+    """`patches/llama.cpp/` of the checkout the lock belongs to (`<root>/engine/<lock>`)."""
+    return lock.path.resolve().parent.parent / "patches" / "llama.cpp"
 
 
 def touched_files(patch_text: str) -> list[str]:
@@ -81,9 +81,9 @@ def touched_files(patch_text: str) -> list[str]:
     return seen
 
 
-def read_series(directory: Path | None = None) -> list[str]:
+def read_series(lock: Lock) -> list[str]:
     """The active order from `series`: one file name a line, `#` comments and blanks ignored."""
-    path = (directory or patches_dir()) / "series"
+    path = patches_dir(lock) / "series"
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -91,9 +91,9 @@ def read_series(directory: Path | None = None) -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-def verified_patch(entry: PatchEntry, directory: Path | None = None) -> Patch:
+def verified_patch(lock: Lock, entry: PatchEntry) -> Patch:
     """The patch file for a lock entry, refused unless its sha256 matches the lock."""
-    path = (directory or patches_dir()) / entry.status / entry.file
+    path = patches_dir(lock) / entry.status / entry.file
     if not path.is_file():
         raise ConfigError(f"patch {entry.status}/{entry.file} named by the lock does not exist at {path}")
     actual = sha256_file(path)
@@ -105,35 +105,34 @@ def verified_patch(entry: PatchEntry, directory: Path | None = None) -> Patch:
     return Patch(entry.file, entry.sha256, entry.status, path)
 
 
-def active_series(lock: Lock, directory: Path | None = None) -> list[Patch]:
+def active_series(lock: Lock) -> list[Patch]:
     """The active patches in series order, each verified; series and lock must name the same files."""
     locked = {entry.file: entry for entry in lock.patches["active"]}
-    order = read_series(directory)
+    order = read_series(lock)
     if sorted(order) != sorted(locked):
         raise ConfigError(
             f"patches/llama.cpp/series lists {order} but the lock's active patches are "
             f"{sorted(locked)}: make them agree (appliance patches export rewrites both)"
         )
-    return [verified_patch(locked[name], directory) for name in order]
+    return [verified_patch(lock, locked[name]) for name in order]
 
 
-def find_experimental(lock: Lock, name: str, directory: Path | None = None) -> Patch:
+def find_experimental(lock: Lock, name: str) -> Patch:
     """An experimental patch by file name, stem, or stem without its number."""
     for entry in lock.patches["experimental"]:
         stem = entry.file.removesuffix(".patch")
         if name in (entry.file, stem, NUMBER_PREFIX_RE.sub("", stem)):
-            return verified_patch(entry, directory)
+            return verified_patch(lock, entry)
     known = ", ".join(NUMBER_PREFIX_RE.sub("", e.file.removesuffix(".patch"))
                       for e in lock.patches["experimental"]) or "none"
     raise ApplianceError(f"no experimental patch named {name!r} (experimental patches: {known})")
 
 
-def selected_patches(lock: Lock, experimental: Sequence[str] = (),
-                     directory: Path | None = None) -> list[Patch]:
+def selected_patches(lock: Lock, experimental: Sequence[str] = ()) -> list[Patch]:
     """The active series followed by the chosen experimental patches, all verified."""
-    chosen = active_series(lock, directory)
+    chosen = active_series(lock)
     for name in experimental:
-        patch = find_experimental(lock, name, directory)
+        patch = find_experimental(lock, name)
         if patch not in chosen:
             chosen.append(patch)
     return chosen
@@ -167,7 +166,7 @@ def git_apply(patch: Patch, work: Path, check_only: bool = False) -> str | None:
     return "; ".join(lines[:3]) or f"git apply exited {result.returncode}"
 
 
-def _copy_tree(src: Path, dest: Path) -> None:
+def copy_tree(src: Path, dest: Path) -> None:
     def skip(directory: str, names: list[str]) -> list[str]:
         return [".git"] if Path(directory) == src and ".git" in names else []
 
@@ -197,7 +196,7 @@ def apply_series(lock: Lock, source: SourceTree, out_dir: Path,
     scratch = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-"))
     work = scratch / "tree"
     try:
-        _copy_tree(source.path, work)
+        copy_tree(source.path, work)
         for patch in patches:
             reason = git_apply(patch, work)
             if reason is not None:
@@ -205,11 +204,12 @@ def apply_series(lock: Lock, source: SourceTree, out_dir: Path,
                     f"patch {patch.status}/{patch.file} does not apply to {source.identity.get('name')}: "
                     f"{reason}")
         digest = digest_of(patches)
-        record = {
+        patched_digest = tree_digest(work, patched_tree_ignore)
+        record: dict[str, Any] = {
             "series_digest": digest,
             "patches": [{"file": p.file, "sha256": p.sha256, "status": p.status} for p in patches],
             "source": source.identity,
-            "tree_digest": tree_digest(work, patched_tree_ignore),
+            "tree_digest": patched_digest,
         }
         (work / SERIES_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         if out_dir.exists():
@@ -221,7 +221,7 @@ def apply_series(lock: Lock, source: SourceTree, out_dir: Path,
         path=out_dir,
         series_digest=digest,
         patches=[(p.file, p.sha256, p.status) for p in patches],
-        tree_digest=record["tree_digest"],
+        tree_digest=patched_digest,
         source=source.identity,
     )
 

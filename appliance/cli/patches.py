@@ -1,11 +1,158 @@
-"""CLI: `appliance patches`."""
+"""CLI: `appliance patches` (list, apply, bracket check, dev tree, export, re-pin)."""
+
+import json
+from pathlib import Path
+from typing import Any
 
 import click
+from rich.console import Console
+from rich.table import Table
+
+from appliance.bracket import BracketReport, PatchCheck, bracket_check
+from appliance.cli.options import json_option, lock_option
+from appliance.errors import ApplianceError
+from appliance.lock import PATCH_STATUSES, load_lock
+from appliance.patch_dev import export_patches, make_dev_tree, repin
+from appliance.patches import apply_series, patches_dir, verified_patch
+from appliance.source import fetch_source
+
+source_option = click.option(
+    "--source", "source_spec", default="b10229", show_default=True,
+    help="llama.cpp source: canonical, a stand-in name from the lock, or a directory.")
+experimental_option = click.option(
+    "--with-experimental", "experimental", multiple=True, metavar="NAME",
+    help="Also apply this experimental patch after the active series (repeatable).")
 
 
 @click.group("patches")
 def patches_group() -> None:
-    """Manage the llama.cpp patch series (list, apply, bracket check)."""
+    """Manage the llama.cpp patch series (list, apply, bracket check, edit and export)."""
+
+
+@patches_group.command("list")
+@lock_option
+@json_option
+def list_patches(lock_path: Path | None, as_json: bool) -> None:
+    """Every patch the lock names, with status, sha256 and subject (files are verified)."""
+    lock = load_lock(lock_path)
+    rows: list[dict[str, Any]] = []
+    for status in PATCH_STATUSES:
+        for entry in lock.patches[status]:
+            patch = verified_patch(lock, entry)
+            rows.append({"status": status, "file": patch.file, "sha256": patch.sha256,
+                         "subject": patch.subject, "touches": patch.touched_files()})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("status", "patch", "sha256", "subject")
+    for row in rows:
+        table.add_row(row["status"], row["file"], row["sha256"][:16], row["subject"])
+    Console().print(table)
+
+
+@patches_group.command("apply")
+@lock_option
+@source_option
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="New directory for the patched tree.")
+@experimental_option
+@json_option
+def apply(lock_path: Path | None, source_spec: str, out_dir: Path, experimental: tuple[str, ...],
+          as_json: bool) -> None:
+    """Write a patched copy of a source tree and print its series digest."""
+    lock = load_lock(lock_path)
+    source = fetch_source(lock, source_spec)
+    patched = apply_series(lock, source, out_dir, experimental)
+    if as_json:
+        click.echo(json.dumps({"path": str(patched.path), "series_digest": patched.series_digest,
+                               "tree_digest": patched.tree_digest, "source": patched.source,
+                               "patches": [{"file": f, "sha256": s, "status": st}
+                                           for f, s, st in patched.patches]}, indent=2))
+        return
+    if not source.is_canonical:
+        click.echo(f"note: source is {source.identity.get('kind')} {source.identity.get('name')}, "
+                   "not the canonical pin", err=True)
+    for file, _, status in patched.patches:
+        click.echo(f"applied {status}/{file}")
+    click.echo(f"series digest sha256:{patched.series_digest}")
+    click.echo(f"patched tree  {patched.path} (tree digest sha256:{patched.tree_digest})")
+
+
+def _print_checks(console: Console, title: str, checks: list[PatchCheck], stand_ins: list[str]) -> None:
+    for check in checks:
+        applies = ", ".join(f"{name}: {'applies' if check.applies[name] is None else 'FAILS'}"
+                            for name in stand_ins)
+        verdict = "[green]ok[/]" if check.ok else "[red]FAIL[/]"
+        console.print(f"{title} {check.patch.file} ({applies}) {verdict}")
+        for name in stand_ins:
+            if check.applies[name]:
+                console.print(f"  {name}: {check.applies[name]}")
+        table = Table("upstream file", f"{' vs '.join(stand_ins)}", "ok")
+        for status in check.files:
+            table.add_row(status.path, status.state, "yes" if status.ok else "[red]no[/]")
+        console.print(table)
+
+
+def print_report(report: BracketReport) -> None:
+    console = Console()
+    _print_checks(console, "active", report.active, report.stand_ins)
+    if report.experimental:
+        console.print("[bold]experimental patches (each on top of the active series)[/]")
+        _print_checks(console, "experimental", report.experimental, report.stand_ins)
+    verdict = "passed" if report.ok else "FAILED"
+    console.print(f"bracket check {verdict}: {', '.join(report.stand_ins)}")
+
+
+@patches_group.command("check")
+@lock_option
+@json_option
+def check(lock_path: Path | None, as_json: bool) -> None:
+    """Bracket check: the series applies to every stand-in and touches only identical files."""
+    lock = load_lock(lock_path)
+    trees = {name: fetch_source(lock, name) for name in sorted(lock.stand_ins)}
+    report = bracket_check(lock, trees)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        print_report(report)
+    if not report.ok:
+        raise ApplianceError("bracket check failed: see the table above for the patch and file")
+
+
+@patches_group.command("dev")
+@lock_option
+@source_option
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="New directory for the git checkout.")
+@experimental_option
+def dev(lock_path: Path | None, source_spec: str, out_dir: Path, experimental: tuple[str, ...]) -> None:
+    """A git checkout with tag `base` (upstream) and one commit per patch, for editing."""
+    lock = load_lock(lock_path)
+    patches = make_dev_tree(lock, fetch_source(lock, source_spec), out_dir, experimental)
+    for patch in patches:
+        click.echo(f"committed {patch.status}/{patch.file}")
+    click.echo(f"edit in {out_dir}, then: appliance patches export {out_dir}")
+
+
+@patches_group.command("export")
+@lock_option
+@click.argument("dev_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+def export(lock_path: Path | None, dev_dir: Path) -> None:
+    """Write the commits after `base` back as patches; rewrite series and re-pin the lock."""
+    lock = load_lock(lock_path)
+    for item in export_patches(lock, dev_dir):
+        click.echo(f"{'updated' if item.changed else 'unchanged'} {item.status}/{item.file}")
+    click.echo(f"rewrote {patches_dir(lock) / 'series'} and the lock's patches section")
+
+
+@patches_group.command("lock")
+@lock_option
+def lock_command(lock_path: Path | None) -> None:
+    """Re-pin the lock's sha256 for the patch files as they are now (after hand edits)."""
+    lock = load_lock(lock_path)
+    for status, entries in repin(lock).items():
+        for entry in entries:
+            click.echo(f"{status}/{entry['file']} sha256:{entry['sha256']}")
 
 
 COMMANDS: list[click.Command] = [patches_group]
