@@ -85,8 +85,14 @@ def _slug(subject: str) -> str:
     return words[:40].rstrip("-") or "patch"
 
 
-def export_patches(lock: Lock, dev_dir: Path) -> list[Exported]:
-    """Write `base..HEAD` of dev_dir back as patch files, rewrite `series` and the lock."""
+def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> list[Exported]:
+    """Write `base..HEAD` of dev_dir back as patch files, rewrite `series` and the lock.
+
+    Commits that came from a patch keep its file name and status; new commits are numbered
+    after the highest existing number and get `new_status` (active or experimental).
+    """
+    if new_status not in ("active", "experimental"):
+        raise ApplianceError(f"new patches can be active or experimental, not {new_status!r}")
     record_path = dev_dir / ".git" / DEV_RECORD
     if not record_path.is_file():
         raise ApplianceError(f"{dev_dir} is not a tree made by `appliance patches dev`")
@@ -97,20 +103,23 @@ def export_patches(lock: Lock, dev_dir: Path) -> list[Exported]:
         _git(["format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", tmp,
               f"{BASE_TAG}..HEAD"], dev_dir)
         produced = sorted(Path(tmp).iterdir())
-        used_numbers = [int(m.group(0)[:4]) for info in known.values()
-                        if (m := NUMBER_PREFIX_RE.match(info["file"]))]
+        all_files = [info["file"] for info in known.values()]
+        all_files += [e.file for entries in lock.patches.values() for e in entries]
+        used_numbers = [int(m.group(0)[:4]) for name in all_files if (m := NUMBER_PREFIX_RE.match(name))]
         next_number = max(used_numbers, default=0) + 1
         for path in produced:
             text = path.read_text()
             info = known.get(_subject(text))
             if info is None:
-                info = {"file": f"{next_number:04d}-{_slug(_subject(text))}.patch", "status": "active"}
+                info = {"file": f"{next_number:04d}-{_slug(_subject(text))}.patch", "status": new_status}
                 next_number += 1
+            known[_subject(text)] = info
             dest = directory / info["status"] / info["file"]
             changed = not dest.is_file() or dest.read_bytes() != path.read_bytes()
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest)
             out.append(Exported(info["file"], info["status"], changed))
+    record_path.write_text(json.dumps(known, indent=2) + "\n")
     active = [e.file for e in out if e.status == "active"]
     experimental = [e.file for e in out if e.status == "experimental"]
     experimental += [e.file for e in lock.patches["experimental"] if e.file not in experimental]

@@ -137,10 +137,12 @@ def dev(lock_path: Path | None, source_spec: str, out_dir: Path, experimental: t
 @patches_group.command("export")
 @lock_option
 @click.argument("dev_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
-def export(lock_path: Path | None, dev_dir: Path) -> None:
+@click.option("--new-as", "new_status", type=click.Choice(["active", "experimental"]),
+              default="active", show_default=True, help="Status of commits that are new patches.")
+def export(lock_path: Path | None, dev_dir: Path, new_status: str) -> None:
     """Write the commits after `base` back as patches; rewrite series and re-pin the lock."""
     lock = load_lock(lock_path)
-    for item in export_patches(lock, dev_dir):
+    for item in export_patches(lock, dev_dir, new_status):
         click.echo(f"{'updated' if item.changed else 'unchanged'} {item.status}/{item.file}")
     click.echo(f"rewrote {patches_dir(lock) / 'series'} and the lock's patches section")
 
