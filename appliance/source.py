@@ -144,11 +144,15 @@ def _extract_subtree(archive: Path, subtree: str, dest: Path) -> None:
                 rel = member.name[len(prefix):]
                 if not rel or ignore_vcs(rel):
                     continue
+                _refuse_unsafe(archive, member, rel)
                 member.name = rel
                 chosen.append(member)
             if not chosen:
                 raise IntegrityError(f"{archive.name}: no {subtree}/ inside the archive")
-            tar.extractall(tmp, members=chosen, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, members=chosen, filter="data")
+            else:  # Python before 3.11.4: _refuse_unsafe has vetted every member
+                tar.extractall(tmp, members=chosen)
         if dest.exists():
             shutil.rmtree(dest)
         tmp.rename(dest)
