@@ -76,16 +76,21 @@ def runtime_closure(roots: list[Requirement]) -> dict[str, metadata.Distribution
     return found
 
 
+def _field(dist: metadata.Distribution, key: str) -> str:
+    values = dist.metadata.get_all(key) or []
+    return str(values[0]) if values else ""
+
+
 def license_of(dist: metadata.Distribution) -> str:
     meta = dist.metadata
-    expression = meta["License-Expression"]
+    expression = _field(dist, "License-Expression")
     if expression:
         return str(expression)
     classifiers = [c[len(CLASSIFIER_PREFIX):] for c in meta.get_all("Classifier") or []
                    if c.startswith(CLASSIFIER_PREFIX)]
     if classifiers:
         return " / ".join(sorted(classifiers))
-    text = (meta["License"] or "").strip()
+    text = _field(dist, "License").strip()
     if text and "\n" not in text and len(text) <= 60:
         return text
     return "see the distribution's licence file"
@@ -96,7 +101,7 @@ def homepage_of(dist: metadata.Distribution) -> str:
         label, _, url = entry.partition(",")
         if label.strip().lower() in {"homepage", "home", "source", "source code", "repository"}:
             return url.strip()
-    return str(dist.metadata["Home-page"] or "")
+    return _field(dist, "Home-page")
 
 
 def render(root: Path) -> str:
