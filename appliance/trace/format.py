@@ -161,8 +161,8 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
     try:
         raw = bytes(buffer[PREAMBLE_BYTES:PREAMBLE_BYTES + header_len])
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{where}: trace header is not valid JSON ({exc.msg}); "
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ConfigError(f"{where}: trace header is not valid UTF-8 JSON; "
                           "the file is corrupt") from None
     header = _check_header(header, where)
     dtype = row_dtype(header["n_expert_used"], header["has_weights"])
