@@ -297,32 +297,31 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
 
 
 @njit(cache=True)
-def lru_depth_histogram(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
-    """Mattson stack distances under the event semantics: hist[d] = requests at LRU depth d.
+def lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
+    """Mattson stack distance of every request under the event semantics (0 = first touch).
 
-    Before an event, every request's depth is its position in the LRU stack (1 = most
+    Before an event, a request's depth is its object's position in the LRU stack (1 = most
     recent); then the event's objects move to the top in ascending id. A request hits at
-    capacity C exactly when its depth is <= C (index 0 counts first touches, never hits);
-    this equals `simulate(LRU, ...)` for every C, including oversized events.
+    capacity C exactly when 1 <= depth <= C; this equals `simulate(LRU, ...)` at every C,
+    oversized events included, so one pass gives the whole LRU curve.
     """
     n = items.shape[0]
-    tree = np.zeros(n + 1, dtype=np.int64)  # Fenwick tree over ticks 1..n
+    tree = np.zeros(n + 1, dtype=np.int64)  # Fenwick tree over ticks 1..n: 1 = some last touch
     last = np.zeros(n_obj, dtype=np.int64)  # tick of the last touch, 0 = never
-    hist = np.zeros(n_obj + 1, dtype=np.int64)
+    depths = np.zeros(n, dtype=np.int32)
     marked = 0
     n_events = ptr.shape[0] - 1
     for e in range(n_events):
         for i in range(ptr[e], ptr[e + 1]):
             t = last[items[i]]
             if t == 0:
-                hist[0] += 1
                 continue
-            below = 0  # marks with tick <= t
+            upto = 0  # last touches at or before t
             j = t
             while j > 0:
-                below += tree[j]
+                upto += tree[j]
                 j -= j & (-j)
-            hist[marked - below + 1] += 1
+            depths[i] = marked - upto + 1
         for i in range(ptr[e], ptr[e + 1]):
             x = items[i]
             t = last[x]
@@ -339,4 +338,4 @@ def lru_depth_histogram(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.nd
                 tree[j] += 1
                 j += j & (-j)
             marked += 1
-    return hist
+    return depths
