@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from appliance.errors import ConfigError
 from appliance.trace.engine import POLICIES
+
+if TYPE_CHECKING:
+    from appliance.trace.format import Trace
+    from appliance.trace.replay import ReplaySetup
 
 SCOPE = click.Choice(["per-layer", "global"])
 
@@ -33,7 +37,7 @@ def _capacities(values: tuple[str, ...]) -> list[int]:
 
 
 def _setup(trace_path: Path, expert_bytes: str | None, model: Path | None,
-           calibration: Path | None):  # type: ignore[no-untyped-def]
+           calibration: Path | None) -> tuple[Trace, ReplaySetup]:
     from appliance.trace.events import trace_events
     from appliance.trace.expert_bytes import expert_bytes_from_gguf
     from appliance.trace.format import read_trace

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.errors import ConfigError
 from appliance.trace import engine
 from appliance.trace.events import SCOPES
 from appliance.trace.replay import (
@@ -22,7 +23,6 @@ from appliance.trace.replay import (
     check_policy,
     pool_hits,
 )
-from appliance.errors import ConfigError
 
 
 def default_capacities(setup: ReplaySetup, scope: str, points: int = 16) -> list[int]:

@@ -170,7 +170,7 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
     decayed = np.full(n_obj, -np.inf, dtype=np.float64)  # log2 count + step / half-life
     stash = np.zeros(n_obj, dtype=np.int64)
     victims = np.zeros(n_obj, dtype=np.int64)
-    uses_list = code == FIFO or code == LRU or code == LEAST_STALE
+    uses_list = code in (FIFO, LRU, LEAST_STALE)
     n_res = 0
     size = 0
     tick = 0
@@ -214,7 +214,7 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
             x = items[i]
             tick += 1
             if resident[x]:
-                if code == LRU or code == LEAST_STALE:
+                if code in (LRU, LEAST_STALE):
                     _unlink(prv, nxt, x)
                     _push_newest(prv, nxt, s, x)
                     k2[x] = t_layer
@@ -224,7 +224,7 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
             else:
                 if n_res == capacity:
                     victim = -1
-                    if code == FIFO or code == LRU:
+                    if code in (FIFO, LRU):
                         victim = prv[s]
                         while pin[victim] == e:
                             victim = prv[victim]
