@@ -89,64 +89,89 @@ def _push_newest(prv: np.ndarray, nxt: np.ndarray, s: int, x: int) -> None:
     nxt[s] = x
 
 
-# ---- indexed binary min-heap over (k1, k2)
-
-
-@njit(cache=True, inline="always")
-def _less(k1: np.ndarray, k2: np.ndarray, a: int, b: int) -> bool:
-    return k1[a] < k1[b] or (k1[a] == k1[b] and k2[a] < k2[b])
+# ---- indexed binary min-heap; entries keep their keys inline (hk1, hk2) for locality
 
 
 @njit(cache=True)
-def _sift_up(heap: np.ndarray, where: np.ndarray, k1: np.ndarray, k2: np.ndarray, i: int) -> None:
-    x = heap[i]
+def _sift_up(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray,
+             i: int) -> None:
+    k1 = hk1[i]
+    k2 = hk2[i]
+    x = hobj[i]
     while i > 0:
-        parent = (i - 1) >> 1
-        y = heap[parent]
-        if _less(k1, k2, x, y):
-            heap[i] = y
-            where[y] = i
-            i = parent
+        p = (i - 1) >> 1
+        if k1 < hk1[p] or (k1 == hk1[p] and k2 < hk2[p]):
+            hk1[i] = hk1[p]
+            hk2[i] = hk2[p]
+            hobj[i] = hobj[p]
+            where[hobj[i]] = i
+            i = p
         else:
             break
-    heap[i] = x
+    hk1[i] = k1
+    hk2[i] = k2
+    hobj[i] = x
     where[x] = i
 
 
 @njit(cache=True)
-def _sift_down(heap: np.ndarray, where: np.ndarray, k1: np.ndarray, k2: np.ndarray, i: int,
+def _sift_down(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, i: int,
                size: int) -> None:
-    x = heap[i]
+    k1 = hk1[i]
+    k2 = hk2[i]
+    x = hobj[i]
     while True:
         c = 2 * i + 1
         if c >= size:
             break
-        if c + 1 < size and _less(k1, k2, heap[c + 1], heap[c]):
-            c += 1
-        y = heap[c]
-        if _less(k1, k2, y, x):
-            heap[i] = y
-            where[y] = i
+        d = c + 1
+        if d < size and (hk1[d] < hk1[c] or (hk1[d] == hk1[c] and hk2[d] < hk2[c])):
+            c = d
+        if hk1[c] < k1 or (hk1[c] == k1 and hk2[c] < k2):
+            hk1[i] = hk1[c]
+            hk2[i] = hk2[c]
+            hobj[i] = hobj[c]
+            where[hobj[i]] = i
             i = c
         else:
             break
-    heap[i] = x
+    hk1[i] = k1
+    hk2[i] = k2
+    hobj[i] = x
     where[x] = i
 
 
 @njit(cache=True)
-def _heap_remove(heap: np.ndarray, where: np.ndarray, k1: np.ndarray, k2: np.ndarray,
+def _heap_remove(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray,
                  x: int, size: int) -> int:
     """Remove x; return the new size."""
     i = where[x]
     where[x] = -1
     size -= 1
     if i != size:
-        last = heap[size]
-        heap[i] = last
-        where[last] = i
-        _sift_down(heap, where, k1, k2, i, size)
-        _sift_up(heap, where, k1, k2, where[last])
+        hk1[i] = hk1[size]
+        hk2[i] = hk2[size]
+        hobj[i] = hobj[size]
+        where[hobj[i]] = i
+        last = hobj[i]
+        _sift_down(hk1, hk2, hobj, where, i, size)
+        _sift_up(hk1, hk2, hobj, where, where[last])
+    return size
+
+
+@njit(cache=True)
+def _heap_set(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, x: int,
+              k1: float, k2: int, size: int) -> int:
+    """Insert x or change its key; return the new size."""
+    i = where[x]
+    if i < 0:
+        i = size
+        size += 1
+        hobj[i] = x
+    hk1[i] = k1
+    hk2[i] = k2
+    _sift_down(hk1, hk2, hobj, where, i, size)
+    _sift_up(hk1, hk2, hobj, where, where[x])
     return size
 
 
@@ -162,13 +187,16 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
     s = n_obj
     prv = np.full(n_obj + 1, s, dtype=np.int64)
     nxt = np.full(n_obj + 1, s, dtype=np.int64)
-    heap = np.zeros(n_obj, dtype=np.int64)
+    hobj = np.zeros(n_obj, dtype=np.int64)
+    hk1 = np.zeros(n_obj, dtype=np.float64)
+    hk2 = np.zeros(n_obj, dtype=np.int64)
     where = np.full(n_obj, -1, dtype=np.int64)
-    k1 = np.zeros(n_obj, dtype=np.float64)
-    k2 = np.zeros(n_obj, dtype=np.int64)
+    touched = np.zeros(n_obj, dtype=np.int64)  # list policies: layer-time of the last touch
     freq = np.zeros(n_obj, dtype=np.int64)
     decayed = np.full(n_obj, -np.inf, dtype=np.float64)  # log2 count + step / half-life
     stash = np.zeros(n_obj, dtype=np.int64)
+    stash_k1 = np.zeros(n_obj, dtype=np.float64)
+    stash_k2 = np.zeros(n_obj, dtype=np.int64)
     victims = np.zeros(n_obj, dtype=np.int64)
     uses_list = code in (FIFO, LRU, LEAST_STALE)
     n_res = 0
@@ -196,15 +224,15 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
                     x = prv[x]
             else:
                 for j in range(size):
-                    if pin[heap[j]] != e:
-                        victims[n_vict] = heap[j]
+                    if pin[hobj[j]] != e:
+                        victims[n_vict] = hobj[j]
                         n_vict += 1
             for j in range(n_vict):
                 x = victims[j]
                 if uses_list:
                     _unlink(prv, nxt, x)
                 else:
-                    size = _heap_remove(heap, where, k1, k2, x, size)
+                    size = _heap_remove(hk1, hk2, hobj, where, x, size)
                 resident[x] = 0
                 n_res -= 1
         else:
@@ -217,7 +245,7 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
                 if code in (LRU, LEAST_STALE):
                     _unlink(prv, nxt, x)
                     _push_newest(prv, nxt, s, x)
-                    k2[x] = t_layer
+                    touched[x] = t_layer
                     continue
                 if code == FIFO:
                     continue
@@ -232,31 +260,30 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
                         y = prv[s]
                         while pin[y] == e:
                             y = prv[y]
-                        bound = t_layer - n_layers * ((t_layer - k2[y]) // n_layers)
+                        bound = t_layer - n_layers * ((t_layer - touched[y]) // n_layers)
                         victim = y
                         while y != s:
                             if pin[y] != e:
-                                if k2[y] > bound:
+                                if touched[y] > bound:
                                     break
-                                if k2[y] > k2[victim]:
+                                if touched[y] > touched[victim]:
                                     victim = y
                             y = prv[y]
                     else:
                         n_stash = 0
                         while True:
-                            y = heap[0]
-                            size = _heap_remove(heap, where, k1, k2, y, size)
+                            y = hobj[0]
+                            stash_k1[n_stash] = hk1[0]
+                            stash_k2[n_stash] = hk2[0]
+                            size = _heap_remove(hk1, hk2, hobj, where, y, size)
                             if pin[y] != e:
                                 victim = y
                                 break
                             stash[n_stash] = y
                             n_stash += 1
                         for j in range(n_stash):
-                            y = stash[j]
-                            heap[size] = y
-                            where[y] = size
-                            size += 1
-                            _sift_up(heap, where, k1, k2, size - 1)
+                            size = _heap_set(hk1, hk2, hobj, where, stash[j], stash_k1[j],
+                                             stash_k2[j], size)
                     if uses_list:
                         _unlink(prv, nxt, victim)
                     resident[victim] = 0
@@ -265,34 +292,21 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
                 n_res += 1
                 if uses_list:
                     _push_newest(prv, nxt, s, x)
-                    k2[x] = t_layer
+                    touched[x] = t_layer
                     continue
                 freq[x] = 0
             # Heap policies: set the key after a hit or a load.
             if code == LFU:
                 freq[x] += 1
-                k1[x] = freq[x]
-                k2[x] = tick
+                size = _heap_set(hk1, hk2, hobj, where, x, float(freq[x]), tick, size)
             elif code == LFRU:
                 now = ev_step[e] / LFRU_HALF_LIFE_STEPS
                 decayed[x] = np.log2(np.exp2(decayed[x] - now) + 1.0) + now
-                k1[x] = decayed[x]
-                k2[x] = tick
+                size = _heap_set(hk1, hk2, hobj, where, x, decayed[x], tick, size)
             elif code == STATIC_HOT:
-                k1[x] = static_count[x]
-                k2[x] = tick
+                size = _heap_set(hk1, hk2, hobj, where, x, static_count[x], tick, size)
             else:  # BELADY
-                k1[x] = -float(next_use[i])
-                k2[x] = x
-            if where[x] < 0:
-                heap[size] = x
-                where[x] = size
-                size += 1
-                _sift_up(heap, where, k1, k2, size - 1)
-            else:
-                j = where[x]
-                _sift_down(heap, where, k1, k2, j, size)
-                _sift_up(heap, where, k1, k2, where[x])
+                size = _heap_set(hk1, hk2, hobj, where, x, -float(next_use[i]), x, size)
     return hits
 
 

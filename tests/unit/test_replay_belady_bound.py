@@ -7,9 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from appliance.trace import engine
-from appliance.trace.format import row_dtype
-from appliance.trace.format import Trace
 from appliance.trace.events import trace_events
+from appliance.trace.format import Trace, row_dtype
 from appliance.trace.replay import pool_hits
 
 
