@@ -25,3 +25,11 @@ lint: venv
 demo: venv
 	@echo "make demo: the tiny-model demo is not built yet (runner issue); checking the machine instead"
 	$(APPLIANCE) doctor
+
+# Route replay speed against libCacheSim on the same requests (one core), and the
+# one-pass LRU curve against 50 libCacheSim runs.
+.PHONY: bench-replay
+bench-replay: venv
+	PYTHONPATH=. $(PY) -m bench.replay_bench
+
+bench: bench-replay
