@@ -29,3 +29,11 @@ demo: venv
 .PHONY: notices
 notices: venv
 	$(PY) -m appliance.notices --write
+
+# Route replay speed against libCacheSim on the same requests (one core), and the
+# one-pass LRU curve against 50 libCacheSim runs.
+.PHONY: bench-replay
+bench-replay: venv
+	PYTHONPATH=. $(PY) -m bench.replay_bench
+
+bench: bench-replay
