@@ -13,7 +13,7 @@ from appliance.cli.options import json_option, lock_option
 from appliance.errors import ApplianceError
 from appliance.lock import PATCH_STATUSES, load_lock
 from appliance.patch_dev import export_patches, make_dev_tree, repin
-from appliance.patches import apply_series, patches_dir, verified_patch
+from appliance.patches import apply_series, patches_dir, selected_patches, verified_patch
 from appliance.source import fetch_source
 
 source_option = click.option(
@@ -61,6 +61,7 @@ def apply(lock_path: Path | None, source_spec: str, out_dir: Path, experimental:
           as_json: bool) -> None:
     """Write a patched copy of a source tree and print its series digest."""
     lock = load_lock(lock_path)
+    selected_patches(lock, experimental)  # refuse a damaged series before fetching anything
     source = fetch_source(lock, source_spec)
     patched = apply_series(lock, source, out_dir, experimental)
     if as_json:
