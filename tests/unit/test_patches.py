@@ -161,7 +161,8 @@ def test_bracket_check_fails_on_a_file_that_differs_between_stand_ins(
     lock_path = checkout_copy(tmp_path)
     patches = lock_path.parent.parent / "patches" / "llama.cpp"
     name = "0009-touch-llama-h.patch"
-    (patches / "active" / name).write_text(_patch_adding_a_line(stand_ins["b10229"].path, rel, "touch llama.h"))
+    text = _patch_adding_a_line(stand_ins["b10229"].path, rel, "touch llama.h")
+    (patches / "active" / name).write_text(text)
     (patches / "series").write_text((patches / "series").read_text() + name + "\n")
     raw = json.loads(lock_path.read_text())
     raw["patches"]["active"].append({"file": name, "sha256": sha256_file(patches / "active" / name)})
