@@ -1,0 +1,77 @@
+"""Fixtures for end-to-end tests: the patched llama.cpp built once per session."""
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.engine_build import build_source
+from appliance.errors import ApplianceError
+from appliance.lock import load_lock
+from appliance.source import fetch_source
+from tests.conftest import unavailable
+
+
+@pytest.fixture(scope="session")
+def engine_bin() -> Path:
+    """bin/ of the patched b10229 stand-in, built locally (cached under APPLIANCE_CACHE).
+
+    APPLIANCE_ENGINE_BIN names an existing build of the patched tree instead (it must hold
+    llama-moe-trace); a failed build fails the tests that need it.
+    """
+    override = os.environ.get("APPLIANCE_ENGINE_BIN")
+    if override:
+        if not (Path(override) / "llama-moe-trace").is_file():
+            pytest.fail(f"APPLIANCE_ENGINE_BIN={override} has no llama-moe-trace")
+        return Path(override)
+    if shutil.which("cmake") is None or shutil.which("ninja") is None:
+        unavailable("a local engine build needs cmake and ninja")
+    lock = load_lock()
+    try:
+        source = fetch_source(lock, "b10229")
+    except ApplianceError as exc:
+        unavailable(f"the b10229 stand-in source is not available: {exc}")
+        raise
+    try:
+        bin_dir, _ = build_source(lock, source)
+    except ApplianceError as exc:
+        pytest.fail(f"local engine build failed: {exc}")
+    return bin_dir
+
+
+@dataclass(frozen=True)
+class TracerRun:
+    result: subprocess.CompletedProcess[bytes]
+    trace: Path
+    timings_path: Path
+    text_path: Path
+
+    @property
+    def timings(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.timings_path.read_text())
+        return value
+
+    @property
+    def text(self) -> bytes:
+        return self.text_path.read_bytes()
+
+
+def run_tracer(bin_dir: Path, model: Path, out: Path, *args: str, prompt: str,
+               env: dict[str, str] | None = None, check: bool = True) -> TracerRun:
+    """Run llama-moe-trace into `out` (trace.moetrace, timings.json, text.txt), 2 threads."""
+    out.mkdir(parents=True, exist_ok=True)
+    run = TracerRun(
+        subprocess.run(
+            [str(bin_dir / "llama-moe-trace"), "-m", str(model), "-p", prompt, "-t", "2",
+             "-o", str(out / "trace.moetrace"), "--timings", str(out / "timings.json"),
+             "--text", str(out / "text.txt"), *args],
+            capture_output=True, timeout=600, env={**os.environ, **(env or {})}),
+        out / "trace.moetrace", out / "timings.json", out / "text.txt")
+    if check:
+        assert run.result.returncode == 0, run.result.stderr.decode(errors="replace")[-2000:]
+    return run

@@ -1,0 +1,129 @@
+"""llama-moe-trace on tiny synthetic MoE models: complete, valid, deterministic route traces."""
+
+import math
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from appliance.trace.format import KIND_DECODE, KIND_PROMPT, read_trace
+from tests.e2e.conftest import run_tracer
+from tests.models import tiny_model
+
+PROMPT = "The cat sat on the mat. The dog sat on the log."
+N_PREDICT = 12
+UBATCH = 16  # smaller than the prompt: prefill takes several steps
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe"])
+def test_trace_covers_every_moe_layer_for_every_step(engine_bin: Path, tmp_path: Path, arch: str) -> None:
+    model = tiny_model(arch)
+    args = ("-n", str(N_PREDICT), "-ub", str(UBATCH), "--ignore-eos")
+    first = run_tracer(engine_bin, model, tmp_path / "a", *args, prompt=PROMPT)
+    second = run_tracer(engine_bin, model, tmp_path / "b", *args, prompt=PROMPT)
+    assert first.trace.read_bytes() == second.trace.read_bytes()
+    assert first.text == second.text and len(first.text) > 0
+
+    trace = read_trace(first.trace)
+    header, rows = trace.header, trace.rows
+    assert header["arch"] == arch and header["model_file"] == model.name
+    assert header["model_bytes"] == model.stat().st_size
+    assert (header["n_layers"], header["n_experts"], header["n_expert_used"]) == (4, 64, 8)
+    assert header["moe_layers"] == [0, 1, 2, 3]
+    assert header["engine"]["tool"] == "llama-moe-trace" and header["engine"]["backend"]
+    n_prompt = header["n_prompt_tokens"]
+    assert n_prompt == first.timings["n_prompt_tokens"] == len(PROMPT.encode())  # byte-level
+    assert header["n_ubatch"] == UBATCH and header["n_predict"] == N_PREDICT
+
+    prompt_steps = math.ceil(n_prompt / UBATCH)
+    expected_tokens = [UBATCH] * (n_prompt // UBATCH) + ([n_prompt % UBATCH] if n_prompt % UBATCH else [])
+    assert trace.n_steps == prompt_steps + N_PREDICT
+    assert list(trace.tokens_per_step()) == expected_tokens + [1] * N_PREDICT
+    for layer in header["moe_layers"]:
+        mine = rows[rows["layer"] == layer]
+        assert list(mine["pos"]) == list(range(n_prompt + N_PREDICT))  # every token, every layer
+        assert list(mine["kind"]) == [KIND_PROMPT] * n_prompt + [KIND_DECODE] * N_PREDICT
+    for step in range(trace.n_steps):
+        in_step = rows[rows["step"] == step]
+        assert list(np.unique(in_step["layer"])) == header["moe_layers"]
+        assert len(in_step) == len(header["moe_layers"]) * trace.tokens_per_step()[step]
+    ids = trace.ids
+    assert ids.min() >= 0 and ids.max() < 64
+    assert all(len(set(row)) == 8 for row in ids.tolist())  # k distinct experts per token
+    assert len(rows) == first.timings["trace_rows"]
+    assert first.timings["n_decode_tokens"] == N_PREDICT and first.timings["decode_tokens_per_s"] > 0
+
+
+def test_gate_weights_ride_along_and_tracing_off_changes_nothing(engine_bin: Path, tmp_path: Path) -> None:
+    model = tiny_model("qwen3moe")
+    args = ("-n", str(N_PREDICT), "--ignore-eos")
+    plain = run_tracer(engine_bin, model, tmp_path / "plain", *args, prompt=PROMPT)
+    weighted = run_tracer(engine_bin, model, tmp_path / "weights", *args, "--weights", prompt=PROMPT)
+    untraced = run_tracer(engine_bin, model, tmp_path / "off", *args, "--no-trace", prompt=PROMPT)
+
+    a, b = read_trace(plain.trace), read_trace(weighted.trace)
+    assert not a.has_weights and b.has_weights
+    assert np.array_equal(a.ids, b.ids)
+    weights = b.rows["weights"]
+    assert np.isfinite(weights).all() and (weights > 0).all()
+    assert np.allclose(weights.sum(axis=1), 1.0, atol=1e-4)  # qwen3moe normalises top-k weights
+
+    assert not untraced.trace.exists() and not untraced.timings["trace"]
+    assert untraced.timings["trace_rows"] == 0
+    assert untraced.text == plain.text == weighted.text
+
+
+def _dense_gguf(path: Path) -> Path:
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("bad-magic", "is not a GGUF file (bad magic)"),
+    ("truncated", "data is not within the file bounds"),
+    ("header-cut", "has a damaged GGUF header"),
+    ("dense", "(arch llama) is not a mixture-of-experts model"),
+])
+def test_bad_model_exits_with_one_line_and_no_trace(engine_bin: Path, tmp_path: Path, case: str,
+                                                    reason: str) -> None:
+    good = tiny_model("qwen3moe").read_bytes()
+    bad = tmp_path / f"{case}.gguf"
+    if case == "bad-magic":
+        bad.write_bytes(b"GGML" + good[4:4096])
+    elif case == "truncated":
+        bad.write_bytes(good[: len(good) // 2])
+    elif case == "header-cut":
+        bad.write_bytes(good[:600])
+    else:
+        _dense_gguf(bad)
+    out = tmp_path / "out"
+    run = run_tracer(engine_bin, bad, out, "-n", "4", prompt=PROMPT, check=False)
+    assert run.result.returncode == 1
+    lines = run.result.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llama-moe-trace: error: ")
+    assert reason in lines[0] and bad.name in lines[0]
+    assert sorted(p.name for p in out.iterdir()) == []  # no trace, no temporary file, no timings
+
+
+def test_skewed_routers_touch_fewer_experts(engine_bin: Path, tmp_path: Path) -> None:
+    distinct = {}
+    for skew in (0.0, 2.0):
+        run = run_tracer(engine_bin, tiny_model("qwen3moe", skew=skew), tmp_path / f"skew{skew}",
+                         "-n", "64", "--ignore-eos", prompt=PROMPT)
+        trace = read_trace(run.trace)
+        decode = trace.rows[trace.rows["kind"] == KIND_DECODE]
+        assert len(np.unique(decode["step"])) == 64
+        distinct[skew] = [len(np.unique(decode["ids"][decode["layer"] == layer]))
+                          for layer in trace.moe_layers]
+    ratio = float(np.mean(distinct[2.0]) / np.mean(distinct[0.0]))
+    print(f"distinct experts per layer over 64 decode steps: skew 0 {distinct[0.0]}, "
+          f"skew 2 {distinct[2.0]}, ratio {ratio:.2f}")
+    assert ratio < 0.5
