@@ -37,3 +37,22 @@ bench-replay: venv
 	PYTHONPATH=. $(PY) -m bench.replay_bench
 
 bench: bench-replay
+
+# The llama.cpp patch series: bracket check, local engine build, cross-bracket trace equality,
+# and the route-aware prefetch measurement (root, cgroup v1 memory controller).
+.PHONY: patches-check engine-local bracket-trace prefetch-experiment
+patches-check: venv
+	$(APPLIANCE) patches check
+
+engine-local: venv
+	$(APPLIANCE) engine build --local --source b10229
+
+bracket-trace: venv
+	PYTHONPATH=. $(PY) -m tests.e2e.tracer_bracket
+
+PREFETCH_LIMIT_MIB ?= 200
+PREFETCH_REPEATS ?= 5
+prefetch-experiment: venv
+	bin=$$($(APPLIANCE) engine build --local --source b10229 --with-experimental route-aware-prefetch --json | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["bin_dir"])') && \
+	model=$$(PYTHONPATH=. $(PY) -c 'from tests.models import tiny_model; print(tiny_model("qwen3moe", size="400MiB"))') && \
+	patches/llama.cpp/experimental/measure-prefetch.sh $$bin $$model $(PREFETCH_LIMIT_MIB) $(PREFETCH_REPEATS) .cache/prefetch-experiment

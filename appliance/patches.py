@@ -155,6 +155,8 @@ def _git_env(work: Path) -> dict[str, str]:
 
 def git_apply(patch: Patch, work: Path, check_only: bool = False) -> str | None:
     """Apply (or check) one patch in `work`; returns None on success, else git's reason."""
+    if shutil.which("git") is None:
+        raise ApplianceError("applying patches needs git: apt-get install git")
     args = ["git", "apply", "-p1", "--whitespace=nowarn"]
     if check_only:
         args.append("--check")

@@ -1,0 +1,38 @@
+"""`appliance engine build --local`: the patched tree's binaries, cached and recorded."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from appliance.cli.engine_build import build
+from appliance.digests import sha256_file
+from appliance.engine_build import TARGETS
+from appliance.lock import load_lock
+from appliance.patches import series_digest
+
+
+@pytest.mark.engine
+def test_local_build_reports_its_cached_binaries(engine_bin: Path) -> None:
+    if os.environ.get("APPLIANCE_ENGINE_BIN"):
+        pytest.fail("this test checks the build itself: unset APPLIANCE_ENGINE_BIN")
+    result = CliRunner().invoke(build, ["--local", "--source", "b10229", "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert Path(record["bin_dir"]) == engine_bin
+    assert record["series_digest"] == series_digest(load_lock())
+    assert record["source"]["kind"] == "stand-in" and record["source"]["name"] == "b10229"
+    assert "-DLLAMA_BUILD_NUMBER=10229" in record["cmake_args"]
+    assert sorted(record["binaries"]) == sorted(TARGETS)
+    for name, digest in record["binaries"].items():
+        assert sha256_file(engine_bin / name) == digest
+    helped = subprocess.run([str(engine_bin / "llama-moe-trace"), "--help"], capture_output=True)
+    assert helped.returncode == 0 and b"--no-trace" in helped.stderr
+    ldd = subprocess.run(["ldd", str(engine_bin / "llama-moe-trace")], capture_output=True, text=True)
+    assert "not a dynamic executable" in ldd.stdout + ldd.stderr  # static: runs in any image
+
+    refused = CliRunner().invoke(build, ["--source", "b10229"])
+    assert refused.exit_code != 0 and "only --local builds" in str(refused.exception)
