@@ -103,6 +103,7 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
         _git(["format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", tmp,
               f"{BASE_TAG}..HEAD"], dev_dir)
         produced = sorted(Path(tmp).iterdir())
+        locked_status = {e.file: e.status for entries in lock.patches.values() for e in entries}
         all_files = [info["file"] for info in known.values()]
         all_files += [e.file for entries in lock.patches.values() for e in entries]
         used_numbers = [int(m.group(0)[:4]) for name in all_files if (m := NUMBER_PREFIX_RE.match(name))]
@@ -110,6 +111,8 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
         for path in produced:
             text = path.read_text()
             info = known.get(_subject(text))
+            if info is not None and info["file"] in locked_status:  # the lock knows best
+                info = {"file": info["file"], "status": locked_status[info["file"]]}
             if info is None:
                 info = {"file": f"{next_number:04d}-{_slug(_subject(text))}.patch", "status": new_status}
                 next_number += 1
@@ -122,7 +125,8 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
     record_path.write_text(json.dumps(known, indent=2) + "\n")
     active = [e.file for e in out if e.status == "active"]
     experimental = [e.file for e in out if e.status == "experimental"]
-    experimental += [e.file for e in lock.patches["experimental"] if e.file not in experimental]
+    exported = {e.file for e in out}
+    experimental += [e.file for e in lock.patches["experimental"] if e.file not in exported]
     series_path = directory / "series"
     header = [line for line in series_path.read_text().splitlines() if line.startswith("#")]
     series_path.write_text("\n".join([*header, *active]) + "\n")
@@ -141,3 +145,30 @@ def repin(lock: Lock) -> dict[str, list[dict[str, str]]]:
               for status in ("active", "experimental", "rejected")}
     write_lock_patches(lock.path, pinned)
     return pinned
+
+
+def move_patch(lock: Lock, name: str, status: str) -> tuple[str, str]:
+    """Move a patch to active (end of the series), experimental or rejected; returns (file, old)."""
+    if status not in ("active", "experimental", "rejected"):
+        raise ApplianceError(f"unknown status {status!r}: use active, experimental or rejected")
+    entries = [e for entries in lock.patches.values() for e in entries]
+    stem = NUMBER_PREFIX_RE.sub("", name.removesuffix(".patch"))
+    found = [e for e in entries
+             if name == e.file or stem == NUMBER_PREFIX_RE.sub("", e.file.removesuffix(".patch"))]
+    if len(found) != 1:
+        raise ApplianceError(f"no single patch named {name!r} in the lock")
+    entry = found[0]
+    if entry.status == status:
+        return entry.file, entry.status
+    directory = patches_dir(lock)
+    (directory / status).mkdir(exist_ok=True)
+    os.replace(directory / entry.status / entry.file, directory / status / entry.file)
+    files = {s: [e.file for e in lock.patches[s] if e.file != entry.file] for s in lock.patches}
+    files[status].append(entry.file)
+    series_path = directory / "series"
+    lines = [line for line in series_path.read_text().splitlines() if line.strip() != entry.file]
+    if status == "active":
+        lines.append(entry.file)
+    series_path.write_text("\n".join(lines) + "\n")
+    write_lock_patches(lock.path, {s: patch_records(directory, s, f) for s, f in files.items()})
+    return entry.file, entry.status

@@ -12,7 +12,7 @@ from appliance.bracket import BracketReport, PatchCheck, bracket_check
 from appliance.cli.options import json_option, lock_option
 from appliance.errors import ApplianceError
 from appliance.lock import PATCH_STATUSES, load_lock
-from appliance.patch_dev import export_patches, make_dev_tree, repin
+from appliance.patch_dev import export_patches, make_dev_tree, move_patch, repin
 from appliance.patches import apply_series, patches_dir, selected_patches, verified_patch
 from appliance.source import fetch_source
 
@@ -146,6 +146,16 @@ def export(lock_path: Path | None, dev_dir: Path, new_status: str) -> None:
     for item in export_patches(lock, dev_dir, new_status):
         click.echo(f"{'updated' if item.changed else 'unchanged'} {item.status}/{item.file}")
     click.echo(f"rewrote {patches_dir(lock) / 'series'} and the lock's patches section")
+
+
+@patches_group.command("move")
+@lock_option
+@click.argument("name")
+@click.argument("status", type=click.Choice(["active", "experimental", "rejected"]))
+def move(lock_path: Path | None, name: str, status: str) -> None:
+    """Move a patch between active (appended to series), experimental and rejected."""
+    file, old = move_patch(load_lock(lock_path), name, status)
+    click.echo(f"moved {old}/{file} to {status}/; update the folders' README with the evidence")
 
 
 @patches_group.command("lock")

@@ -205,3 +205,21 @@ def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, Sou
     assert lock.patches["experimental"][0].sha256 == sha256_file(patch)
     assert "+// edited" in patch.read_text()
     assert [e.sha256 for e in lock.patches["active"]] == [e.sha256 for e in load_lock().patches["active"]]
+
+
+def test_move_between_statuses_rewrites_series_and_lock(tmp_path: Path) -> None:
+    lock_path = checkout_copy(tmp_path)
+    patches = lock_path.parent.parent / "patches" / "llama.cpp"
+    before = (lock_path.read_bytes(), (patches / "series").read_bytes())
+    run_cli("patches", "move", "--lock", str(lock_path), "route-aware-prefetch", "active", check=True)
+    lock = load_lock(lock_path)
+    assert [e.file for e in lock.patches["active"]] == ACTIVE + EXPERIMENTAL
+    assert lock.patches["experimental"] == ()
+    assert (patches / "active" / EXPERIMENTAL[0]).is_file()
+    assert not (patches / "experimental" / EXPERIMENTAL[0]).exists()
+    assert [line for line in (patches / "series").read_text().splitlines()
+            if not line.startswith("#")] == ACTIVE + EXPERIMENTAL
+    assert series_digest(lock) != series_digest(load_lock())
+
+    run_cli("patches", "move", "--lock", str(lock_path), EXPERIMENTAL[0], "experimental", check=True)
+    assert (lock_path.read_bytes(), (patches / "series").read_bytes()) == before
