@@ -29,3 +29,9 @@ demo: venv
 .PHONY: notices
 notices: venv
 	$(PY) -m appliance.notices --write
+
+.PHONY: reference-plans
+# Rebuild the header-only GGUFs of evidence/plans/*.input.json (under build/skeletons) and
+# rewrite the unverified reference plans next to them.
+reference-plans: venv
+	$(PY) -m appliance.reference_plans

@@ -61,11 +61,12 @@ class Roofline:
     page_cache_bytes: int  # host memory left for model file pages
     expert_bytes_on_host: int
     uniform_hit_rate: float  # page-cache hit rate if experts were used uniformly
-    ssd_cold_tps: float  # every routed byte from storage
-    ssd_uniform_tps: float
+    # decode ceilings in tokens/s; None where that tier moves no bytes per token
+    ssd_cold_tps: float | None  # every routed byte from storage
+    ssd_uniform_tps: float | None
     ssd_measured_tps: float | None
-    pcie_tps: float  # if host experts were streamed to the GPU instead
-    ram_tps: float  # host-resident experts read from RAM
+    pcie_tps: float | None  # if host experts were streamed to the GPU instead
+    ram_tps: float | None  # host-resident experts read from RAM
 
 
 @dataclass
@@ -242,8 +243,8 @@ def make_plan(acc: Accounting, limits: Limits) -> Plan:
         hit = min(1.0, page_cache / experts_host) if experts_host else 1.0
         dense_per_token = file_dense - embd
 
-        def tps(gbps: float, per_token: float) -> float:
-            return gbps * 1e9 / per_token if per_token > 0 else float("inf")
+        def tps(gbps: float, per_token: float) -> float | None:
+            return round(gbps * 1e9 / per_token, 4) if per_token > 0 else None
 
         roofline = Roofline(
             routed_bytes_per_token=routed_host_per_token,
