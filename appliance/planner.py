@@ -272,9 +272,13 @@ def make_plan(acc: Accounting, limits: Limits) -> Plan:
 
 
 def predicted_peak_bytes(acc: Accounting, ram_bytes: int, ctx: int = 4096,
-                         n_ubatch: int = 512) -> int:
+                         n_ubatch: int = 512, prompt_tokens: int | None = None) -> int:
     """Predicted cgroup memory peak of a CPU-only llama.cpp run of this model under `ram_bytes`:
     anonymous memory plus every weight page the run maps in, capped by the limit (file pages
-    beyond it are reclaimed rather than charged). For the runner's validation table."""
-    plan = make_plan(acc, Limits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx, n_ubatch=n_ubatch))
+    beyond it are reclaimed rather than charged). The compute buffer is touched only as far as
+    the largest batch actually decoded, so a known prompt length narrows it. For the runner's
+    predicted-versus-measured table."""
+    touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
+    plan = make_plan(acc, Limits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx,
+                                 n_ubatch=max(touched_ubatch, 1)))
     return min(ram_bytes, plan.ram_anon + plan.ram_file)

@@ -85,6 +85,9 @@ def test_predicted_peak_is_anonymous_plus_file_pages_capped_by_the_limit() -> No
     assert roomy == plan.ram_anon + plan.ram_file
     assert roomy > acc.tensor_data_bytes
     assert predicted_peak_bytes(acc, 48 * MiB, ctx=4096) == 48 * MiB
+    short = predicted_peak_bytes(acc, 1 << 30, ctx=4096, prompt_tokens=46)
+    assert acc.tensor_data_bytes < short < roomy  # a short prompt touches less compute buffer
+    assert predicted_peak_bytes(acc, 1 << 30, ctx=4096, prompt_tokens=600) == roomy
 
 
 def reference_inputs() -> list[Path]:
