@@ -25,3 +25,12 @@ lint: venv
 demo: venv
 	@echo "make demo: the tiny-model demo is not built yet (runner issue); checking the machine instead"
 	$(APPLIANCE) doctor
+
+# Attestation and evidence: what git tracks may be published; keys for signing bundles.
+.PHONY: release-check keys
+release-check: venv
+	$(APPLIANCE) release-check
+	$(APPLIANCE) evidence list
+
+keys: venv
+	$(APPLIANCE) keys init
