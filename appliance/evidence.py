@@ -237,7 +237,9 @@ def _scope_mismatches(facts: BundleFacts, finding: Finding) -> tuple[list[str], 
     for key, actual in (("memory_limit_bytes", facts.memory_limit_bytes),
                         ("n_predict", facts.n_predict)):
         wanted = scope[key]
-        if wanted is not None and actual != wanted:
+        if wanted is not None and actual is None:
+            blockers.append(f"the run does not record {key} (the evidence used {wanted})")
+        elif wanted is not None and actual != wanted:
             blockers.append(f"another {key}: the run used {actual}, the evidence {wanted}")
     return blockers, caveats
 

@@ -28,7 +28,7 @@ from tests.fake_run import make_run
 def test_init_keys_writes_private_key_0600_and_refuses_to_overwrite(tmp_path: Path) -> None:
     pair = init_keys(tmp_path / "keys")
     assert stat.S_IMODE(os.stat(pair.private).st_mode) == 0o600
-    assert pair.private.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    assert pair.private.read_bytes().startswith(b"-----BEGIN " + b"PRIVATE KEY-----")
     public = json.loads(pair.public.read_text())
     assert public["keyid"] == pair.keyid and public["keytype"] == "ed25519"
     with pytest.raises(ApplianceError, match="--force"):
@@ -81,8 +81,9 @@ def test_missing_key_files_say_what_to_do(tmp_path: Path) -> None:
 
 
 def test_sanitize_replaces_home_user_and_host_as_whole_words() -> None:
-    pairs = [("/home/ann", "<home>"), ("ann", "<user>"), ("box7", "<host>")]
-    value = {"p": "/home/ann/x", "l": ["ann@box7", "channel", "box7.lan"], "n": 3}
+    home = "/" + "home/ann"  # assembled: the release check refuses home paths in the tree
+    pairs = [(home, "<home>"), ("ann", "<user>"), ("box7", "<host>")]
+    value = {"p": home + "/x", "l": ["ann@box7", "channel", "box7.lan"], "n": 3}
     assert sanitize(value, pairs) == {"p": "<home>/x", "l": ["<user>@<host>", "channel",
                                                              "<host>.lan"], "n": 3}
 

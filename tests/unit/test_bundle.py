@@ -220,3 +220,13 @@ def test_provenance_is_sanitized(signed: Path) -> None:
     assert record["engine"]["source"] == {"kind": "stand-in", "name": "b10229"}
     assert record["model"]["sha256"].startswith("3b1d2e5c")
     assert record["host"]["cgroup_version"] in (1, 2)
+
+
+def test_edited_manifest_fails(signed: Path, keys: dict[str, Path]) -> None:
+    path = signed / MANIFEST_FILE
+    manifest = json.loads(path.read_text())
+    manifest["files"]["results.json"]["sha256"] = "0" * 64
+    path.write_text(json.dumps(manifest))
+    bad = failing(verify_bundle(signed, keys["public"]))
+    assert list(bad) == ["manifest-matches-statement"]
+    assert bad["manifest-matches-statement"].files == ["results.json"]

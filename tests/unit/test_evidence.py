@@ -272,3 +272,16 @@ def test_cli_list_show_and_compare(tmp_path: Path, key: Path) -> None:
     report = json.loads(compared.stdout)
     assert report[0]["verdict"] == NOT_COMPARABLE
     assert "1 of 1 not reproduced or not comparable" in compared.stderr
+
+
+def test_run_without_recorded_limit_is_not_comparable(tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path)
+    schedule = json.loads((run / "inputs" / "schedule.json").read_text())
+    del schedule["memory_limit_bytes"]
+    (run / "inputs" / "schedule.json").write_text(json.dumps(schedule))
+    (run / "inputs" / "profile.yaml").write_text("name: tiny-oversub\n")
+    finalize_bundle(run, key)
+    result = compare(run, as_finding(miniature_finding()))
+    assert result.verdict == NOT_COMPARABLE
+    assert result.reasons == [
+        "the run does not record memory_limit_bytes (the evidence used 268435456)"]

@@ -14,6 +14,7 @@ from tests.conftest import REPO, run_cli
 # Assembled at run time so that this file itself stays publishable.
 FAKE_GITHUB_TOKEN = "gh" + "p_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 HOME_PATH = "/" + "home/alice/models/qwen.gguf"
+PRIVATE_ADDRESS = ".".join(["192", "168", "1", "20"])
 
 
 def git_tree(root: Path, files: dict[str, bytes]) -> Path:
@@ -55,7 +56,7 @@ def test_tree_with_gguf_home_path_and_token_fails(tmp_path: Path) -> None:
     report = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert report["no-model-weights"]["files"] == ["models/tiny.gguf"]
     assert report["no-home-paths"]["reason"] == (
-        "home-directory paths: docs/setup.md:1 (/home/alice)")
+        f"home-directory paths: docs/setup.md:1 ({HOME_PATH[:11]})")
     assert report["no-credentials"]["reason"] == (
         "credentials or tokens: config/ci.env:1 (GitHub token)")
     assert report["no-raw-traces"]["status"] == "pass"
@@ -70,14 +71,14 @@ def test_traces_size_and_private_addresses(tmp_path: Path) -> None:
     tree = git_tree(tmp_path / "tree", {
         "runs/a.moetrace": b"MOETRACE" + bytes(16),
         "big.txt": b"x" * 2048,
-        "notes.md": b"registry at 192.168.1.20:5000, loopback 127.0.0.1 is fine, "
-                    b"version 10.0.1 is not an address\n",
+        "notes.md": f"registry at {PRIVATE_ADDRESS}:5000, loopback 127.0.0.1 is fine, "
+                    "version 10.0.1 is not an address\n".encode(),
     })
     checks = by_name(release_check(tree, max_bytes=1024))
     assert checks["no-raw-traces"].files == ["runs/a.moetrace"]
     assert checks["file-size"].reason == "files over 1024 bytes: big.txt (2048 bytes)"
     assert checks["no-private-addresses"].reason == (
-        "private network addresses: notes.md:1 (192.168.1.20)")
+        f"private network addresses: notes.md:1 ({PRIVATE_ADDRESS})")
 
 
 @pytest.mark.parametrize("line, kind", [
