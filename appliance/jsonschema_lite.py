@@ -1,7 +1,8 @@
 """A small JSON Schema (2020-12) validator for the keywords this project's schemas use.
 
 Supported: type, const, enum, pattern, minLength, minimum, exclusiveMinimum, properties,
-required, additionalProperties (false or a schema), minProperties, items, and $ref to
+required, additionalProperties (false or a schema), minProperties, items, minItems, maxItems,
+and $ref to
 "#/$defs/NAME". A schema using any other validation keyword is refused, so a schema can
 never silently ask for more than is checked.
 """
@@ -11,7 +12,8 @@ from typing import Any
 
 ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description"}
 KEYWORDS = {"type", "const", "enum", "pattern", "minLength", "minimum", "exclusiveMinimum",
-            "properties", "required", "additionalProperties", "minProperties", "items", "$ref"}
+            "properties", "required", "additionalProperties", "minProperties", "items", "minItems",
+            "maxItems", "$ref"}
 TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,), "array": (list,), "string": (str,), "boolean": (bool,),
     "integer": (int,), "number": (int, float), "null": (type(None),),
@@ -64,8 +66,12 @@ def _validate(value: Any, schema: dict[str, Any], root: dict[str, Any], path: st
             errors.append(f"{_where(path)}: {value} must exceed {schema['exclusiveMinimum']}")
     if isinstance(value, dict):
         _validate_object(value, schema, root, path, errors)
-    if isinstance(value, list) and "items" in schema:
-        for index, item in enumerate(value):
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            errors.append(f"{_where(path)}: needs at least {schema['minItems']} items")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            errors.append(f"{_where(path)}: allows at most {schema['maxItems']} items")
+        for index, item in enumerate(value if "items" in schema else []):
             _validate(item, schema["items"], root, f"{path}[{index}]", errors)
 
 

@@ -34,6 +34,7 @@ HOST_PLACEHOLDER = "<host>"
 # shared library ldd resolves; "missing <soname>" when ldd cannot find one.
 _IMAGE_PROBE = r"""
 set -eu
+command -v ldd >/dev/null || { echo "noldd"; exit 0; }
 lib() { real=$(readlink -f "$2"); echo "lib $(sha256sum "$real" | cut -d' ' -f1) $1 $real"; }
 for bin in "$@"; do
   if [ ! -f "$bin" ]; then echo "absent $bin"; continue; fi
@@ -137,6 +138,9 @@ def _parse_probe(output: str, binaries: list[str]) -> dict[str, Any]:
             current["libraries"][name] = {"path": real, "sha256": digest}
         elif kind == "missing" and current is not None:
             current["missing_libraries"].append(rest)
+        elif kind == "noldd":
+            raise ApplianceError("the image has no ldd (libc-bin): its runtime libraries "
+                                 "cannot be resolved; build it from the project's Dockerfile")
         elif kind == "absent":
             raise ApplianceError(f"binary {rest} is not in the image: "
                                  "rebuild it (appliance image build)")
@@ -147,11 +151,14 @@ def _parse_probe(output: str, binaries: list[str]) -> dict[str, Any]:
     return result
 
 
-def collect_image_provenance(docker_client: Any, image: str, binaries: list[str]) -> dict[str, Any]:
+def collect_image_provenance(docker_client: Any, image: str, binaries: list[str],
+                             device_requests: list[Any] | None = None) -> dict[str, Any]:
     """Image id, repo digests, labels; sha256 of each binary and each library it loads.
 
     The libraries are resolved by `ldd` inside a throwaway container of the image itself
-    (network off, no capabilities), so host libraries never stand in for the image's.
+    (network off, no capabilities), so host libraries never stand in for the image's. Pass
+    the trials' GPU device_requests so that driver libraries the NVIDIA runtime injects
+    (libcuda) resolve as they did for the trials; without them they are listed as missing.
     """
     import docker.errors
 
@@ -164,7 +171,7 @@ def collect_image_provenance(docker_client: Any, image: str, binaries: list[str]
         output = docker_client.containers.run(
             img.id, ["sh", "-c", _IMAGE_PROBE, "probe", *binaries], entrypoint=[],
             network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            remove=True, stdout=True, stderr=True, user="0",
+            remove=True, stdout=True, stderr=True, user="0", device_requests=device_requests,
         ).decode()
     except docker.errors.ContainerError as exc:
         raise ApplianceError(f"probing {image} failed: {exc.stderr!r}") from None

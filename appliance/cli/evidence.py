@@ -12,6 +12,7 @@ from appliance.evidence import (
     Comparison,
     claimed_evidence,
     compare,
+    draft_finding,
     find_finding,
     load_findings,
 )
@@ -100,6 +101,33 @@ def evidence_compare(bundle: Path, ids: tuple[str, ...], key: Path | None,
     if missed:
         raise ApplianceError(f"{len(missed)} of {len(results)} not reproduced or not "
                              f"comparable: {', '.join(missed)}")
+
+
+@evidence_group.command("draft")
+@click.argument("bundle", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--id", "finding_id", required=True, help="Id of the new finding (file name).")
+@click.option("--title", required=True, help="One-line title.")
+@click.option("--summary", default=None, help="What was found (default: the title).")
+@click.option("--baseline", default="baseline", show_default=True,
+              help="Variant the ratios are taken against.")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=0.25, show_default=True,
+              help="Relative tolerance a later reproduction's ratios must hold.")
+@click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Public key the bundle must be signed with.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the finding here (default: print it).")
+def evidence_draft(bundle: Path, finding_id: str, title: str, summary: str | None,
+                   baseline: str, tolerance: float, key: Path | None, out: Path | None) -> None:
+    """Draft a reproduction finding from a verified bundle, for review before committing."""
+    raw = draft_finding(bundle, finding_id, title, summary or title, baseline, tolerance, key)
+    text = json.dumps(raw, indent=2) + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    if out.exists():
+        raise ApplianceError(f"{out} exists: choose another --out or remove it first")
+    out.write_text(text)
+    click.echo(f"wrote {out}: review scope.controlled and the variant descriptions")
 
 
 COMMANDS: list[click.Command] = [evidence_group]

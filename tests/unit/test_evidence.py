@@ -18,6 +18,7 @@ from appliance.evidence import (
     Finding,
     claimed_evidence,
     compare,
+    draft_finding,
     evidence_dir,
     find_finding,
     load_finding,
@@ -285,3 +286,46 @@ def test_run_without_recorded_limit_is_not_comparable(tmp_path: Path, key: Path)
     assert result.verdict == NOT_COMPARABLE
     assert result.reasons == [
         "the run does not record memory_limit_bytes (the evidence used 268435456)"]
+
+
+def test_draft_from_a_bundle_reproduces_itself(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key)
+    raw = draft_finding(run, "tiny-oversub-demand-mmap", "tiny oversub", "miniature")
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert raw["bundle_digest"] == manifest["bundle_digest"]
+    assert raw["scope"]["model"]["sha256"] == MODEL["sha256"]
+    assert raw["scope"]["engine"]["source"] == "stand-in b10229"
+    assert raw["scope"]["memory_limit_bytes"] == 268435456
+    assert raw["scope"]["unknown"] == ["scope.swap_bytes: not recorded in the bundle"]
+    assert [(c["metric"], c["direction"], c["ratio"]) for c in raw["claims"]] == [
+        ("wall_s", "lower", 0.25), ("decode_tps", "higher", 4.0), ("prefill_tps", "lower", 0.8)]
+    assert raw["byte_identity"]["claimed"] is True
+    assert compare(run, as_finding(raw)).verdict == REPRODUCED
+
+
+def test_draft_refuses_an_incomplete_run(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key, status="incomplete")
+    with pytest.raises(ConfigError, match="the bundle is incomplete"):
+        draft_finding(run, "x", "x", "x")
+
+
+def test_cli_draft_writes_a_loadable_finding(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path / "run", key)
+    shutil.copytree(evidence_dir() / "schema", tmp_path / "ev" / "schema")
+    out = tmp_path / "ev" / "tiny-oversub-demand-mmap.json"
+    run_cli("evidence", "draft", str(run), "--id", out.stem, "--title", "tiny",
+            "--out", str(out), check=True)
+    assert load_finding(out).raw["origin"] == "reproduction"
+    again = run_cli("evidence", "draft", str(run), "--id", out.stem, "--title", "tiny",
+                    "--out", str(out))
+    assert again.returncode == 1 and "exists" in again.stderr
+
+
+def test_curves_need_two_numbers_per_point() -> None:
+    raw = miniature_finding()
+    raw["curves"] = [{"name": "replay", "x": "capacity (experts)", "y": "hit rate",
+                      "series": {"lru": [[8, 0.4], [16, 0.7, 1]]}}]
+    assert validate_finding(raw, load_schema()) == [
+        "curves[0].series.lru[1]: allows at most 2 items"]
+    raw["curves"][0]["series"]["lru"][1] = [16, 0.7]
+    assert validate_finding(raw, load_schema()) == []
