@@ -21,6 +21,7 @@ from appliance.cli import (
     patches,
     plan,
     release_check,
+    repro,
     run,
     trace,
 )
@@ -43,7 +44,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 for module in (engine, patches, image, model, plan, run, trace, bundle, evidence, doctor, keys,
-               release_check):
+               release_check, repro):
     for command in module.COMMANDS:
         cli.add_command(command)
 
