@@ -26,6 +26,10 @@ demo: venv
 	@echo "make demo: the tiny-model demo is not built yet (runner issue); checking the machine instead"
 	$(APPLIANCE) doctor
 
+.PHONY: notices
+notices: venv
+	$(PY) -m appliance.notices --write
+
 # Attestation and evidence: what git tracks may be published; keys for signing bundles.
 .PHONY: release-check keys
 release-check: venv
