@@ -27,7 +27,7 @@ from appliance.attest import (
 )
 from appliance.digests import canonical_json, sha256_bytes, sha256_file
 from appliance.errors import ApplianceError, ConfigError, IntegrityError
-from appliance.provenance import PROVENANCE_FILE, collect_provenance, host_facts, write_provenance
+from appliance.provenance import PROVENANCE_FILE, collect_run_provenance, write_provenance
 
 MANIFEST_FILE = "manifest.json"
 ATTESTATION_FILE = "attestation.dsse.json"
@@ -105,23 +105,25 @@ def _current_digests(run_dir: Path) -> dict[str, str]:
     return {rel: sha256_file(path) for rel, path in files.items()}
 
 
-def finalize_bundle(run_dir: Path, key: Path | Signer | None = None) -> None:
+def finalize_bundle(run_dir: Path, key: Path | Signer | None = None,
+                    docker_client: Any = None) -> None:
     """Write manifest.json and the (signed, or explicitly unsigned) attestation for run_dir.
 
     key is a private key file or key directory from `appliance keys init`, or a Signer.
-    provenance.json is collected from the run's inputs and this host when the runner did not
-    write one. Re-running re-seals the directory as it is now.
+    provenance.json is collected when the runner did not write one: from the run's inputs,
+    this host and, given docker_client, the image named by run.json's image_id. Re-running
+    re-seals the directory as it is now.
     """
     run = read_run_record(run_dir)
     signer = _signer_for(key)
     if not (run_dir / PROVENANCE_FILE).exists():
-        write_provenance(run_dir, collect_provenance(run_dir, host_facts()))
+        write_provenance(run_dir, collect_run_provenance(run_dir, docker_client))
     provenance = json.loads((run_dir / PROVENANCE_FILE).read_text())
     digests = _current_digests(run_dir)
     digest = bundle_digest(digests)
     predicate = {
         "run": {"status": run["status"], "profile": run.get("profile"),
-                "started": run.get("started"), "ended": run.get("ended")},
+                "started_utc": run.get("started_utc"), "ended_utc": run.get("ended_utc")},
         "bundle_digest": digest,
         "provenance": provenance,
     }

@@ -170,7 +170,9 @@ class BundleFacts:
     profile: dict[str, Any]
     model: dict[str, Any]
     memory_limit_bytes: int | None
+    swap_bytes: int | None
     n_predict: int | None
+    repeats: int | None
     gpus: list[str]
     results: dict[str, Any]
 
@@ -181,14 +183,21 @@ class BundleFacts:
         except (FileNotFoundError, yaml.YAMLError):
             profile = {}
         schedule = _read_json(run_dir / "inputs" / "schedule.json") or {}
-        psched = profile.get("schedule") or {}
+        run = _read_json(run_dir / "run.json") or {}
         provenance = _read_json(run_dir / "provenance.json") or {}
-        limit = schedule.get("memory_limit_bytes", profile.get("memory_limit"))
+        limits = run.get("limits") or {}
+        plimits = profile.get("limits") or {}
+        memory = parse_bytes(limits.get("memory_bytes", plimits.get("memory")))
+        memswap = parse_bytes(limits.get("memswap_bytes"))
+        swap = memswap - memory if memory is not None and memswap is not None else \
+            parse_bytes(plimits.get("swap"))
         return cls(
             profile=profile,
             model=_read_json(run_dir / "inputs" / "model.json") or {},
-            memory_limit_bytes=parse_bytes(limit),
-            n_predict=schedule.get("n_predict", psched.get("n_predict")),
+            memory_limit_bytes=memory,
+            swap_bytes=swap,
+            n_predict=schedule.get("n_predict", (profile.get("schedule") or {}).get("n_predict")),
+            repeats=schedule.get("repeats"),
             gpus=[g.get("name", "") for g in (provenance.get("host") or {}).get("gpus") or []],
             results=_read_json(run_dir / "results.json") or {},
         )
@@ -202,7 +211,7 @@ class BundleFacts:
     def byte_identical(self) -> bool | None:
         value = self.results.get("byte_identity")
         if isinstance(value, dict):
-            value = value.get("identical")
+            value = value.get("all_identical")
         return value if isinstance(value, bool) else None
 
 
@@ -235,7 +244,7 @@ def _scope_mismatches(facts: BundleFacts, finding: Finding) -> tuple[list[str], 
     elif gpu is None and scope["target"] not in (None, "cpu"):
         caveats.append("the evidence does not name its GPU")
     for key, actual in (("memory_limit_bytes", facts.memory_limit_bytes),
-                        ("n_predict", facts.n_predict)):
+                        ("swap_bytes", facts.swap_bytes), ("n_predict", facts.n_predict)):
         wanted = scope[key]
         if wanted is not None and actual is None:
             blockers.append(f"the run does not record {key} (the evidence used {wanted})")
@@ -319,8 +328,6 @@ METRIC_UNITS = {"wall_s": "s", "decode_tps": "tokens/s", "prefill_tps": "tokens/
 def _source_text(source: Any) -> str | None:
     if source is None or isinstance(source, str):
         return source
-    if isinstance(source, dict) and "kind" in source:
-        return " ".join(str(source[k]) for k in ("kind", "name") if source.get(k))
     return json.dumps(source, sort_keys=True)
 
 
@@ -344,7 +351,6 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
                           "can become evidence (see `appliance bundle verify`)")
     manifest = json.loads((run_dir / "manifest.json").read_text())
     provenance = _read_json(run_dir / "provenance.json") or {}
-    schedule = _read_json(run_dir / "inputs" / "schedule.json") or {}
     facts = BundleFacts.read(run_dir)
     names = sorted((facts.results.get("variants") or {}).keys())
     if baseline not in names:
@@ -381,9 +387,9 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
                      "gpu_memory_bytes": gpus[0].get("memory_bytes") if gpus else None,
                      "ram_bytes": host.get("ram_bytes")},
         "memory_limit_bytes": facts.memory_limit_bytes,
-        "swap_bytes": parse_bytes(schedule.get("swap_bytes")),
+        "swap_bytes": facts.swap_bytes,
         "n_predict": facts.n_predict,
-        "repeats": schedule.get("repeats"),
+        "repeats": facts.repeats,
         "statistic": "median",
         "controlled": [], "not_controlled": [],
         "unknown": [],

@@ -25,7 +25,13 @@ from appliance.errors import ApplianceError, ConfigError
 
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
-IMAGE_LABEL_PREFIX = "org.moe-appliance."
+IMAGE_LABEL_PREFIX = "io.moe-appliance."
+# The tools the engine image installs (containers/engine.Dockerfile, TOOLS).
+ENGINE_BINARIES = ("/usr/local/bin/llama-moe-trace", "/usr/local/bin/llama-completion",
+                   "/usr/local/bin/llama-bench")
+RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc", "appliance_version",
+              "trial_count", "trials_recorded", "run_id", "target", "stand_in", "image_id",
+              "engine", "limits", "model_digest_status", "cgroup_version")
 HOME_PLACEHOLDER = "<home>"
 USER_PLACEHOLDER = "<user>"
 HOST_PLACEHOLDER = "<host>"
@@ -141,13 +147,10 @@ def _parse_probe(output: str, binaries: list[str]) -> dict[str, Any]:
         elif kind == "noldd":
             raise ApplianceError("the image has no ldd (libc-bin): its runtime libraries "
                                  "cannot be resolved; build it from the project's Dockerfile")
-        elif kind == "absent":
-            raise ApplianceError(f"binary {rest} is not in the image: "
-                                 "rebuild it (appliance image build)")
     absent = [b for b in binaries if b not in result]
     if absent:
-        raise ApplianceError(f"could not hash {', '.join(absent)} inside the image: "
-                             f"{output[-300:]!r}")
+        raise ApplianceError(f"{', '.join(absent)} not in the image: rebuild it "
+                             "(appliance image build)")
     return result
 
 
@@ -196,19 +199,39 @@ def _load_json(path: Path) -> Any:
         raise ConfigError(f"{path.name}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
 
 
+def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
+    """"canonical" or "stand-in NAME": run.json's stand_in (null: canonical), else the labels."""
+    if "stand_in" in run:
+        return "canonical" if run["stand_in"] is None else f"stand-in {run['stand_in']}"
+    kind = labels.get(f"{IMAGE_LABEL_PREFIX}source-kind")
+    if kind is None:
+        return None
+    name = labels.get(f"{IMAGE_LABEL_PREFIX}source-name")
+    return f"{kind} {name}" if kind != "canonical" and name else kind
+
+
+def engine_lock_digest(lock_raw: dict[str, Any]) -> str:
+    """sha256 of the canonical lock without published_images (the image label's lock digest:
+    publishing an image must not change the engine's identity)."""
+    return sha256_bytes(canonical_json({k: v for k, v in lock_raw.items()
+                                        if k != "published_images"}))
+
+
 def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
-                 source: Any = None) -> dict[str, Any]:
-    """Lock digest, upstream pin, patch digests, series digest; source from run.json or labels."""
+                 run: dict[str, Any]) -> dict[str, Any]:
+    """Lock digest, upstream pin, source, patch digests and the active series digest."""
     patches = lock_raw.get("patches", {})
     active = patches.get("active", [])
     labels = (image or {}).get("labels", {})
     return {
-        "lock_sha256": sha256_bytes(canonical_json(lock_raw)),
+        "lock_sha256": engine_lock_digest(lock_raw),
+        "image_lock_digest": labels.get(f"{IMAGE_LABEL_PREFIX}lock-digest"),
         "upstream": lock_raw.get("upstream"),
-        "source": source or labels.get(f"{IMAGE_LABEL_PREFIX}source"),
+        "source": source_identity(run, labels),
         "patches": {status: [{"file": p["file"], "sha256": p["sha256"]} for p in items]
                     for status, items in patches.items()},
         "series_sha256": sha256_bytes(canonical_json([p["sha256"] for p in active])),
+        "image_series_digest": labels.get(f"{IMAGE_LABEL_PREFIX}series-digest"),
     }
 
 
@@ -225,9 +248,8 @@ def collect_provenance(run_dir: Path, host: dict[str, Any],
     record = {
         "provenance_version": PROVENANCE_VERSION,
         "appliance_version": __version__,
-        "run": {key: run.get(key) for key in ("status", "profile", "started", "ended",
-                                              "appliance_version", "trial_count")},
-        "engine": engine_facts(lock_raw, image, run.get("source")),
+        "run": {key: run[key] for key in RUN_FIELDS if key in run},
+        "engine": engine_facts(lock_raw, image, run),
         "image": image,
         "model": _load_json(inputs / "model.json"),
         "schedule": _load_json(inputs / "schedule.json"),
@@ -235,6 +257,23 @@ def collect_provenance(run_dir: Path, host: dict[str, Any],
         "host": host,
     }
     return sanitize(record)
+
+
+def collect_run_provenance(run_dir: Path, docker_client: Any = None,
+                           binaries: tuple[str, ...] = ENGINE_BINARIES) -> dict[str, Any]:
+    """collect_provenance with this host's facts and, given a Docker client, the image the
+    run used (run.json image_id), its binaries and libraries resolved inside it."""
+    run = _load_json(run_dir / "run.json")
+    image = None
+    if docker_client is not None and run.get("image_id"):
+        requests = None
+        if run.get("target") not in (None, "cpu"):
+            import docker.types
+
+            requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        image = collect_image_provenance(docker_client, run["image_id"], list(binaries),
+                                         requests)
+    return collect_provenance(run_dir, host_facts(docker_client), image)
 
 
 def write_provenance(run_dir: Path, provenance: dict[str, Any]) -> Path:

@@ -14,6 +14,7 @@ from appliance.errors import ApplianceError
 from appliance.provenance import (
     collect_image_provenance,
     collect_provenance,
+    collect_run_provenance,
     host_facts,
     write_provenance,
 )
@@ -66,7 +67,7 @@ def test_binary_and_libraries_hashed_inside_the_image(docker_client: Any, base_i
 
 
 def test_absent_binary_is_named(docker_client: Any, base_image: str) -> None:
-    with pytest.raises(ApplianceError, match="/opt/none/llama-simple is not in the image"):
+    with pytest.raises(ApplianceError, match="/opt/none/llama-simple not in the image"):
         collect_image_provenance(docker_client, base_image, ["/opt/none/llama-simple"])
 
 
@@ -91,3 +92,18 @@ def test_bundle_with_image_provenance_verifies(tmp_path: Path, docker_client: An
         image["binaries"]["/usr/bin/ls"]["sha256"]
     assert recorded["host"]["docker_version"] == docker_client.version()["Version"]
     assert str(tmp_path) not in (run / "provenance.json").read_text()
+
+
+def test_run_provenance_resolves_the_image_named_by_run_json(tmp_path: Path, docker_client: Any,
+                                                             base_image: str) -> None:
+    run = make_run(tmp_path)
+    record = json.loads((run / "run.json").read_text())
+    record["image_id"] = docker_client.images.get(base_image).id
+    (run / "run.json").write_text(json.dumps(record))
+    provenance = collect_run_provenance(run, docker_client, ("/usr/bin/ls",))
+    assert provenance["image"]["id"] == record["image_id"]
+    assert provenance["run"]["image_id"] == record["image_id"]
+    assert "libc.so.6" in provenance["image"]["binaries"]["/usr/bin/ls"]["libraries"]
+    missing = "/usr/local/bin/llama-moe-trace, /usr/local/bin/llama-completion, "
+    with pytest.raises(ApplianceError, match=missing + "/usr/local/bin/llama-bench not in"):
+        collect_run_provenance(run, docker_client)

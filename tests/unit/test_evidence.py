@@ -57,7 +57,7 @@ def miniature_finding(**changes: Any) -> dict[str, Any]:
                        "modification": "demand mmap"},
             "target": "cpu", "hardware": {"gpu": None, "gpu_memory_bytes": None,
                                           "ram_bytes": None},
-            "memory_limit_bytes": 268435456, "swap_bytes": 0, "n_predict": 32, "repeats": 3,
+            "memory_limit_bytes": 209715200, "swap_bytes": 0, "n_predict": 32, "repeats": 3,
             "statistic": "median", "controlled": ["cold page cache"], "not_controlled": [],
             "unknown": [],
         },
@@ -277,15 +277,16 @@ def test_cli_list_show_and_compare(tmp_path: Path, key: Path) -> None:
 
 def test_run_without_recorded_limit_is_not_comparable(tmp_path: Path, key: Path) -> None:
     run = make_run(tmp_path)
-    schedule = json.loads((run / "inputs" / "schedule.json").read_text())
-    del schedule["memory_limit_bytes"]
-    (run / "inputs" / "schedule.json").write_text(json.dumps(schedule))
+    record = json.loads((run / "run.json").read_text())
+    del record["limits"]
+    (run / "run.json").write_text(json.dumps(record))
     (run / "inputs" / "profile.yaml").write_text("name: tiny-oversub\n")
     finalize_bundle(run, key)
     result = compare(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_COMPARABLE
     assert result.reasons == [
-        "the run does not record memory_limit_bytes (the evidence used 268435456)"]
+        "the run does not record memory_limit_bytes (the evidence used 209715200)",
+        "the run does not record swap_bytes (the evidence used 0)"]
 
 
 def test_draft_from_a_bundle_reproduces_itself(tmp_path: Path, key: Path) -> None:
@@ -295,8 +296,9 @@ def test_draft_from_a_bundle_reproduces_itself(tmp_path: Path, key: Path) -> Non
     assert raw["bundle_digest"] == manifest["bundle_digest"]
     assert raw["scope"]["model"]["sha256"] == MODEL["sha256"]
     assert raw["scope"]["engine"]["source"] == "stand-in b10229"
-    assert raw["scope"]["memory_limit_bytes"] == 268435456
-    assert raw["scope"]["unknown"] == ["scope.swap_bytes: not recorded in the bundle"]
+    assert raw["scope"]["memory_limit_bytes"] == 209715200
+    assert raw["scope"]["swap_bytes"] == 0 and raw["scope"]["repeats"] == 3
+    assert raw["scope"]["unknown"] == []
     assert [(c["metric"], c["direction"], c["ratio"]) for c in raw["claims"]] == [
         ("wall_s", "lower", 0.25), ("decode_tps", "higher", 4.0), ("prefill_tps", "lower", 0.8)]
     assert raw["byte_identity"]["claimed"] is True
