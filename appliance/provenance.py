@@ -178,6 +178,9 @@ def collect_image_provenance(docker_client: Any, image: str, binaries: list[str]
         ).decode()
     except docker.errors.ContainerError as exc:
         raise ApplianceError(f"probing {image} failed: {exc.stderr!r}") from None
+    except docker.errors.APIError as exc:
+        raise ApplianceError(f"could not start a container of {image} to hash its binaries: "
+                             f"{exc.explanation or exc}") from None
     labels = img.labels or {}
     return {
         "reference": image,
