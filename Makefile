@@ -35,3 +35,12 @@ notices: venv
 # rewrite the unverified reference plans next to them.
 reference-plans: venv
 	$(PY) -m appliance.reference_plans
+
+# Attestation and evidence: what git tracks may be published; keys for signing bundles.
+.PHONY: release-check keys
+release-check: venv
+	$(APPLIANCE) release-check
+	$(APPLIANCE) evidence list
+
+keys: venv
+	$(APPLIANCE) keys init
