@@ -143,7 +143,7 @@ def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, A
         for t in ok:
             by_round.setdefault(t["repeat"], {})[name] = metrics[t["dir"]]
         counts = {status: sum(1 for t in mine if t.get("status") == status)
-                  for status in ("ok", "oom-killed", "failed", "interrupted")}
+                  for status in ("ok", "oom-killed", "failed", "timed-out", "interrupted")}
         per_variant[name] = {
             "trials": [t["dir"] for t in mine], "counts": counts,
             **{m: describe([v for v in (metrics[d][m] for d in metrics) if v is not None])

@@ -73,6 +73,7 @@ class RunContext:
     run_dir: Path
     run_id: str
     console: Console
+    trial_timeout_s: float | None = None
     trial_records: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -93,16 +94,21 @@ def _read_exit_file(results: Path) -> tuple[int, float] | None:
     return int(status), (int(end_ns) - int(start_ns)) / 1e9
 
 
-def _wait_for_engine(container: Any, results: Path) -> None:
-    """Until the wrapper reports the engine's exit, or the container itself is gone."""
+def _wait_for_engine(container: Any, results: Path, timeout_s: float | None) -> bool:
+    """Until the wrapper reports the engine's exit, or the container itself is gone.
+    False when the engine was still running after timeout_s (the caller stops it)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     polls = 0
     while not (results / EXIT_FILE).exists():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
         time.sleep(POLL_S)
         polls += 1
         if polls % 20 == 0:
             container.reload()
             if container.status not in ("created", "running"):
-                return
+                return True
+    return True
 
 
 def _collect(ctx: RunContext, trial: Trial, container: Any, results: Path,
@@ -134,6 +140,8 @@ def _status(record: dict[str, Any]) -> str:
         return "interrupted"
     if record.get("oom_killed"):
         return "oom-killed"
+    if "timed_out_after_s" in record:
+        return "timed-out"
     if record.get("exit_code") == 0:
         return "ok"
     return "failed"
@@ -186,7 +194,8 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         record["started_utc"] = utc_now()
         started = time.monotonic()
         container = ctx.client.containers.run(**spec)
-        _wait_for_engine(container, results)
+        if not _wait_for_engine(container, results, ctx.trial_timeout_s):
+            record["timed_out_after_s"] = ctx.trial_timeout_s
         record["host_wall_s"] = round(time.monotonic() - started, 6)
         record["ended_utc"] = utc_now()
         exited = _read_exit_file(results)
@@ -281,7 +290,8 @@ def _run_record(ctx: RunContext, status: str, started: str, trials: list[Trial],
         "engine": ctx.engine.identity(), "model_digest_status": ctx.model.digest_status,
         "limits": {"memory_bytes": ctx.profile.limits.memory,
                    "memswap_bytes": ctx.profile.limits.memswap},
-        "cgroup_version": ctx.settings.cgroup_version, **extra,
+        "cgroup_version": ctx.settings.cgroup_version,
+        "trial_timeout_s": ctx.trial_timeout_s, **extra,
     }
 
 

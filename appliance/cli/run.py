@@ -35,11 +35,14 @@ RUN_FINALIZER: Finalizer | None = None
               help="Check the model's size only, not its sha256 (marked in all output).")
 @click.option("--image", default=None, help="Engine image tag (default: from target and lock).")
 @click.option("--gpu", "gpu_index", type=int, default=None, help="GPU index (default 0).")
+@click.option("--trial-timeout", type=float, default=None, metavar="SECONDS",
+              help="Stop a trial's engine after this long and record it as timed out.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
 @lock_option
 def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: int | None,
                 dry_run: bool, skip_digest_check: bool, image: str | None,
-                gpu_index: int | None, as_json: bool, lock_path: Path | None) -> None:
+                gpu_index: int | None, trial_timeout: float | None, as_json: bool,
+                lock_path: Path | None) -> None:
     """Run an experiment PROFILE (a built-in name or a YAML file) in the engine image."""
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
     profile = load_profile(profile_name)
@@ -68,9 +71,10 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
         console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
                       f"canonical pin {lock.upstream.release}[/bold yellow]")
     ctx = RunContext(client, profile, engine, prepared.model, prepared.settings,
-                     prepared.run_dir, run_id, console)
+                     prepared.run_dir, run_id, console, trial_timeout_s=trial_timeout)
     outcome = execute_run(ctx, prepared.trials, lock.raw,
-                          {"target": prepared.choice.target, "stand_in": stand_in},
+                          {"target": prepared.choice.target, "stand_in": stand_in,
+                           "image_id": client.images.get(prepared.image).id},
                           finalize=RUN_FINALIZER)
     print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     if outcome.status != "complete":

@@ -41,6 +41,7 @@ COMMANDS = {
     "demand-mmap": ["sh", "-c", ENGINE_LIKE % ("same words and more", "20", "demand")],
     "probe": ["sh", "-c", PROBE],
     "oom": ["sh", "-c", "head -c 300M /dev/zero | tail > /dev/null"],
+    "slow": ["sh", "-c", "echo slow; exec sleep 300"],
 }
 
 
@@ -87,7 +88,7 @@ def _tree(directory: Path) -> list[tuple[str, int, str]]:
 
 
 def _run(docker_client: Any, image: str, profile_path: Path, models: Path, out: Path,
-         run_id: str, finalize: Any = None) -> RunOutcome:
+         run_id: str, finalize: Any = None, timeout_s: float | None = None) -> RunOutcome:
     from rich.console import Console
 
     profile, lock = load_profile(str(profile_path)), load_lock()
@@ -95,7 +96,8 @@ def _run(docker_client: Any, image: str, profile_path: Path, models: Path, out: 
                                    skip_digest=False, image=image, gpu_index=None,
                                    client_factory=lambda: docker_client, show_progress=False)
     ctx = RunContext(client, profile, CommandEngine(image, COMMANDS), prepared.model,
-                     prepared.settings, prepared.run_dir, run_id, Console(quiet=True))
+                     prepared.settings, prepared.run_dir, run_id, Console(quiet=True),
+                     trial_timeout_s=timeout_s)
     return execute_run(ctx, prepared.trials, lock.raw, {}, finalize=finalize)
 
 
@@ -162,6 +164,20 @@ def test_a_run_records_every_trial_including_oom(docker_client: Any, image: str,
     pngs = sorted(p.name for p in (run_dir / "plots").iterdir())
     assert pngs == ["decode_tps.png", "trial_resources.png"]
     assert all((run_dir / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_a_trial_past_its_timeout_is_stopped_and_recorded(docker_client: Any, image: str,
+                                                          tmp_path: Path) -> None:
+    run_id = f"test{os.getpid()}t"
+    outcome = _run(docker_client, image, _profile(tmp_path, ["baseline", "slow"], 1),
+                   _models(tmp_path), tmp_path / "run", run_id, timeout_s=2.0)
+    assert outcome.status == "complete"
+    assert [t["status"] for t in outcome.trials] == ["ok", "timed-out"]
+    slow = json.loads((tmp_path / "run" / "trials" / "002-slow-r1" / "trial.json").read_text())
+    assert slow["timed_out_after_s"] == 2.0 and slow["exit_code"] == 137
+    assert "peak_bytes" in slow["cgroup"]
+    assert (tmp_path / "run" / "trials" / "002-slow-r1" / "stdout.txt").read_text() == "slow\n"
+    assert _leftover_containers(docker_client, run_id) == []
 
 
 DRIVER = textwrap.dedent("""
