@@ -29,8 +29,8 @@ class BlockDevice:
         return f"{self.major}:{self.minor}"
 
 
-def cgroup_version() -> int:
-    return 2 if (CGROUP_ROOT / "cgroup.controllers").exists() else 1
+def cgroup_version(root: Path = CGROUP_ROOT) -> int:
+    return 2 if (root / "cgroup.controllers").exists() else 1
 
 
 def block_device_for(path: Path) -> BlockDevice | None:
@@ -76,10 +76,10 @@ def _read_keyed(path: Path) -> dict[str, int]:
     return out
 
 
-def _cgroup_paths(pid: int) -> dict[str, str]:
+def _cgroup_paths(pid: int, proc: Path) -> dict[str, str]:
     """controller -> path relative to its hierarchy, from /proc/PID/cgroup ("" for v2)."""
     paths: dict[str, str] = {}
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+    for line in (proc / str(pid) / "cgroup").read_text().splitlines():
         _, controllers, rel = line.split(":", 2)
         for controller in controllers.split(",") if controllers else [""]:
             paths[controller] = rel
@@ -112,16 +112,17 @@ def _v2_block_reads(group: Path) -> dict[str, int]:
     return reads
 
 
-def read_accounting(pid: int) -> dict[str, Any]:
+def read_accounting(pid: int, root: Path = CGROUP_ROOT,
+                    proc: Path = Path("/proc")) -> dict[str, Any]:
     """Memory, faults, OOM kills and block reads of the cgroup that process `pid` is in.
 
     page_cache_bytes and anon_bytes are the state at reading time (after the engine exited
     but before its cgroup was torn down); peak_bytes is the high-water mark of the whole
     charge (anonymous plus page cache), the figure the memory limit bounds.
     """
-    paths = _cgroup_paths(pid)
-    if cgroup_version() == 2:
-        group = CGROUP_ROOT / paths[""].lstrip("/")
+    paths = _cgroup_paths(pid, proc)
+    if cgroup_version(root) == 2:
+        group = root / paths[""].lstrip("/")
         stat = _read_keyed(group / "memory.stat")
         events = _read_keyed(group / "memory.events")
         reads = _v2_block_reads(group)
@@ -138,8 +139,8 @@ def read_accounting(pid: int) -> dict[str, Any]:
             "oom_kills": events.get("oom_kill", 0),
             "block_read_bytes": reads,
         }
-    memory = CGROUP_ROOT / "memory" / paths["memory"].lstrip("/")
-    blkio = CGROUP_ROOT / "blkio" / paths["blkio"].lstrip("/")
+    memory = root / "memory" / paths["memory"].lstrip("/")
+    blkio = root / "blkio" / paths["blkio"].lstrip("/")
     stat = _read_keyed(memory / "memory.stat")
     return {
         "cgroup_version": 1,
