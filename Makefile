@@ -25,3 +25,7 @@ lint: venv
 demo: venv
 	@echo "make demo: the tiny-model demo is not built yet (runner issue); checking the machine instead"
 	$(APPLIANCE) doctor
+
+.PHONY: notices
+notices: venv
+	$(PY) -m appliance.notices --write
