@@ -28,7 +28,6 @@ from rich.console import Console
 
 from appliance import __version__, atomic, bench, pagecache, run_plots
 from appliance.cgroups import read_accounting
-from appliance.errors import ApplianceError
 from appliance.modelcheck import CheckedModel
 from appliance.profile import Profile
 from appliance.runplan import (
@@ -47,18 +46,6 @@ Finalizer = Callable[[Path], None]
 
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def docker_client() -> docker.DockerClient:
-    """A connected client, or a one-line error saying Docker is not reachable."""
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - every failure here means "no engine"
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ApplianceError(f"Docker engine not reachable ({reason}): start Docker or set "
-                             f"DOCKER_HOST; `appliance doctor` checks the machine") from None
-    return client
 
 
 @dataclass

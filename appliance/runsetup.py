@@ -14,7 +14,7 @@ import docker.errors
 
 from appliance.cgroups import block_device_for, cgroup_version
 from appliance.errors import ApplianceError, ConfigError
-from appliance.gpu_probe import Gpu, gpus
+from appliance.gpu import Gpu, NvmlUnavailable, detect_gpus
 from appliance.lock import Lock
 from appliance.modelcheck import CheckedModel, check_model, locate_model
 from appliance.profile import Profile, format_size
@@ -30,7 +30,21 @@ class TargetChoice:
     note: str | None
 
 
-def choose_target(profile: Profile, visible: tuple[Gpu, ...], dry_run: bool,
+def visible_gpus() -> list[Gpu]:
+    """GPUs NVML reports; none where there is no NVIDIA driver."""
+    try:
+        return detect_gpus()
+    except NvmlUnavailable:
+        return []
+
+
+def _target_for(gpu: Gpu, lock: Lock) -> str | None:
+    return next((t.name for t in lock.targets.values()
+                 if t.cuda is not None and t.cuda.compute_capability == gpu.compute_capability),
+                None)
+
+
+def choose_target(profile: Profile, visible: list[Gpu], lock: Lock, dry_run: bool,
                   gpu_index: int | None = None) -> TargetChoice:
     """The image target and GPU request: `auto` follows the GPU's compute capability."""
     if profile.gpu == "none" or (profile.gpu == "optional" and not visible):
@@ -46,14 +60,13 @@ def choose_target(profile: Profile, visible: tuple[Gpu, ...], dry_run: bool,
     if gpu is None:
         raise ApplianceError(f"no GPU with index {gpu_index}: visible are "
                              f"{', '.join(str(g.index) for g in visible)}")
-    target = gpu.target if profile.target == "auto" else profile.target
-    if target is None:
+    fitting = _target_for(gpu, lock)
+    target = fitting if profile.target == "auto" else profile.target
+    if fitting is None or target != fitting:
         raise ApplianceError(f"GPU {gpu.index} ({gpu.name}, compute capability "
-                             f"{gpu.capability[0]}.{gpu.capability[1]}) has no image target "
-                             f"(sm89 or sm120); `appliance doctor` lists the GPUs")
-    if gpu.target is not None and target != gpu.target:
-        raise ApplianceError(f"profile {profile.name} wants target {target} but GPU "
-                             f"{gpu.index} is {gpu.name} ({gpu.target})")
+                             f"{gpu.compute_capability}) fits no image target "
+                             f"{'(sm89 or sm120)' if target is None else target}; "
+                             "`appliance doctor` lists the GPUs and targets")
     return TargetChoice(target, (str(gpu.index),), None)
 
 
@@ -122,7 +135,7 @@ def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int 
     if run_dir.resolve().is_relative_to(models_dir.resolve()):
         raise ApplianceError(f"--out {run_dir} is inside the models directory, which is "
                              "never written to: choose another --out")
-    choice = choose_target(profile, gpus(), dry_run, gpu_index)
+    choice = choose_target(profile, visible_gpus(), lock, dry_run, gpu_index)
     client = None
     if not dry_run:
         check_limit_fits_host(profile)

@@ -9,11 +9,12 @@ import click
 from rich.console import Console
 
 from appliance.cli.options import lock_option
+from appliance.dockerhost import docker_client
 from appliance.errors import ApplianceError
 from appliance.lock import load_lock
 from appliance.profile import load_profile
 from appliance.run_report import planned_specs, print_header, print_plan, print_summary
-from appliance.runner import Finalizer, RunContext, docker_client, execute_run
+from appliance.runner import Finalizer, RunContext, execute_run
 from appliance.runplan import LlamaMoeTraceEngine
 from appliance.runsetup import prepare_run, stand_in_of
 

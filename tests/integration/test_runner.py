@@ -186,7 +186,8 @@ DRIVER = textwrap.dedent("""
     from rich.console import Console
     from appliance.lock import load_lock
     from appliance.profile import load_profile
-    from appliance.runner import RunContext, docker_client, execute_run
+    from appliance.dockerhost import docker_client
+    from appliance.runner import RunContext, execute_run
     from appliance.runplan import CommandEngine
     from appliance.runsetup import prepare_run
     profile_path, models, out, run_id, image = sys.argv[1:]

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from appliance.cli import cli
 from appliance.errors import ApplianceError
-from appliance.gpu_probe import Gpu
+from appliance.gpu import Gpu
+from appliance.lock import load_lock
 from appliance.profile import PROFILES_DIR, load_profile
 from appliance.runsetup import choose_target
 from tests.conftest import run_cli
@@ -85,7 +86,7 @@ def test_wrong_size_is_refused_with_exit_3(tmp_path: Path) -> None:
 
 def test_a_gpu_profile_without_a_gpu_points_to_doctor(fake_qwen: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("appliance.runsetup.gpus", lambda: ())
+    monkeypatch.setattr("appliance.runsetup.visible_gpus", lambda: [])
     result = CliRunner().invoke(cli, ["run", "qwen35-8g", "--models", str(fake_qwen),
                                       "--skip-digest-check"])
     assert isinstance(result.exception, ApplianceError)
@@ -109,19 +110,19 @@ def test_docker_down_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
-def _gpu(major: int, minor: int) -> tuple[Gpu, ...]:
-    return (Gpu(0, "test GPU", (major, minor)),)
+def _gpu(capability: str) -> list[Gpu]:
+    return [Gpu(0, "test GPU", capability, "580.1", 32 << 30, 30 << 30)]
 
 
 def test_auto_target_follows_the_compute_capability() -> None:
-    qwen = load_profile("qwen35-8g")
-    assert choose_target(qwen, _gpu(12, 0), dry_run=False).target == "sm120"
-    assert choose_target(qwen, _gpu(8, 9), dry_run=False).target == "sm89"
-    assert choose_target(qwen, _gpu(8, 9), dry_run=False).gpu_ids == ("0",)
+    qwen, lock = load_profile("qwen35-8g"), load_lock()
+    assert choose_target(qwen, _gpu("12.0"), lock, dry_run=False).target == "sm120"
+    assert choose_target(qwen, _gpu("8.9"), lock, dry_run=False).target == "sm89"
+    assert choose_target(qwen, _gpu("8.9"), lock, dry_run=False).gpu_ids == ("0",)
     with pytest.raises(ApplianceError, match="compute capability 8.6"):
-        choose_target(qwen, _gpu(8, 6), dry_run=False)
+        choose_target(qwen, _gpu("8.6"), lock, dry_run=False)
     tiny = load_profile("tiny-oversub")
-    choice = choose_target(tiny, _gpu(12, 0), dry_run=False)
+    choice = choose_target(tiny, _gpu("12.0"), lock, dry_run=False)
     assert (choice.target, choice.gpu_ids) == ("cpu", None)
-    dry = choose_target(qwen, (), dry_run=True)
+    dry = choose_target(qwen, [], lock, dry_run=True)
     assert dry.target is None and dry.gpu_ids == ("0",) and "appliance doctor" in str(dry.note)
