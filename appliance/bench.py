@@ -3,8 +3,9 @@
 Per variant: median, min, max and spread of wall time, prefill and decode tokens/s, peak
 memory, bytes read from the model's device and bytes read per generated token, with the raw
 samples kept and outliers flagged by the modified z-score (median absolute deviation).
-Ratios between variants are taken pair by pair within each round of the interleaved order,
-then summarized. Generated texts are compared byte for byte at matched length.
+Ratios between variants (each later variant over each earlier one, so the first variant is
+the denominator of its comparisons) are taken pair by pair within each round of the
+interleaved order, then summarized. Generated texts are compared byte for byte at matched length.
 """
 
 import json
@@ -150,11 +151,12 @@ def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, A
                for m in METRICS},
         }
     reference = variants[0]
+    pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1:]]
     return {
         "schema_version": SCHEMA_VERSION,
         "trial_order": [t["dir"] for t in trials],
         "statuses": {t["dir"]: t.get("status") for t in trials},
         "variants": per_variant,
-        "ratios": [_ratios(by_round, reference, other) for other in variants[1:]],
+        "ratios": [_ratios(by_round, a, b) for a, b in pairs],
         "byte_identity": byte_identity(trials, reference),
     }

@@ -41,6 +41,14 @@ class ModelManifest:
     def pinned(self) -> bool:
         return self.sha256 is not None and self.bytes is not None
 
+    def synth_args(self) -> list[str]:
+        """`appliance model synth` options that recreate a synthesized model ([] if none):
+        each key of model.synth becomes --key value."""
+        args: list[str] = []
+        for key, value in (self.synth or {}).items():
+            args += [f"--{key}", str(value)]
+        return args
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -160,8 +160,7 @@ def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str,
 def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     """One container from eviction to removal; returns the trial.json record."""
     results = ctx.run_dir / ".scratch" / trial.name
-    results.mkdir(parents=True)
-    results.chmod(0o777)
+    results.mkdir(parents=True)  # the container runs as this user, so it can write here
     name = f"appliance-{ctx.run_id}-{trial.index:03d}"
     spec = container_spec(ctx.profile, ctx.engine, trial, ctx.settings, results, name,
                           {LABEL: ctx.run_id, f"{LABEL}.trial": trial.name})

@@ -49,6 +49,9 @@ def test_tiny_oversub_records_synth_parameters_and_oversubscribes_twice() -> Non
     assert synth is not None
     assert set(synth) >= {"arch", "size", "experts", "used", "layers", "skew", "seed", "type"}
     assert parse_size(synth["size"]) == 2 * p.limits.memory
+    args = p.model.synth_args()
+    assert args[:2] == ["--arch", "qwen3moe"] and "--skew" in args and len(args) == 16
+    assert load_profile("qwen35-8g").model.synth_args() == []
     assert [v.name for v in p.variants][:2] == ["baseline", "demand-mmap"]
 
 
