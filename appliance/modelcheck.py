@@ -72,7 +72,9 @@ def cached_sha256(path: Path, show_progress: bool = True) -> tuple[str, bool]:
             digest = sha256_file(real, lambda n: progress.advance(task, n))
     else:
         digest = sha256_file(real)
-    cache = {k: v for k, v in _load_cache().items() if not k.startswith(f"{real}|")}
+    # Drop this file's stale entries and those of files that no longer exist.
+    cache = {k: v for k, v in _load_cache().items()
+             if not k.startswith(f"{real}|") and Path(k.split("|", 1)[0]).exists()}
     cache[key] = digest
     atomic.write_json(digest_cache_path(), cache)
     return digest, False

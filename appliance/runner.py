@@ -98,8 +98,7 @@ def _wait_for_engine(container: Any, results: Path, timeout_s: float | None) -> 
     return True
 
 
-def _collect(ctx: RunContext, trial: Trial, container: Any, results: Path,
-             record: dict[str, Any]) -> None:
+def _collect(container: Any, record: dict[str, Any]) -> None:
     """cgroup (while the container lives), then stop it, then state and logs."""
     container.reload()
     pid = container.attrs["State"]["Pid"]
@@ -135,6 +134,7 @@ def _status(record: dict[str, Any]) -> str:
 
 
 def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
+    """Outputs and logs into the trial directory, trial.json last; the scratch dir goes."""
     trial_dir = ctx.run_dir / "trials" / trial.name
     trial_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, bool] = {}
@@ -187,7 +187,7 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         exited = _read_exit_file(results)
         if exited is not None:
             record["exit_code"], record["engine_wall_s"] = exited
-        _collect(ctx, trial, container, results, record)
+        _collect(container, record)
         if exited is None:
             record["exit_code"] = record["container_exit_code"]
     except docker.errors.DockerException as exc:

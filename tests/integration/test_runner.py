@@ -45,6 +45,11 @@ COMMANDS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _digest_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPLIANCE_CACHE", str(tmp_path / "cache"))
+
+
 @pytest.fixture(scope="module")
 def image(docker_client: Any) -> str:
     import docker.errors
