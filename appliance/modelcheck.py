@@ -83,8 +83,11 @@ def cached_sha256(path: Path, show_progress: bool = True) -> tuple[str, bool]:
 def missing_model_message(manifest: ModelManifest, models_dir: Path) -> str:
     size = f"{manifest.bytes:,} bytes" if manifest.bytes is not None else "size not pinned"
     digest = f"sha256 {manifest.sha256}" if manifest.sha256 else "sha256 not pinned"
-    return (f"model {manifest.file} not found in {models_dir} (expected {size}, {digest}); "
-            f"get it from: {manifest.source}")
+    where = f"get it from: {manifest.source}"
+    if manifest.synth:
+        where = ("create it with: appliance model synth "
+                 f"{models_dir / manifest.file} {' '.join(manifest.synth_args())}")
+    return f"model {manifest.file} not found in {models_dir} (expected {size}, {digest}); {where}"
 
 
 def locate_model(manifest: ModelManifest, models_dir: Path) -> tuple[Path, int]:

@@ -87,3 +87,12 @@ def test_unpinned_records_the_digest_and_skip_hashes_nothing(tmp_path: Path) -> 
     skipped = check_model(_manifest(sha256="f" * 64), models, skip_digest=True)
     assert (skipped.digest_status, skipped.sha256) == (SKIPPED, None)
     assert "path" not in skipped.manifest()  # no host paths into the bundle
+
+
+def test_a_missing_synthesized_model_says_how_to_make_it(tmp_path: Path) -> None:
+    manifest = ModelManifest("tiny.gguf", None, None, "synthesized",
+                             {"arch": "qwen3moe", "size": "400MiB", "seed": 1})
+    with pytest.raises(ApplianceError) as info:
+        check_model(manifest, tmp_path, show_progress=False)
+    assert str(info.value).endswith(f"create it with: appliance model synth {tmp_path}/tiny.gguf "
+                                    "--arch qwen3moe --size 400MiB --seed 1")
