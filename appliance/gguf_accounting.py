@@ -171,6 +171,7 @@ def arch_facts(header: GGUFHeader) -> ArchFacts:
     layers = total_layers - nextn
     tokens = header.get("tokenizer.ggml.tokens")
     vocab = tokens.count if isinstance(tokens, ArrayInfo) else len(tokens or [])
+    vocab = vocab or int(key("vocab_size", 0))
     embedding = int(key("embedding_length", 0))
     heads = per_layer(key("attention.head_count", 0), layers)
     heads_kv = per_layer(key("attention.head_count_kv", None), layers)

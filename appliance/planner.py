@@ -61,11 +61,12 @@ class Roofline:
     page_cache_bytes: int  # host memory left for model file pages
     expert_bytes_on_host: int
     uniform_hit_rate: float  # page-cache hit rate if experts were used uniformly
-    ssd_cold_tps: float  # every routed byte from storage
-    ssd_uniform_tps: float
+    # decode ceilings in tokens/s; None where that tier moves no bytes per token
+    ssd_cold_tps: float | None  # every routed byte from storage
+    ssd_uniform_tps: float | None
     ssd_measured_tps: float | None
-    pcie_tps: float  # if host experts were streamed to the GPU instead
-    ram_tps: float  # host-resident experts read from RAM
+    pcie_tps: float | None  # if host experts were streamed to the GPU instead
+    ram_tps: float | None  # host-resident experts read from RAM
 
 
 @dataclass
@@ -242,8 +243,8 @@ def make_plan(acc: Accounting, limits: Limits) -> Plan:
         hit = min(1.0, page_cache / experts_host) if experts_host else 1.0
         dense_per_token = file_dense - embd
 
-        def tps(gbps: float, per_token: float) -> float:
-            return gbps * 1e9 / per_token if per_token > 0 else float("inf")
+        def tps(gbps: float, per_token: float) -> float | None:
+            return round(gbps * 1e9 / per_token, 4) if per_token > 0 else None
 
         roofline = Roofline(
             routed_bytes_per_token=routed_host_per_token,
@@ -271,9 +272,13 @@ def make_plan(acc: Accounting, limits: Limits) -> Plan:
 
 
 def predicted_peak_bytes(acc: Accounting, ram_bytes: int, ctx: int = 4096,
-                         n_ubatch: int = 512) -> int:
+                         n_ubatch: int = 512, prompt_tokens: int | None = None) -> int:
     """Predicted cgroup memory peak of a CPU-only llama.cpp run of this model under `ram_bytes`:
     anonymous memory plus every weight page the run maps in, capped by the limit (file pages
-    beyond it are reclaimed rather than charged). For the runner's validation table."""
-    plan = make_plan(acc, Limits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx, n_ubatch=n_ubatch))
+    beyond it are reclaimed rather than charged). The compute buffer is touched only as far as
+    the largest batch actually decoded, so a known prompt length narrows it. For the runner's
+    predicted-versus-measured table."""
+    touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
+    plan = make_plan(acc, Limits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx,
+                                 n_ubatch=max(touched_ubatch, 1)))
     return min(ram_bytes, plan.ram_anon + plan.ram_file)

@@ -8,6 +8,7 @@ import click
 from appliance.byte_sizes import format_size, parse_size
 from appliance.cli.options import json_option
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, SynthSpec
+from appliance.models.skeleton import write_skeleton
 from appliance.models.synth import synthesize
 
 
@@ -50,6 +51,18 @@ def synth_command(out: Path, arch: str, size_text: str, experts: int, used: int,
                f"({used} per token), expert width {result.expert_ff}, "
                f"{100 * result.expert_bytes / result.size_bytes:.1f}% of bytes in experts")
     click.echo(f"sha256 {result.sha256}")
+
+
+@model_group.command("skeleton")
+@click.argument("input_path", metavar="INPUT.json",
+                type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+def skeleton_command(input_path: Path, out: Path) -> None:
+    """Write a header-only GGUF (no weights) from a published configuration, for planning."""
+    data_bytes = write_skeleton(input_path, out)
+    click.echo(f"wrote {out}: {format_size(out.stat().st_size)} header for "
+               f"{format_size(data_bytes)} ({data_bytes} bytes) of tensor data; "
+               "header only, not loadable")
 
 
 COMMANDS: list[click.Command] = [model_group]

@@ -45,6 +45,10 @@ def load_accounting(model: str, quiet: bool) -> tuple[Accounting, str]:
     return acc, how
 
 
+def ceiling(tps: float | None) -> str:
+    return "not bound by this tier (no bytes per token)" if tps is None else f"{tps:.2f} tokens/s"
+
+
 def render(acc: Accounting, plan: Plan, how: str, vram_note: str) -> str:
     f, lim = acc.facts, plan.limits
     out = [f"plan for {acc.source}",
@@ -79,15 +83,15 @@ def render(acc: Accounting, plan: Plan, how: str, vram_note: str) -> str:
                 f"{format_size(r.expert_bytes_on_host)} of host experts "
                 f"(uniform-use hit rate {r.uniform_hit_rate:.1%})",
                 f"  storage {lim.ssd_gbps:g} GB/s, every expert byte read: "
-                f"{r.ssd_cold_tps:.2f} tokens/s",
+                f"{ceiling(r.ssd_cold_tps)}",
                 f"  storage {lim.ssd_gbps:g} GB/s, uniform-use hit rate: "
-                f"{r.ssd_uniform_tps:.2f} tokens/s"]
-        if r.ssd_measured_tps is not None:
+                f"{ceiling(r.ssd_uniform_tps)}"]
+        if lim.hit_rate is not None:
             out.append(f"  storage, measured hit rate {lim.hit_rate:.1%}: "
-                       f"{r.ssd_measured_tps:.2f} tokens/s")
+                       f"{ceiling(r.ssd_measured_tps)}")
         out += [f"  PCIe {lim.pcie_gbps:g} GB/s (streaming host experts to the GPU): "
-                f"{r.pcie_tps:.2f} tokens/s",
-                f"  RAM {lim.ram_gbps:g} GB/s (host experts resident): {r.ram_tps:.2f} tokens/s"]
+                f"{ceiling(r.pcie_tps)}",
+                f"  RAM {lim.ram_gbps:g} GB/s (host experts resident): {ceiling(r.ram_tps)}"]
     out += ["", "estimates: " + "; ".join(f"{k}={v}" for k, v in plan.assumptions.items())]
     return "\n".join(out)
 
