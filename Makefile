@@ -68,6 +68,6 @@ bracket-trace: venv
 PREFETCH_LIMIT_MIB ?= 200
 PREFETCH_REPEATS ?= 5
 prefetch-experiment: venv
-	bin=$$($(APPLIANCE) engine build --local --source b10229 --with-experimental route-aware-prefetch --json | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["bin_dir"])') && \
+	bin=$$($(APPLIANCE) engine build --local --source b10229 --json | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["bin_dir"])') && \
 	model=$$(PYTHONPATH=. $(PY) -c 'from tests.models import tiny_model; print(tiny_model("qwen3moe", size="400MiB"))') && \
-	patches/llama.cpp/experimental/measure-prefetch.sh $$bin $$model $(PREFETCH_LIMIT_MIB) $(PREFETCH_REPEATS) .cache/prefetch-experiment
+	patches/llama.cpp/measure-prefetch.sh $$bin $$model $(PREFETCH_LIMIT_MIB) $(PREFETCH_REPEATS) .cache/prefetch-experiment

@@ -127,3 +127,18 @@ def test_skewed_routers_touch_fewer_experts(engine_bin: Path, tmp_path: Path) ->
     print(f"distinct experts per layer over 64 decode steps: skew 0 {distinct[0.0]}, "
           f"skew 2 {distinct[2.0]}, ratio {ratio:.2f}")
     assert ratio < 0.5
+
+
+def test_prefetch_under_demand_paging_changes_no_result(engine_bin: Path, tmp_path: Path) -> None:
+    model = tiny_model("qwen3moe")
+    args = ("-n", "16", "--ignore-eos", "--no-repack")
+    env = {"LLAMA_MMAP_DEMAND": "1"}
+    plain = run_tracer(engine_bin, model, tmp_path / "plain", *args, prompt=PROMPT, env=env)
+    fetched = run_tracer(engine_bin, model, tmp_path / "prefetch", *args, "--prefetch-experts",
+                         prompt=PROMPT, env=env)
+    assert fetched.trace.read_bytes() == plain.trace.read_bytes()
+    assert fetched.text == plain.text
+    assert plain.timings["prefetch_bytes"] == 0 and not plain.timings["prefetch_experts"]
+    # every decode step advises k experts x 3 expert tensors x 4 layers (step 0 learns the tensors)
+    assert fetched.timings["prefetch_calls"] >= 16 * 8 * 3 * 4
+    assert fetched.timings["prefetch_bytes"] > 0

@@ -17,8 +17,27 @@ from appliance.source import SourceTree, fetch_source
 from tests.conftest import REPO, run_cli, unavailable
 
 PATCHES = REPO / "patches" / "llama.cpp"
-ACTIVE = ["0001-llama-moe-trace.patch", "0002-demand-mmap.patch"]
-EXPERIMENTAL = ["0003-route-aware-prefetch.patch"]
+ACTIVE = ["0001-llama-moe-trace.patch", "0002-demand-mmap.patch", "0003-route-aware-prefetch.patch"]
+EXTRA = "0009-extra-notes.patch"  # experimental patch added to a checkout copy (exact format-patch output)
+EXTRA_PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: test <test@localhost>
+Date: Thu, 1 Jan 2026 00:00:00 +0000
+Subject: [PATCH] moe-trace: extra notes
+
+An experimental patch for tests: adds a file next to the tracer.
+---
+ tools/moe-trace/NOTES.md | 1 +
+ 1 file changed, 1 insertion(+)
+ create mode 100644 tools/moe-trace/NOTES.md
+
+diff --git a/tools/moe-trace/NOTES.md b/tools/moe-trace/NOTES.md
+new file mode 100644
+index 0000000..bfa6551
+--- /dev/null
++++ b/tools/moe-trace/NOTES.md
+@@ -0,0 +1 @@
++notes
+"""
 
 
 def checkout_copy(tmp_path: Path) -> Path:
@@ -27,6 +46,16 @@ def checkout_copy(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "engine", root / "engine")
     shutil.copytree(PATCHES, root / "patches" / "llama.cpp")
     return root / "engine" / "llama.cpp.lock.json"
+
+
+def with_experimental(lock_path: Path) -> Path:
+    """Add EXTRA as an experimental patch to a checkout copy; returns the lock path."""
+    patch = lock_path.parent.parent / "patches" / "llama.cpp" / "experimental" / EXTRA
+    patch.write_text(EXTRA_PATCH)
+    raw = json.loads(lock_path.read_text())
+    raw["patches"]["experimental"].append({"file": EXTRA, "sha256": sha256_file(patch)})
+    lock_path.write_text(json.dumps(raw, indent=2) + "\n")
+    return lock_path
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +71,7 @@ def stand_ins() -> dict[str, SourceTree]:
 def test_list_shows_every_patch_with_its_pinned_sha256() -> None:
     result = run_cli("patches", "list", "--json", check=True)
     rows = json.loads(result.stdout)
-    assert [(r["status"], r["file"]) for r in rows] == (
-        [("active", f) for f in ACTIVE] + [("experimental", f) for f in EXPERIMENTAL])
+    assert [(r["status"], r["file"]) for r in rows] == [("active", f) for f in ACTIVE]
     for row in rows:
         assert row["sha256"] == sha256_file(PATCHES / row["status"] / row["file"])
         assert row["subject"] and not row["subject"].startswith("[PATCH")
@@ -84,13 +112,13 @@ def test_series_file_must_agree_with_the_lock(tmp_path: Path) -> None:
     assert "series lists" in digest.stderr and ACTIVE[1] in digest.stderr
 
 
-def test_series_digest_covers_order_names_and_experimental_choice() -> None:
-    lock = load_lock()
+def test_series_digest_covers_order_names_and_experimental_choice(tmp_path: Path) -> None:
+    lock = load_lock(with_experimental(checkout_copy(tmp_path)))
     plain = series_digest(lock)
-    assert plain == series_digest(lock) == digest_of(selected_patches(lock))
-    with_prefetch = series_digest(lock, ["route-aware-prefetch"])
-    assert with_prefetch != plain
-    assert series_digest(lock, [EXPERIMENTAL[0]]) == with_prefetch
+    assert plain == series_digest(lock) == digest_of(selected_patches(lock)) == series_digest(load_lock())
+    with_extra = series_digest(lock, ["extra-notes"])
+    assert with_extra != plain
+    assert series_digest(lock, [EXTRA]) == series_digest(lock, [EXTRA.removesuffix(".patch")]) == with_extra
     assert digest_of(list(reversed(selected_patches(lock)))) != plain
     with pytest.raises(ApplianceError, match="no experimental patch named 'nope'"):
         series_digest(lock, ["nope"])
@@ -109,8 +137,8 @@ def test_apply_writes_a_patched_tree_and_its_series_digest(tmp_path: Path,
     assert "add_subdirectory(moe-trace)" in (out / "tools" / "CMakeLists.txt").read_text()
     assert "add_subdirectory(moe-trace)" not in (source / "tools" / "CMakeLists.txt").read_text()
     assert "LLAMA_MMAP_DEMAND" in (out / "src" / "llama-mmap.cpp").read_text()
-    assert (out / "tools" / "moe-trace" / "moe-trace.cpp").is_file()
-    assert "prefetch" not in (out / "tools" / "moe-trace" / "moe-trace.cpp").read_text()
+    tracer = (out / "tools" / "moe-trace" / "moe-trace.cpp").read_text()
+    assert "ffn_moe_topk" in tracer and "MADV_WILLNEED" in tracer
     assert (out / "include" / "llama.h").read_bytes() == (source / "include" / "llama.h").read_bytes()
     record = json.loads((out / ".appliance-series.json").read_text())
     assert record["series_digest"] == info["series_digest"]
@@ -127,7 +155,7 @@ def test_bracket_check_passes_and_reports_every_touched_file(stand_ins: dict[str
     assert result.returncode == 0, result.stderr
     assert report["ok"] and report["stand_ins"] == ["b10068", "b10229"]
     assert [c["file"] for c in report["active"]] == ACTIVE
-    assert [c["file"] for c in report["experimental"]] == EXPERIMENTAL
+    assert report["experimental"] == []
     states = {f["path"]: f["state"] for c in report["active"] for f in c["files"]}
     assert states == {
         "tools/CMakeLists.txt": "identical",
@@ -136,7 +164,7 @@ def test_bracket_check_passes_and_reports_every_touched_file(stand_ins: dict[str
         "tools/moe-trace/moe-trace.cpp": "new in both",
         "src/llama-mmap.cpp": "identical",
     }
-    for check in report["active"] + report["experimental"]:
+    for check in report["active"]:
         assert check["applies"] == {"b10068": True, "b10229": True}
     for rel in ("tools/CMakeLists.txt", "src/llama-mmap.cpp"):  # the check's claim, verified here
         assert (stand_ins["b10068"].path / rel).read_bytes() == (stand_ins["b10229"].path / rel).read_bytes()
@@ -181,45 +209,46 @@ def test_bracket_check_fails_on_a_file_that_differs_between_stand_ins(
 
 @pytest.mark.network
 def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, SourceTree]) -> None:
-    lock_path = checkout_copy(tmp_path)
+    lock_path = with_experimental(checkout_copy(tmp_path))
     lock_before = lock_path.read_bytes()
     dev = tmp_path / "dev"
     run_cli("patches", "dev", "--lock", str(lock_path), "--source", "b10229", "--out", str(dev),
-            "--with-experimental", "route-aware-prefetch", check=True)
+            "--with-experimental", "extra-notes", check=True)
     exported = run_cli("patches", "export", "--lock", str(lock_path), str(dev), check=True).stdout
-    assert exported.count("unchanged ") == 3 and "updated" not in exported
+    assert exported.count("unchanged ") == 4 and "updated" not in exported
     assert lock_path.read_bytes() == lock_before
 
     # edit the experimental patch's commit, export: only that file and its pin change
-    source = dev / "tools" / "moe-trace" / "moe-trace.cpp"
+    source = dev / "tools" / "moe-trace" / "NOTES.md"
     source.write_text(source.read_text() + "// edited\n")
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
     subprocess.run(["git", "commit", "-q", "-a", "--amend", "--no-edit"], cwd=dev, check=True,
                    env={**os.environ, **env})
     exported = run_cli("patches", "export", "--lock", str(lock_path), str(dev), check=True).stdout
-    assert f"updated experimental/{EXPERIMENTAL[0]}" in exported
-    assert exported.count("unchanged active/") == 2
+    assert f"updated experimental/{EXTRA}" in exported
+    assert exported.count("unchanged active/") == 3
     lock = load_lock(lock_path)
-    patch = lock_path.parent.parent / "patches" / "llama.cpp" / "experimental" / EXPERIMENTAL[0]
+    patch = lock_path.parent.parent / "patches" / "llama.cpp" / "experimental" / EXTRA
     assert lock.patches["experimental"][0].sha256 == sha256_file(patch)
     assert "+// edited" in patch.read_text()
     assert [e.sha256 for e in lock.patches["active"]] == [e.sha256 for e in load_lock().patches["active"]]
 
 
 def test_move_between_statuses_rewrites_series_and_lock(tmp_path: Path) -> None:
-    lock_path = checkout_copy(tmp_path)
+    lock_path = with_experimental(checkout_copy(tmp_path))
+    run_cli("patches", "lock", "--lock", str(lock_path), check=True)  # the lock's own formatting
     patches = lock_path.parent.parent / "patches" / "llama.cpp"
     before = (lock_path.read_bytes(), (patches / "series").read_bytes())
-    run_cli("patches", "move", "--lock", str(lock_path), "route-aware-prefetch", "active", check=True)
+    run_cli("patches", "move", "--lock", str(lock_path), "extra-notes", "active", check=True)
     lock = load_lock(lock_path)
-    assert [e.file for e in lock.patches["active"]] == ACTIVE + EXPERIMENTAL
+    assert [e.file for e in lock.patches["active"]] == [*ACTIVE, EXTRA]
     assert lock.patches["experimental"] == ()
-    assert (patches / "active" / EXPERIMENTAL[0]).is_file()
-    assert not (patches / "experimental" / EXPERIMENTAL[0]).exists()
+    assert (patches / "active" / EXTRA).is_file()
+    assert not (patches / "experimental" / EXTRA).exists()
     assert [line for line in (patches / "series").read_text().splitlines()
-            if not line.startswith("#")] == ACTIVE + EXPERIMENTAL
+            if not line.startswith("#")] == [*ACTIVE, EXTRA]
     assert series_digest(lock) != series_digest(load_lock())
 
-    run_cli("patches", "move", "--lock", str(lock_path), EXPERIMENTAL[0], "experimental", check=True)
+    run_cli("patches", "move", "--lock", str(lock_path), EXTRA, "experimental", check=True)
     assert (lock_path.read_bytes(), (patches / "series").read_bytes()) == before

@@ -6,6 +6,7 @@ from pathlib import Path
 from appliance.engine_build import build_identity, build_key, cmake_args, sync_tree
 from appliance.lock import load_lock
 from appliance.source import SourceTree
+from tests.unit.test_patches import checkout_copy, with_experimental
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:
@@ -38,7 +39,7 @@ def source(kind: str, name: str, release: str, digest: str = "0" * 64) -> Source
                                              "tree_digest": digest})
 
 
-def test_build_identity_and_key() -> None:
+def test_build_identity_and_key(tmp_path: Path) -> None:
     lock = load_lock()
     assert build_identity(source("stand-in", "b10068", "b10068")) == (10068, "stand-in-b10068")
     assert build_identity(source("canonical", "canonical", "b10189")) == (10189, "b2f221684fcd")
@@ -50,5 +51,5 @@ def test_build_identity_and_key() -> None:
     s = source("stand-in", "b10229", "b10229")
     key = build_key(lock, s)
     assert key == build_key(lock, s)
-    assert key != build_key(lock, s, ["route-aware-prefetch"])
+    assert key != build_key(load_lock(with_experimental(checkout_copy(tmp_path))), s, ["extra-notes"])
     assert key != build_key(lock, source("stand-in", "b10229", "b10229", "1" * 64))
