@@ -215,7 +215,27 @@ def _simulate_list(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.nd
     stale = code == LEAST_STALE
     n_res = 0
     for e in range(n_events):
-        t_layer = ev_step[e] * n_layers + ev_layer[e]
+        t_layer = ev_step[e] * n_layers + ev_layer[e] if stale else 0
+        if ptr[e + 1] - ptr[e] == 1:
+            # Single-expert event (decode with k = 1, flattened streams): nothing to pin.
+            i = ptr[e]
+            x = items[i]
+            if resident[x]:
+                hits[i] = 1
+                if refresh:
+                    _unlink(prv, nxt, x)
+                    _push_newest(prv, nxt, s, x)
+                    touched[x] = t_layer
+                continue
+            if n_res == capacity and not stale:
+                victim = prv[s]
+                _unlink(prv, nxt, victim)
+                resident[victim] = 0
+                n_res -= 1
+                resident[x] = 1
+                n_res += 1
+                _push_newest(prv, nxt, s, x)
+                continue
         first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
         if first != ptr[e]:
             # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
@@ -281,7 +301,12 @@ def _simulate_heap(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.nd
     size = 0
     tick = 0
     for e in range(n_events):
-        first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
+        first = ptr[e]
+        if ptr[e + 1] - first == 1:
+            # Single-expert event: no other expert of it to protect, so no pins are needed.
+            hits[first] = resident[items[first]]
+        else:
+            first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
         if first != ptr[e]:
             # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
             n_vict = 0
