@@ -232,7 +232,9 @@ def load_lock(path: Path | None = None) -> Lock:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: lock file not found (pass --lock or run from the project checkout)") from None
+        raise ConfigError(
+            f"{path}: lock file not found (pass --lock or run from the project checkout)"
+        ) from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

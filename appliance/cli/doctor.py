@@ -1,11 +1,38 @@
 """CLI: `appliance doctor`."""
 
+import json
+import sys
+from pathlib import Path
+
 import click
+from rich.console import Console
+
+from appliance.cli.options import json_option, lock_option
+from appliance.doctor import FAIL, PASS, diagnose
+from appliance.lock import load_lock
+
+STYLE = {PASS: "green", "warn": "yellow", FAIL: "red"}
 
 
 @click.command("doctor")
-def doctor_command() -> None:
-    """Check this machine: Docker, BuildKit, NVIDIA runtime, GPUs, swap, fincore."""
+@lock_option
+@json_option
+def doctor_command(lock_path: Path | None, as_json: bool) -> None:
+    """Check this machine: Docker engine and cgroups, a BuildKit client, the NVIDIA runtime,
+    GPUs and driver (NVML), the engine target that fits, swap, fincore.
+
+    One line per check: pass / warn / fail, with the fix. Exits 1 when a check fails.
+    """
+    report = diagnose(load_lock(lock_path))
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        console = Console(soft_wrap=True)
+        for check in report.checks:
+            fix = f"  [dim]fix: {check.fix}[/]" if check.fix else ""
+            console.print(f"[{STYLE[check.status]}]{check.status:4}[/] {check.name:26} {check.detail}{fix}")
+    if not report.ok:
+        sys.exit(1)
 
 
 COMMANDS: list[click.Command] = [doctor_command]

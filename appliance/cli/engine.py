@@ -5,10 +5,12 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from appliance.cli.options import json_option, lock_option
 from appliance.lock import load_lock
+from appliance.source import fetch_source
 
 
 @click.group("engine")
@@ -50,6 +52,55 @@ def show(lock_path: Path | None, as_json: bool) -> None:
             t.cuda.min_driver if t.cuda else "-",
         )
     console.print(targets)
+
+
+@engine_group.command("fetch")
+@click.option(
+    "--source",
+    "source_spec",
+    default="canonical",
+    show_default=True,
+    help="canonical (git clone at the pin), a stand-in name from the lock (b10068, b10229), "
+    "or a local llama.cpp directory (recorded as unverified).",
+)
+@lock_option
+@json_option
+def fetch(source_spec: str, lock_path: Path | None, as_json: bool) -> None:
+    """Fetch and verify a llama.cpp source tree into the cache; print its identity.
+
+    Stand-in archives are checked against the lock's sha256 before extraction; a second
+    fetch downloads nothing; a corrupted cache entry is detected and repaired.
+    """
+    lock = load_lock(lock_path)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        console=console, transient=True, disable=as_json,
+    ) as bar:
+        task = bar.add_task(f"fetching {source_spec}", total=None)
+
+        def progress(_: str, done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        tree = fetch_source(lock, source_spec, progress)
+    for note in tree.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    if as_json:
+        click.echo(json.dumps(
+            {"path": str(tree.path), "identity": tree.identity, "downloaded_bytes": tree.downloaded_bytes,
+             "repaired": tree.repaired},
+            indent=2,
+        ))
+        return
+    ident = tree.identity
+    if not ident.get("canonical"):
+        label = "STAND-IN, not the canonical pin" if ident["kind"] == "stand-in" else "LOCAL, unverified"
+        console.print(f"[bold yellow]{label}[/]")
+    release = ident.get("upstream_release", "unknown release")
+    click.echo(f"source   {ident['kind']} {ident['name']} ({release})")
+    click.echo(f"tree     {tree.path}")
+    click.echo(f"digest   sha256:{ident['tree_digest']}")
+    click.echo(f"download {tree.downloaded_bytes} bytes")
 
 
 COMMANDS: list[click.Command] = [engine_group]

@@ -1,0 +1,28 @@
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.mark.docker
+def test_doctor_json_reports_the_engine_and_cpu_target(docker_client) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("doctor", "--json")
+    report = json.loads(result.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["docker engine"]["status"] == "pass"
+    assert report["facts"]["docker_version"] == docker_client.version()["Version"]
+    assert report["facts"]["cgroup_version"] in {"1", "2"}
+    assert report["target"] == "cpu"  # no GPU on CI machines
+    assert result.returncode == 0 and report["ok"] is True
+    for check in report["checks"]:
+        assert check["status"] in {"pass", "warn", "fail"}
+        if check["status"] != "pass":
+            assert check["fix"], f"{check['name']} is not passing and gives no fix"
+
+
+def test_doctor_text_is_one_line_per_check() -> None:
+    result = run_cli("doctor")
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert lines and all(line.split()[0] in {"pass", "warn", "fail"} for line in lines)
+    assert any("target" in line for line in lines)
