@@ -48,7 +48,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-POLICIES = ("fifo", "lru", "lfu", "lfru", "least-stale", "static-hot", "belady")
+from appliance.trace.names import POLICIES
+
 CODES = {name: code for code, name in enumerate(POLICIES)}
 FIFO, LRU, LFU, LFRU, LEAST_STALE, STATIC_HOT, BELADY = range(7)
 LFRU_HALF_LIFE_STEPS = 8.0

@@ -13,8 +13,7 @@ import numpy as np
 
 from appliance.errors import ConfigError
 from appliance.trace.format import Trace
-
-SCOPES = ("per-layer", "global")
+from appliance.trace.names import SCOPES
 
 
 @dataclass(frozen=True)
