@@ -44,3 +44,11 @@ release-check: venv
 
 keys: venv
 	$(APPLIANCE) keys init
+
+# Route replay speed against libCacheSim on the same requests (one core), and the
+# one-pass LRU curve against 50 libCacheSim runs.
+.PHONY: bench-replay
+bench-replay: venv
+	PYTHONPATH=. $(PY) -m bench.replay_bench
+
+bench: bench-replay
