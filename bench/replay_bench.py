@@ -93,8 +93,9 @@ def main() -> None:
             else:
                 print(f"{policy:<12} {n / ours_s:>12,.0f} {'-':>18} {'-':>7} {ours_misses:>10} "
                       f"{'-':>6}")
+        pools = events.pools("per-layer")
         atomic_start = time.perf_counter()
-        for pool in events.pools("per-layer"):
+        for pool in pools:
             engine.simulate(engine.LRU, pool.ptr, pool.items, pool.step, pool.layer_index,
                             pool.n_layers, pool.n_objects, args.experts // 4,
                             np.zeros(pool.n_objects), np.zeros(0, dtype=np.int64))

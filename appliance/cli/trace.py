@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from appliance.errors import ConfigError
-from appliance.trace.engine import POLICIES
+from appliance.trace.names import POLICIES
 
 if TYPE_CHECKING:
     from appliance.trace.format import Trace

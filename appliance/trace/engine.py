@@ -48,7 +48,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-POLICIES = ("fifo", "lru", "lfu", "lfru", "least-stale", "static-hot", "belady")
+from appliance.trace.names import POLICIES
+
 CODES = {name: code for code, name in enumerate(POLICIES)}
 FIFO, LRU, LFU, LFRU, LEAST_STALE, STATIC_HOT, BELADY = range(7)
 LFRU_HALF_LIFE_STEPS = 8.0
@@ -175,11 +176,34 @@ def _heap_set(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndar
     return size
 
 
-@njit(cache=True)
 def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
              ev_layer: np.ndarray, n_layers: int, n_obj: int, capacity: int,
              static_count: np.ndarray, next_use: np.ndarray) -> np.ndarray:
     """Replay one pool; return 1 for every request that hit, 0 for a miss (see module doc)."""
+    if code in (FIFO, LRU, LEAST_STALE):
+        return _simulate_list(code, ptr, items, ev_step, ev_layer, n_layers, n_obj, capacity)
+    return _simulate_heap(code, ptr, items, ev_step, n_obj, capacity, static_count, next_use)
+
+
+@njit(cache=True, inline="always")
+def _mark_hits_and_pins(ptr: np.ndarray, items: np.ndarray, e: int, capacity: int,
+                        resident: np.ndarray, hits: np.ndarray, pin: np.ndarray) -> int:
+    """Record the event's hits, pin what it keeps; return the first item it keeps."""
+    a = ptr[e]
+    b = ptr[e + 1]
+    for i in range(a, b):
+        hits[i] = resident[items[i]]
+    first = b - capacity if b - a > capacity else a
+    for i in range(first, b):
+        pin[items[i]] = e
+    return first
+
+
+@njit(cache=True)
+def _simulate_list(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
+                   ev_layer: np.ndarray, n_layers: int, n_obj: int,
+                   capacity: int) -> np.ndarray:
+    """FIFO, LRU and Least-Stale over one doubly linked list (oldest at prv[s])."""
     n_events = ptr.shape[0] - 1
     hits = np.zeros(items.shape[0], dtype=np.uint8)
     resident = np.zeros(n_obj, dtype=np.uint8)
@@ -187,115 +211,134 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
     s = n_obj
     prv = np.full(n_obj + 1, s, dtype=np.int64)
     nxt = np.full(n_obj + 1, s, dtype=np.int64)
+    touched = np.zeros(n_obj, dtype=np.int64)  # layer-time of the last touch
+    refresh = code != FIFO
+    stale = code == LEAST_STALE
+    n_res = 0
+    for e in range(n_events):
+        t_layer = ev_step[e] * n_layers + ev_layer[e] if stale else 0
+        if ptr[e + 1] - ptr[e] == 1:
+            # Single-expert event (decode with k = 1, flattened streams): nothing to pin.
+            i = ptr[e]
+            x = items[i]
+            if resident[x]:
+                hits[i] = 1
+                if refresh:
+                    _unlink(prv, nxt, x)
+                    _push_newest(prv, nxt, s, x)
+                    touched[x] = t_layer
+                continue
+            if n_res == capacity and not stale:
+                victim = prv[s]
+                _unlink(prv, nxt, victim)
+                resident[victim] = 0
+                n_res -= 1
+                resident[x] = 1
+                n_res += 1
+                _push_newest(prv, nxt, s, x)
+                continue
+        first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
+        if first != ptr[e]:
+            # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
+            x = prv[s]
+            while x != s:
+                y = prv[x]
+                if pin[x] != e:
+                    _unlink(prv, nxt, x)
+                    resident[x] = 0
+                    n_res -= 1
+                x = y
+        for i in range(first, ptr[e + 1]):
+            x = items[i]
+            if resident[x]:
+                if refresh:
+                    _unlink(prv, nxt, x)
+                    _push_newest(prv, nxt, s, x)
+                    touched[x] = t_layer
+                continue
+            if n_res == capacity:
+                victim = prv[s]
+                while pin[victim] == e:
+                    victim = prv[victim]
+                if stale:
+                    # most stale first, then the layer visited again last, then earliest touch
+                    y = victim
+                    bound = t_layer - n_layers * ((t_layer - touched[y]) // n_layers)
+                    while y != s:
+                        if pin[y] != e:
+                            if touched[y] > bound:
+                                break
+                            if touched[y] > touched[victim]:
+                                victim = y
+                        y = prv[y]
+                _unlink(prv, nxt, victim)
+                resident[victim] = 0
+                n_res -= 1
+            resident[x] = 1
+            n_res += 1
+            _push_newest(prv, nxt, s, x)
+            touched[x] = t_layer
+    return hits
+
+
+@njit(cache=True)
+def _simulate_heap(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
+                   n_obj: int, capacity: int, static_count: np.ndarray,
+                   next_use: np.ndarray) -> np.ndarray:
+    """LFU, LFRU, static-hot and Belady over an indexed min-heap of (key, tie) pairs."""
+    n_events = ptr.shape[0] - 1
+    hits = np.zeros(items.shape[0], dtype=np.uint8)
+    resident = np.zeros(n_obj, dtype=np.uint8)
+    pin = np.full(n_obj, -1, dtype=np.int64)
     hobj = np.zeros(n_obj, dtype=np.int64)
     hk1 = np.zeros(n_obj, dtype=np.float64)
     hk2 = np.zeros(n_obj, dtype=np.int64)
     where = np.full(n_obj, -1, dtype=np.int64)
-    touched = np.zeros(n_obj, dtype=np.int64)  # list policies: layer-time of the last touch
     freq = np.zeros(n_obj, dtype=np.int64)
     decayed = np.full(n_obj, -np.inf, dtype=np.float64)  # log2 count + step / half-life
     stash = np.zeros(n_obj, dtype=np.int64)
     stash_k1 = np.zeros(n_obj, dtype=np.float64)
     stash_k2 = np.zeros(n_obj, dtype=np.int64)
-    victims = np.zeros(n_obj, dtype=np.int64)
-    uses_list = code in (FIFO, LRU, LEAST_STALE)
-    n_res = 0
     size = 0
     tick = 0
     for e in range(n_events):
-        a = ptr[e]
-        b = ptr[e + 1]
-        t_layer = ev_step[e] * n_layers + ev_layer[e]
-        for i in range(a, b):
-            hits[i] = resident[items[i]]
-        first = a
-        if b - a > capacity:
-            # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
-            first = b - capacity
-            for i in range(first, b):
-                pin[items[i]] = e
-            n_vict = 0
-            if uses_list:
-                x = prv[s]
-                while x != s:
-                    if pin[x] != e:
-                        victims[n_vict] = x
-                        n_vict += 1
-                    x = prv[x]
-            else:
-                for j in range(size):
-                    if pin[hobj[j]] != e:
-                        victims[n_vict] = hobj[j]
-                        n_vict += 1
-            for j in range(n_vict):
-                x = victims[j]
-                if uses_list:
-                    _unlink(prv, nxt, x)
-                else:
-                    size = _heap_remove(hk1, hk2, hobj, where, x, size)
-                resident[x] = 0
-                n_res -= 1
+        first = ptr[e]
+        if ptr[e + 1] - first == 1:
+            # Single-expert event: no other expert of it to protect, so no pins are needed.
+            hits[first] = resident[items[first]]
         else:
-            for i in range(a, b):
-                pin[items[i]] = e
-        for i in range(first, b):
+            first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
+        if first != ptr[e]:
+            # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
+            n_vict = 0
+            for j in range(size):
+                if pin[hobj[j]] != e:
+                    stash[n_vict] = hobj[j]
+                    n_vict += 1
+            for j in range(n_vict):
+                size = _heap_remove(hk1, hk2, hobj, where, stash[j], size)
+                resident[stash[j]] = 0
+        for i in range(first, ptr[e + 1]):
             x = items[i]
             tick += 1
-            if resident[x]:
-                if code in (LRU, LEAST_STALE):
-                    _unlink(prv, nxt, x)
-                    _push_newest(prv, nxt, s, x)
-                    touched[x] = t_layer
-                    continue
-                if code == FIFO:
-                    continue
-            else:
-                if n_res == capacity:
-                    victim = -1
-                    if code in (FIFO, LRU):
-                        victim = prv[s]
-                        while pin[victim] == e:
-                            victim = prv[victim]
-                    elif code == LEAST_STALE:
-                        y = prv[s]
-                        while pin[y] == e:
-                            y = prv[y]
-                        bound = t_layer - n_layers * ((t_layer - touched[y]) // n_layers)
-                        victim = y
-                        while y != s:
-                            if pin[y] != e:
-                                if touched[y] > bound:
-                                    break
-                                if touched[y] > touched[victim]:
-                                    victim = y
-                            y = prv[y]
-                    else:
-                        n_stash = 0
-                        while True:
-                            y = hobj[0]
-                            stash_k1[n_stash] = hk1[0]
-                            stash_k2[n_stash] = hk2[0]
-                            size = _heap_remove(hk1, hk2, hobj, where, y, size)
-                            if pin[y] != e:
-                                victim = y
-                                break
-                            stash[n_stash] = y
-                            n_stash += 1
-                        for j in range(n_stash):
-                            size = _heap_set(hk1, hk2, hobj, where, stash[j], stash_k1[j],
-                                             stash_k2[j], size)
-                    if uses_list:
-                        _unlink(prv, nxt, victim)
-                    resident[victim] = 0
-                    n_res -= 1
+            if not resident[x]:
+                if size == capacity:
+                    n_stash = 0
+                    while True:
+                        y = hobj[0]
+                        stash_k1[n_stash] = hk1[0]
+                        stash_k2[n_stash] = hk2[0]
+                        size = _heap_remove(hk1, hk2, hobj, where, y, size)
+                        if pin[y] != e:
+                            resident[y] = 0
+                            break
+                        stash[n_stash] = y
+                        n_stash += 1
+                    for j in range(n_stash):
+                        size = _heap_set(hk1, hk2, hobj, where, stash[j], stash_k1[j],
+                                         stash_k2[j], size)
                 resident[x] = 1
-                n_res += 1
-                if uses_list:
-                    _push_newest(prv, nxt, s, x)
-                    touched[x] = t_layer
-                    continue
                 freq[x] = 0
-            # Heap policies: set the key after a hit or a load.
             if code == LFU:
                 freq[x] += 1
                 size = _heap_set(hk1, hk2, hobj, where, x, float(freq[x]), tick, size)

@@ -13,8 +13,7 @@ import numpy as np
 
 from appliance.errors import ConfigError
 from appliance.trace.format import Trace
-
-SCOPES = ("per-layer", "global")
+from appliance.trace.names import SCOPES
 
 
 @dataclass(frozen=True)
@@ -60,16 +59,34 @@ class TraceEvents:
             raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
         s = self.stream
         sizes = np.diff(s.ptr)
+        n_layers = len(self.moe_layers)
+        item_order = np.argsort(s.item_layer_index(), kind="stable")
+        item_bounds = np.concatenate(([0], np.cumsum(np.bincount(s.layer_index, weights=sizes,
+                                                                 minlength=n_layers))))
+        event_order = np.argsort(s.layer_index, kind="stable")
+        event_bounds = np.concatenate(([0], np.cumsum(np.bincount(s.layer_index,
+                                                                  minlength=n_layers))))
         out = []
-        for j in range(len(self.moe_layers)):
-            sel = np.flatnonzero(s.layer_index == j)
-            item_mask = np.repeat(s.layer_index == j, sizes)
+        for j in range(n_layers):
+            sel = event_order[event_bounds[j]:event_bounds[j + 1]]
+            picked = item_order[int(item_bounds[j]):int(item_bounds[j + 1])]
             ptr = np.zeros(len(sel) + 1, dtype=np.int64)
             np.cumsum(sizes[sel], out=ptr[1:])
-            out.append(EventStream(ptr=ptr, items=s.items[item_mask] - j * self.n_experts,
+            out.append(EventStream(ptr=ptr, items=s.items[picked] - j * self.n_experts,
                                    step=s.step[sel], layer_index=s.layer_index[sel],
                                    n_objects=self.n_experts, n_layers=s.n_layers))
         return out
+
+
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique's result via sort and a neighbour mask (np.unique is far slower on large input)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
 
 
 def trace_events(trace: Trace) -> TraceEvents:
@@ -95,7 +112,7 @@ def trace_events(trace: Trace) -> TraceEvents:
     n_groups = len(group_step)
     obj = lidx[:, None] * n_experts + rows["ids"].astype(np.int64)
     n_obj = len(layers) * n_experts
-    keys = np.unique((group[:, None] * n_obj + obj).ravel())
+    keys = sorted_distinct((group[:, None] * n_obj + obj).ravel())
     ev = keys // n_obj
     items = keys % n_obj
     ptr = np.zeros(n_groups + 1, dtype=np.int64)

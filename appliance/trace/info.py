@@ -30,7 +30,7 @@ def trace_info(trace: Trace) -> dict[str, Any]:
         per_layer.append({
             "layer": layers[j],
             "requests": int(pool.n_requests),
-            "distinct_experts": int(len(np.unique(pool.items))),
+            "distinct_experts": int(np.count_nonzero(np.bincount(pool.items))),
             "reuse_distance": {f"p{int(q * 100)}": None if v is None else round(float(v), 3)
                                for q, v in zip(QUANTILES, quant, strict=True)},
             "first_touches": int((depths == 0).sum()),

@@ -129,3 +129,26 @@ def test_event_union_and_order() -> None:
         set(rows["ids"][sel].ravel().tolist()))
     assert events.n_events == trace.n_steps * 3
     assert events.step.tolist() == sorted(events.step.tolist())
+
+
+def test_least_stale_avoids_cyclic_collisions_that_defeat_lru() -> None:
+    # Three MoE layers, one expert each, the same expert every token: a cycle of 3 objects
+    # through a global pool of 2. LRU always evicts the expert the next layer needs;
+    # Least-Stale evicts the one whose layer was just passed, as Belady does here.
+    from appliance.trace.format import Trace, row_dtype
+
+    n_tokens = 30
+    rows = np.zeros(n_tokens * 3, dtype=row_dtype(1, False))
+    rows["step"] = np.repeat(np.arange(n_tokens), 3)
+    rows["layer"] = np.tile(np.arange(3), n_tokens)
+    rows["kind"] = 1
+    rows["pos"] = rows["step"]
+    rows["ids"][:, 0] = rows["layer"]
+    header = {"format": "moetrace", "version": 1, "n_layers": 3, "moe_layers": [0, 1, 2],
+              "n_experts": 4, "n_expert_used": 1, "has_weights": False}
+    setup = ReplaySetup(events=trace_events(Trace(header=header, rows=rows)), k=1,
+                        expert_bytes=None)
+    hits = {p: replay_one(setup, p, 2, "global")["total"]["hits"]
+            for p in ("lru", "least-stale", "belady")}
+    assert hits["lru"] == 0
+    assert hits["least-stale"] == hits["belady"] > n_tokens
