@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
+from appliance.cli.engine_build import build as build_command
 from appliance.cli.options import json_option, lock_option
 from appliance.lock import load_lock
 from appliance.source import fetch_source
@@ -102,5 +103,7 @@ def fetch(source_spec: str, lock_path: Path | None, as_json: bool) -> None:
     click.echo(f"digest   sha256:{ident['tree_digest']}")
     click.echo(f"download {tree.downloaded_bytes} bytes")
 
+
+engine_group.add_command(build_command)
 
 COMMANDS: list[click.Command] = [engine_group]
