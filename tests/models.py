@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from appliance.byte_sizes import parse_size
@@ -46,14 +45,3 @@ def tiny_model(arch: str, size: str = "64MiB", skew: float = 1.0, seed: int = 0,
     if not path.exists():
         synthesize(spec, path)
     return path
-
-
-def llama_bin_dir() -> Path | None:
-    """Directory of a llama.cpp build (llama-simple, llama-completion, ...) if one is known.
-
-    For now APPLIANCE_LLAMA_BIN; engine-backed tests will later take the patched local build.
-    """
-    env = os.environ.get("APPLIANCE_LLAMA_BIN")
-    if env and (Path(env) / "llama-simple").exists():
-        return Path(env)
-    return None

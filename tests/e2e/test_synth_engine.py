@@ -8,20 +8,10 @@ import pytest
 from appliance.models import weights
 from appliance.models.shapes import solve_layout
 from appliance.models.vocab import byte_vocab, token_bytes
-from tests.conftest import unavailable
-from tests.models import llama_bin_dir, tiny_model, tiny_spec
+from tests.models import tiny_model, tiny_spec
 
 PROMPT = "Hello world"
 N_PREDICT = 24
-
-
-@pytest.fixture(scope="session")
-def llama_bin() -> Path:
-    found = llama_bin_dir()
-    if found is None:
-        unavailable("no llama.cpp build: set APPLIANCE_LLAMA_BIN to a directory with llama-simple")
-    assert found is not None
-    return found
 
 
 def expected_walk(arch: str, expert_type: str) -> list[int]:
@@ -38,10 +28,10 @@ def expected_walk(arch: str, expert_type: str) -> list[int]:
 @pytest.mark.engine
 @pytest.mark.parametrize(("arch", "expert_type"),
                          [("qwen3moe", "f16"), ("qwen35moe", "f16"), ("qwen3moe", "q8_0")])
-def test_llama_generates_the_designed_walk(llama_bin: Path, arch: str, expert_type: str) -> None:
+def test_llama_generates_the_designed_walk(engine_bin: Path, arch: str, expert_type: str) -> None:
     model = tiny_model(arch, expert_type=expert_type)
     result = subprocess.run(
-        [str(llama_bin / "llama-simple"), "-m", str(model), "-n", str(N_PREDICT), PROMPT],
+        [str(engine_bin / "llama-simple"), "-m", str(model), "-n", str(N_PREDICT), PROMPT],
         capture_output=True, timeout=300)
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
     walk = expected_walk(arch, expert_type)
