@@ -17,9 +17,9 @@ SCHEMA_VERSION = 1
 OUTLIER_Z = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
 # Keys read from the engine's timing.json (llama-moe-trace). Names tried in order.
 TIMING_KEYS = {
-    "prefill_tps": ("prefill_tokens_per_s",),
+    "prefill_tps": ("prompt_tokens_per_s", "prefill_tokens_per_s"),
     "decode_tps": ("decode_tokens_per_s",),
-    "generated_tokens": ("decode_tokens", "generated_tokens"),
+    "generated_tokens": ("n_decode_tokens", "decode_tokens", "generated_tokens"),
 }
 METRICS = ("wall_s", "prefill_tps", "decode_tps", "peak_bytes", "block_read_bytes",
            "major_faults", "bytes_read_per_token")

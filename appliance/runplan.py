@@ -50,13 +50,19 @@ class LlamaMoeTraceEngine:
     image: str
 
     def argv(self, profile: Profile, variant: Variant) -> list[str]:
+        """Greedy decoding of exactly n_predict tokens (EOS ignored), so every variant and
+        repeat does the same work; the schedule's seed is recorded, greedy needs none."""
         s = profile.schedule
         argv = ["llama-moe-trace", "-m", f"{MODELS_MOUNT}/{profile.model.file}",
-                "-p", s.prompt, "-n", str(s.n_predict), "--seed", str(s.seed),
-                "--timing-out", f"{RESULTS_MOUNT}/timing.json",
-                "--text-out", f"{RESULTS_MOUNT}/output.txt"]
+                "-p", s.prompt, "-n", str(s.n_predict), "--ignore-eos",
+                "--timings", f"{RESULTS_MOUNT}/timing.json",
+                "--text", f"{RESULTS_MOUNT}/output.txt"]
+        if profile.model.sha256:
+            argv += ["--model-sha256", profile.model.sha256]
         if profile.trace:
-            argv += ["--trace-out", f"{RESULTS_MOUNT}/trace.moetrace"]
+            argv += ["-o", f"{RESULTS_MOUNT}/trace.moetrace"]
+        else:
+            argv += ["--no-trace"]
         return argv + list(profile.engine_args) + list(variant.args)
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
