@@ -25,3 +25,18 @@ lint: venv
 demo: venv
 	@echo "make demo: the tiny-model demo is not built yet (runner issue); checking the machine instead"
 	$(APPLIANCE) doctor
+
+# Engine images (issue 4). ENGINE_SOURCE: canonical, a stand-in (b10229, b10068) or a directory.
+ENGINE_SOURCE ?= canonical
+JOBS ?= 2
+.PHONY: image-base image-cpu image-sm89 image-sm120 check-cuda-sm89 check-cuda-sm120
+
+image-base: venv
+	$(APPLIANCE) image base
+
+image-cpu image-sm89 image-sm120: image-%: venv
+	$(APPLIANCE) image build --target $* --source $(ENGINE_SOURCE) --jobs $(JOBS)
+
+check-cuda-sm89 check-cuda-sm120: check-cuda-%: venv
+	PYTHON=$(PY) SOURCE=$(if $(filter canonical,$(ENGINE_SOURCE)),b10229,$(ENGINE_SOURCE)) \
+		JOBS=$(JOBS) containers/check-cuda.sh $*
