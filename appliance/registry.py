@@ -61,14 +61,11 @@ def push_image(lock: Lock, target: str, registry: str, image_ref: str | None = N
     remote_tag = local_tag.split(":", 1)[1]
     image = client.images.get(local_tag)
     image.tag(remote_repo, remote_tag)
-    digest = None
-    for chunk in client.api.push(remote_repo, tag=remote_tag, stream=True, decode=True):
-        if "error" in chunk:
-            raise ApplianceError(f"push to {registry} failed: {chunk['error']} "
-                                 "(is the registry running and reachable?)")
-        digest = chunk.get("aux", {}).get("Digest", digest)
-    if not digest:
-        raise ApplianceError(f"push to {registry} reported no manifest digest")
+    try:
+        digest = _push(client, remote_repo, remote_tag, registry)
+    except ApplianceError:
+        client.images.remove(f"{remote_repo}:{remote_tag}")  # leave nothing half-published
+        raise
     reference = f"{remote_repo}@{digest}"
     if record:
         raw = dict(lock.raw)
@@ -83,6 +80,24 @@ def push_image(lock: Lock, target: str, registry: str, image_ref: str | None = N
         raw["published_images"] = published
         write_lock(raw, lock.path)
     return Published(target, reference, f"{remote_repo}:{remote_tag}", local_tag)
+
+
+def _push(client: Any, repo: str, tag: str, registry: str) -> str:
+    """Push repo:tag; the manifest digest the registry answered with."""
+    import docker.errors
+
+    digest = None
+    try:
+        for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise ApplianceError(f"push to {registry} failed: {chunk['error']} "
+                                     "(is the registry running and reachable?)")
+            digest = chunk.get("aux", {}).get("Digest", digest)
+    except docker.errors.APIError as exc:
+        raise ApplianceError(f"push to {registry} failed: {exc.explanation or exc}") from None
+    if not digest:
+        raise ApplianceError(f"push to {registry} reported no manifest digest")
+    return str(digest)
 
 
 def published_reference(lock: Lock, target: str) -> str:

@@ -136,3 +136,17 @@ def test_pull_without_a_published_image_says_how_to_get_one(lock_copy: Path) -> 
     result = run_cli("pull", "sm120", "--lock", str(lock_copy))
     assert result.returncode == 1
     assert result.stderr.startswith("error: the lock names no published image for sm120")
+
+
+def test_push_to_an_unreachable_registry_leaves_no_tag_behind(engine_image_cpu: str,
+                                                              lock_copy: Path,
+                                                              docker_client) -> None:  # type: ignore[no-untyped-def]
+    nowhere = f"127.0.0.1:{_free_port()}"
+    before = lock_copy.read_bytes()
+    result = run_cli("image", "push", "--target", "cpu", "--registry", nowhere,
+                     "--image", engine_image_cpu, "--lock", str(lock_copy))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: push to {nowhere} failed")
+    assert result.stderr.count("\n") == 1
+    assert not docker_client.images.list(name=f"{nowhere}/moe-expert-cache")
+    assert lock_copy.read_bytes() == before
