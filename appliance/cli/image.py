@@ -49,10 +49,11 @@ def build(target: str, source_spec: str, experimental: tuple[str, ...], jobs: in
           lock_path: Path | None, as_json: bool) -> None:
     """Build the engine image for TARGET from a verified, patched source (reused if unchanged)."""
     lock = load_lock(lock_path)
+    lock.target(target)
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True,
-                  disable=as_json) as bar:
+                  disable=as_json or not console.is_terminal) as bar:
         task = bar.add_task(f"building {target}", total=None)
 
         def on_line(line: str) -> None:
@@ -111,8 +112,10 @@ def check_compile(target: str, build_base: str, cmake_args: tuple[str, ...], sou
                   jobs: int, lock_path: Path | None) -> None:
     """Compile TARGET's build stage on a local toolchain image (no image is kept)."""
     lock = load_lock(lock_path)
+    console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as bar:
         task = bar.add_task(f"compiling {target}", total=None)
 
         def on_line(line: str) -> None:
