@@ -26,6 +26,25 @@ demo: venv
 	@echo "make demo: the tiny-model demo is not built yet (runner issue); checking the machine instead"
 	$(APPLIANCE) doctor
 
+.PHONY: notices
+notices: venv
+	$(PY) -m appliance.notices --write
+
+.PHONY: reference-plans
+# Rebuild the header-only GGUFs of evidence/plans/*.input.json (under build/skeletons) and
+# rewrite the unverified reference plans next to them.
+reference-plans: venv
+	$(PY) -m appliance.reference_plans
+
+# Attestation and evidence: what git tracks may be published; keys for signing bundles.
+.PHONY: release-check keys
+release-check: venv
+	$(APPLIANCE) release-check
+	$(APPLIANCE) evidence list
+
+keys: venv
+	$(APPLIANCE) keys init
+
 # Engine images (issue 4). ENGINE_SOURCE: canonical, a stand-in (b10229, b10068) or a directory.
 ENGINE_SOURCE ?= canonical
 JOBS ?= 2

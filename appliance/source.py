@@ -114,6 +114,19 @@ def _download(url: str, dest: Path, expected_sha256: str, progress: Progress | N
     return received
 
 
+def _refuse_unsafe(archive: Path, member: tarfile.TarInfo, rel: str) -> None:
+    """Only regular files, directories and links that stay inside the tree are extracted."""
+
+    def escapes(path: str) -> bool:
+        return os.path.isabs(path) or os.path.normpath(path).split(os.sep)[0] == ".."
+
+    unsafe = not (member.isfile() or member.isdir() or member.issym()) or escapes(rel)
+    if member.issym():
+        unsafe = unsafe or escapes(os.path.join(os.path.dirname(rel), member.linkname))
+    if unsafe:
+        raise IntegrityError(f"{archive.name}: unsafe archive member {member.name!r}; refused")
+
+
 def _extract_subtree(archive: Path, subtree: str, dest: Path) -> None:
     """Extract only `<top>/<subtree>/` of the sdist into dest (created atomically)."""
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".extract-"))
@@ -131,11 +144,15 @@ def _extract_subtree(archive: Path, subtree: str, dest: Path) -> None:
                 rel = member.name[len(prefix):]
                 if not rel or ignore_vcs(rel):
                     continue
+                _refuse_unsafe(archive, member, rel)
                 member.name = rel
                 chosen.append(member)
             if not chosen:
                 raise IntegrityError(f"{archive.name}: no {subtree}/ inside the archive")
-            tar.extractall(tmp, members=chosen, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, members=chosen, filter="data")
+            else:  # Python before 3.11.4: _refuse_unsafe has vetted every member
+                tar.extractall(tmp, members=chosen)
         if dest.exists():
             shutil.rmtree(dest)
         tmp.rename(dest)

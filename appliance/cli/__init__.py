@@ -10,7 +10,21 @@ import traceback
 import click
 
 from appliance import __version__
-from appliance.cli import bundle, doctor, engine, evidence, image, model, patches, plan, run, trace
+from appliance.cli import (
+    bundle,
+    doctor,
+    engine,
+    evidence,
+    image,
+    keys,
+    model,
+    patches,
+    plan,
+    release_check,
+    repro,
+    run,
+    trace,
+)
 from appliance.errors import ApplianceError
 
 
@@ -29,7 +43,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-for module in (engine, patches, image, model, plan, run, trace, bundle, evidence, doctor):
+for module in (engine, patches, image, model, plan, run, trace, bundle, evidence, doctor, keys,
+               release_check, repro):
     for command in module.COMMANDS:
         cli.add_command(command)
 

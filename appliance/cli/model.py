@@ -1,11 +1,68 @@
 """CLI: `appliance model`."""
 
+import json
+from pathlib import Path
+
 import click
+
+from appliance.byte_sizes import format_size, parse_size
+from appliance.cli.options import json_option
+from appliance.models.shapes import ARCHES, EXPERT_TYPES, SynthSpec
+from appliance.models.skeleton import write_skeleton
+from appliance.models.synth import synthesize
 
 
 @click.group("model")
 def model_group() -> None:
     """Synthesize tiny MoE GGUF models and inspect GGUF files."""
+
+
+@model_group.command("synth")
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--arch", type=click.Choice(ARCHES), required=True)
+@click.option("--size", "size_text", default="400MiB", show_default=True,
+              help="Largest file size; the expert width is chosen to come close to it.")
+@click.option("--experts", default=64, show_default=True, help="Routed experts per layer.")
+@click.option("--used", default=8, show_default=True, help="Experts chosen per token.")
+@click.option("--layers", default=4, show_default=True, help="MoE layers.")
+@click.option("--skew", default=1.0, show_default=True,
+              help="Router structure: 0 uniform random, 1 heavy-tailed with strong locality.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--type", "expert_type", type=click.Choice(sorted(EXPERT_TYPES)), default="f16",
+              show_default=True, help="Type of the expert tensors.")
+@json_option
+def synth_command(out: Path, arch: str, size_text: str, experts: int, used: int, layers: int,
+                  skew: float, seed: int, expert_type: str, as_json: bool) -> None:
+    """Write a tiny synthetic MoE GGUF that llama.cpp loads and runs (same seed, same bytes)."""
+    spec = SynthSpec(arch=arch, size_bytes=parse_size(size_text), experts=experts, used=used,
+                     layers=layers, skew=skew, seed=seed, expert_type=expert_type)
+    result = synthesize(spec, out)
+    record = {
+        "path": str(result.path), "size_bytes": result.size_bytes, "sha256": result.sha256,
+        "arch": arch, "experts": experts, "used": used, "layers": layers, "skew": skew,
+        "seed": seed, "type": expert_type, "expert_ff": result.expert_ff,
+        "expert_bytes": result.expert_bytes,
+    }
+    if as_json:
+        click.echo(json.dumps(record, indent=2))
+        return
+    click.echo(f"wrote {result.path}: {format_size(result.size_bytes)} "
+               f"({result.size_bytes} bytes), {arch}, {layers} layers x {experts} experts "
+               f"({used} per token), expert width {result.expert_ff}, "
+               f"{100 * result.expert_bytes / result.size_bytes:.1f}% of bytes in experts")
+    click.echo(f"sha256 {result.sha256}")
+
+
+@model_group.command("skeleton")
+@click.argument("input_path", metavar="INPUT.json",
+                type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+def skeleton_command(input_path: Path, out: Path) -> None:
+    """Write a header-only GGUF (no weights) from a published configuration, for planning."""
+    data_bytes = write_skeleton(input_path, out)
+    click.echo(f"wrote {out}: {format_size(out.stat().st_size)} header for "
+               f"{format_size(data_bytes)} ({data_bytes} bytes) of tensor data; "
+               "header only, not loadable")
 
 
 COMMANDS: list[click.Command] = [model_group]

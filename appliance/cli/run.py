@@ -1,14 +1,86 @@
-"""CLI: `appliance run`. Not built yet: see the issue tracker."""
+"""CLI: `appliance run PROFILE --models DIR`: parse, then delegate to runsetup and runner."""
+
+import json
+import secrets
+import sys
+from pathlib import Path
 
 import click
+from rich.console import Console
 
+from appliance.cli.options import lock_option
+from appliance.dockerhost import docker_client
 from appliance.errors import ApplianceError
+from appliance.lock import load_lock
+from appliance.profile import load_profile
+from appliance.run_report import planned_specs, print_header, print_plan, print_summary
+from appliance.runner import Finalizer, RunContext, execute_run
+from appliance.runplan import LlamaMoeTraceEngine
+from appliance.runsetup import prepare_run, stand_in_of
+
+# Called with the run directory after every run (complete or not); the lead wires
+# `appliance.bundle.finalize_bundle` here so each run directory becomes a signed bundle.
+RUN_FINALIZER: Finalizer | None = None
 
 
 @click.command("run")
-def run_command() -> None:
-    """Run an experiment profile in the engine image. (not built yet)"""
-    raise ApplianceError("'appliance run' is not built yet")
+@click.argument("profile_name", metavar="PROFILE")
+@click.option("--models", "models_dir", required=True,
+              type=click.Path(path_type=Path, file_okay=False),
+              help="Directory holding the profile's model file (mounted read-only).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Run directory to create (default: runs/<profile>-<UTC time>).")
+@click.option("--repeats", type=int, default=None, help="Override the profile's repeats.")
+@click.option("--dry-run", is_flag=True, help="Print the trial plan and docker parameters only.")
+@click.option("--skip-digest-check", is_flag=True,
+              help="Check the model's size only, not its sha256 (marked in all output).")
+@click.option("--image", default=None, help="Engine image tag (default: from target and lock).")
+@click.option("--gpu", "gpu_index", type=int, default=None, help="GPU index (default 0).")
+@click.option("--trial-timeout", type=float, default=None, metavar="SECONDS",
+              help="Stop a trial's engine after this long and record it as timed out.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+@lock_option
+def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: int | None,
+                dry_run: bool, skip_digest_check: bool, image: str | None,
+                gpu_index: int | None, trial_timeout: float | None, as_json: bool,
+                lock_path: Path | None) -> None:
+    """Run an experiment PROFILE (a built-in name or a YAML file) in the engine image."""
+    console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
+    profile = load_profile(profile_name)
+    lock = load_lock(lock_path)
+    prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
+                                   dry_run=dry_run, skip_digest=skip_digest_check, image=image,
+                                   gpu_index=gpu_index, client_factory=docker_client,
+                                   show_progress=not as_json)
+    engine = LlamaMoeTraceEngine(prepared.image)
+    run_id = secrets.token_hex(6)
+    if dry_run:
+        specs = planned_specs(prepared, engine, run_id)
+        if as_json:
+            click.echo(json.dumps({"profile": profile.name, "target": prepared.choice.target,
+                                   "model_digest": prepared.model.digest_status,
+                                   "note": prepared.choice.note, "containers": specs},
+                                  indent=2, sort_keys=True))
+            return
+        console.print("[bold]dry run[/bold]: nothing is started")
+        print_header(console, prepared)
+        print_plan(console, prepared, specs)
+        return
+    print_header(console, prepared)
+    stand_in = stand_in_of(prepared.image, lock)
+    if stand_in is not None:
+        console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
+                      f"canonical pin {lock.upstream.release}[/bold yellow]")
+    ctx = RunContext(client, profile, engine, prepared.model, prepared.settings,
+                     prepared.run_dir, run_id, console, trial_timeout_s=trial_timeout)
+    outcome = execute_run(ctx, prepared.trials, lock.raw,
+                          {"target": prepared.choice.target, "stand_in": stand_in,
+                           "image_id": client.images.get(prepared.image).id},
+                          finalize=RUN_FINALIZER)
+    print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
+    if outcome.status != "complete":
+        raise ApplianceError(f"run interrupted: {outcome.run_dir} holds the trials recorded "
+                             "so far and is marked incomplete", exit_code=130)
 
 
 COMMANDS: list[click.Command] = [run_command]

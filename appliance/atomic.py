@@ -1,0 +1,41 @@
+"""Files written whole or not at all: a temporary name in the same directory, then a rename."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _umask() -> int:
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would differ from a plain open()
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode())
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Pretty, key-sorted JSON with a final newline."""
+    write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def move_into(source: Path, destination: Path) -> None:
+    """Rename a finished file into place (same filesystem), replacing nothing half-written."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(source, destination)

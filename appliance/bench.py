@@ -1,0 +1,162 @@
+"""Statistics over a run's trials: the numbers `results.json` and the summary table show.
+
+Per variant: median, min, max and spread of wall time, prefill and decode tokens/s, peak
+memory, bytes read from the model's device and bytes read per generated token, with the raw
+samples kept and outliers flagged by the modified z-score (median absolute deviation).
+Ratios between variants (each later variant over each earlier one, so the first variant is
+the denominator of its comparisons) are taken pair by pair within each round of the
+interleaved order, then summarized. Generated texts are compared byte for byte at matched length.
+"""
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+OUTLIER_Z = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
+# Keys read from the engine's timing.json (llama-moe-trace). Names tried in order.
+TIMING_KEYS = {
+    "prefill_tps": ("prefill_tokens_per_s",),
+    "decode_tps": ("decode_tokens_per_s",),
+    "generated_tokens": ("decode_tokens", "generated_tokens"),
+}
+METRICS = ("wall_s", "prefill_tps", "decode_tps", "peak_bytes", "block_read_bytes",
+           "major_faults", "bytes_read_per_token")
+
+
+def mad_outliers(samples: list[float]) -> list[int]:
+    """Indexes of samples whose modified z-score exceeds OUTLIER_Z (none when MAD is 0)."""
+    if len(samples) < 3:
+        return []
+    median = statistics.median(samples)
+    mad = statistics.median(abs(x - median) for x in samples)
+    if mad == 0:
+        return []
+    return [i for i, x in enumerate(samples) if abs(0.6745 * (x - median) / mad) > OUTLIER_Z]
+
+
+def describe(samples: list[float]) -> dict[str, Any]:
+    """median, min, max, spread (max - min, and relative to the median), outliers, samples."""
+    if not samples:
+        return {"n": 0, "samples": []}
+    median = statistics.median(samples)
+    low, high = min(samples), max(samples)
+    return {
+        "n": len(samples), "median": median, "min": low, "max": high, "spread": high - low,
+        "spread_rel": (high - low) / median if median else None,
+        "outliers": mad_outliers(samples), "samples": samples,
+    }
+
+
+def _timing_value(timing: dict[str, Any], metric: str) -> float | None:
+    for key in TIMING_KEYS[metric]:
+        value = timing.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def load_trials(run_dir: Path) -> list[dict[str, Any]]:
+    """Each trial.json with its timing.json and output.txt (bytes) attached, in run order."""
+    trials = []
+    for trial_json in sorted((run_dir / "trials").glob("*/trial.json")):
+        record = json.loads(trial_json.read_text())
+        record["dir"] = trial_json.parent.name
+        timing_path = trial_json.parent / "timing.json"
+        record["timing"] = json.loads(timing_path.read_text()) if timing_path.is_file() else {}
+        text_path = trial_json.parent / "output.txt"
+        record["text"] = text_path.read_bytes() if text_path.is_file() else None
+        cgroup_path = trial_json.parent / "cgroup.json"
+        record["cgroup"] = json.loads(cgroup_path.read_text()) if cgroup_path.is_file() else {}
+        trials.append(record)
+    return trials
+
+
+def trial_metrics(trial: dict[str, Any], n_predict: int) -> dict[str, float | None]:
+    """The per-trial figures the statistics are taken over."""
+    cgroup = trial.get("cgroup") or {}
+    reads = cgroup.get("block_read_bytes") or {}
+    device = trial.get("model_device")
+    read = reads.get(device) if device in reads else (sum(reads.values()) if reads else None)
+    tokens = _timing_value(trial["timing"], "generated_tokens") or float(n_predict)
+    return {
+        "wall_s": trial.get("engine_wall_s"),
+        "prefill_tps": _timing_value(trial["timing"], "prefill_tps"),
+        "decode_tps": _timing_value(trial["timing"], "decode_tps"),
+        "peak_bytes": cgroup.get("peak_bytes"),
+        "block_read_bytes": read,
+        "major_faults": cgroup.get("major_faults"),
+        "bytes_read_per_token": read / tokens if read is not None and tokens else None,
+    }
+
+
+def _ratios(by_round: dict[int, dict[str, dict[str, float | None]]], reference: str,
+            other: str) -> dict[str, Any]:
+    """other / reference for each metric, pair by pair in the same round."""
+    out: dict[str, Any] = {"numerator": other, "denominator": reference, "metrics": {}}
+    for metric in METRICS:
+        pairs = []
+        for repeat in sorted(by_round):
+            a = by_round[repeat].get(reference, {}).get(metric)
+            b = by_round[repeat].get(other, {}).get(metric)
+            if a and b is not None:
+                pairs.append({"repeat": repeat, "ratio": b / a})
+        if pairs:
+            ratios = [p["ratio"] for p in pairs]
+            out["metrics"][metric] = {**describe(ratios), "pairs": pairs}
+    return out
+
+
+def byte_identity(trials: list[dict[str, Any]], reference_variant: str) -> dict[str, Any]:
+    """Every finished trial's text against the reference variant's first text, at the
+    shorter of the two lengths; any difference is a finding."""
+    with_text = [t for t in trials if t["text"] is not None and t.get("status") == "ok"]
+    reference = next((t for t in with_text if t["variant"] == reference_variant), None)
+    if reference is None:
+        return {"reference": None, "comparisons": [], "all_identical": None,
+                "findings": ["no finished reference trial with generated text"]}
+    comparisons, findings = [], []
+    for trial in with_text:
+        if trial is reference:
+            continue
+        length = min(len(reference["text"]), len(trial["text"]))
+        a, b = reference["text"][:length], trial["text"][:length]
+        first_diff = next((i for i in range(length) if a[i] != b[i]), None)
+        comparisons.append({"trial": trial["dir"], "matched_length": length,
+                            "identical": first_diff is None, "first_difference": first_diff})
+        if first_diff is not None:
+            findings.append(f"{trial['dir']} differs from {reference['dir']} at byte "
+                            f"{first_diff} of {length} compared")
+    return {"reference": reference["dir"], "comparisons": comparisons,
+            "all_identical": not findings, "findings": findings}
+
+
+def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, Any]:
+    """results.json: per-variant statistics, pairwise ratios and the byte-identity check."""
+    trials = load_trials(run_dir)
+    per_variant: dict[str, Any] = {}
+    by_round: dict[int, dict[str, dict[str, float | None]]] = {}
+    for name in variants:
+        mine = [t for t in trials if t["variant"] == name]
+        ok = [t for t in mine if t.get("status") == "ok"]
+        metrics = {t["dir"]: trial_metrics(t, n_predict) for t in ok}
+        for t in ok:
+            by_round.setdefault(t["repeat"], {})[name] = metrics[t["dir"]]
+        counts = {status: sum(1 for t in mine if t.get("status") == status)
+                  for status in ("ok", "oom-killed", "failed", "timed-out", "interrupted")}
+        per_variant[name] = {
+            "trials": [t["dir"] for t in mine], "counts": counts,
+            **{m: describe([v for v in (metrics[d][m] for d in metrics) if v is not None])
+               for m in METRICS},
+        }
+    reference = variants[0]
+    pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1:]]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "trial_order": [t["dir"] for t in trials],
+        "statuses": {t["dir"]: t.get("status") for t in trials},
+        "variants": per_variant,
+        "ratios": [_ratios(by_round, a, b) for a, b in pairs],
+        "byte_identity": byte_identity(trials, reference),
+    }

@@ -1,0 +1,129 @@
+"""Write a tiny MoE GGUF in one streaming pass: metadata and tensor infos through the `gguf`
+package's writer, then each tensor's bytes (experts one at a time), so peak memory stays at
+one expert slab plus the small tensors, whatever the file size."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter
+from gguf.constants import LlamaFileType
+
+from appliance.errors import ApplianceError
+from appliance.models import weights
+from appliance.models.shapes import Layout, SynthSpec, solve_layout
+from appliance.models.vocab import Vocab, byte_vocab
+
+SYNTH_FORMAT = 1  # bump when the same spec would produce different bytes
+FILE_TYPES = {"f16": LlamaFileType.MOSTLY_F16, "q8_0": LlamaFileType.MOSTLY_Q8_0}
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    path: Path
+    size_bytes: int
+    sha256: str
+    expert_ff: int
+    expert_bytes: int
+    layout: Layout
+
+
+def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
+    spec, d, a = layout.spec, layout.dims, layout.spec.arch
+    w.add_name(f"appliance tiny {a} {spec.experts}x{spec.used} skew {spec.skew:g}")
+    w.add_file_type(int(FILE_TYPES[spec.expert_type]))
+    w.add_quantization_version(2)
+    w.add_uint32(f"{a}.context_length", d.context)
+    w.add_uint32(f"{a}.embedding_length", d.embd)
+    w.add_uint32(f"{a}.block_count", spec.layers)
+    w.add_uint32(f"{a}.feed_forward_length", layout.ff_exp)
+    w.add_uint32(f"{a}.expert_feed_forward_length", layout.ff_exp)
+    w.add_uint32(f"{a}.expert_count", spec.experts)
+    w.add_uint32(f"{a}.expert_used_count", spec.used)
+    w.add_uint32(f"{a}.attention.head_count", d.heads)
+    w.add_uint32(f"{a}.attention.head_count_kv", d.heads_kv)
+    w.add_uint32(f"{a}.attention.key_length", d.head_dim)
+    w.add_uint32(f"{a}.attention.value_length", d.head_dim)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_float32(f"{a}.rope.freq_base", 1e6)
+    if a == "qwen35moe":
+        w.add_uint32(f"{a}.rope.dimension_count", d.rope_dim_qwen35)
+        quarter = d.rope_dim_qwen35 // 2
+        w.add_array(f"{a}.rope.dimension_sections",
+                    [quarter - 2 * (quarter // 3), quarter // 3, quarter // 3, 0])
+        w.add_uint32(f"{a}.expert_shared_feed_forward_length", d.shexp_ff)
+        w.add_uint32(f"{a}.ssm.conv_kernel", d.ssm_conv)
+        w.add_uint32(f"{a}.ssm.inner_size", d.ssm_inner)
+        w.add_uint32(f"{a}.ssm.state_size", d.ssm_state)
+        w.add_uint32(f"{a}.ssm.time_step_rank", d.ssm_v_heads)
+        w.add_uint32(f"{a}.ssm.group_count", d.ssm_groups)
+        w.add_uint32(f"{a}.full_attention_interval", layout.full_attention_interval)
+    else:
+        w.add_uint32(f"{a}.rope.dimension_count", d.head_dim)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "qwen2")
+    w.add_array("tokenizer.ggml.tokens", vocab.tokens)
+    w.add_array("tokenizer.ggml.token_type", vocab.token_types)
+    w.add_array("tokenizer.ggml.merges", vocab.merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", vocab.eos_id)
+    w.add_uint32("tokenizer.ggml.padding_token_id", vocab.eos_id)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.add_uint32("appliance.synth.format", SYNTH_FORMAT)
+    w.add_uint32("appliance.synth.seed", spec.seed)
+    w.add_float32("appliance.synth.skew", spec.skew)
+    w.add_uint64("appliance.synth.size_request", spec.size_bytes)
+
+
+def synthesize(spec: SynthSpec, out: Path) -> SynthResult:
+    """Write the model to `out` (via a temporary name, renamed when complete)."""
+    vocab = byte_vocab()
+    layout = solve_layout(spec, len(vocab.tokens))
+    design = weights.make_design(layout, vocab)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    writer = GGUFWriter(None, spec.arch)
+    add_metadata(writer, layout, vocab)
+    for t in layout.tensors:
+        writer.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), t.nbytes,
+                               raw_dtype=t.qtype)
+    digest = hashlib.sha256()
+    try:
+        writer.write_header_to_file(tmp)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        assert writer.fout is not None
+        fout = writer.fout[0]
+        writer.write_padding(fout, fout.tell())
+        fout.flush()
+        digest.update(tmp.read_bytes())  # header only: nothing else written yet
+
+        def emit(data: bytes) -> None:
+            fout.write(data)
+            digest.update(data)
+
+        for t in layout.tensors:
+            if t.role == "experts":
+                for slab in weights.expert_slabs(layout, t):
+                    emit(slab)
+            else:
+                emit(weights.dense_bytes(layout, design, t))
+            pad = -t.nbytes % writer.data_alignment
+            if pad:
+                emit(bytes(pad))
+        writer.close()
+        os.replace(tmp, out)
+    except OSError as exc:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise ApplianceError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    expert_bytes = sum(t.nbytes for t in layout.tensors if t.role == "experts")
+    return SynthResult(out, out.stat().st_size, digest.hexdigest(), layout.ff_exp, expert_bytes,
+                       layout)
