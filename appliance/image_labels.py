@@ -62,6 +62,14 @@ def image_tag(lock: Lock, target: str, identity: dict[str, Any],
     return tag
 
 
+def candidate_tags(lock: Lock, target: str) -> list[str]:
+    """Local tags an engine image for `target` of this lock may carry: canonical first, then
+    each stand-in (newest release name first). Runners look for an image in this order."""
+    canonical = image_tag(lock, target, {"kind": "canonical"})
+    return [canonical] + [image_tag(lock, target, {"kind": "stand-in", "name": name})
+                          for name in sorted(lock.stand_ins, reverse=True)]
+
+
 def source_revision(lock: Lock, identity: dict[str, Any]) -> str:
     """The upstream commit for the canonical pin; for a stand-in its release (it has no commit)."""
     if identity.get("kind") == "canonical":

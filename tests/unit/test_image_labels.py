@@ -81,3 +81,13 @@ def test_tags_name_the_target_lock_and_non_canonical_sources() -> None:
     assert L.image_tag(lock, "cpu", {"kind": "local", "tree_digest": "ef" * 32},
                        ["prefetch"], "12345678" * 8) == (
         f"moe-expert-cache:cpu-{digest12}-local-{'ef' * 6}-exp-12345678")
+
+
+def test_candidate_tags_put_the_canonical_source_first() -> None:
+    lock = load_lock()
+    digest12 = L.engine_lock_digest(lock)[:12]
+    assert L.candidate_tags(lock, "cpu") == [
+        f"moe-expert-cache:cpu-{digest12}",
+        f"moe-expert-cache:cpu-{digest12}-standin-b10229",
+        f"moe-expert-cache:cpu-{digest12}-standin-b10068",
+    ]
