@@ -206,10 +206,9 @@ def build_image(lock: Lock, target_name: str, source_spec: str, experimental: Se
         shutil.rmtree(context)
     try:
         patched = apply_series(lock, source, context, experimental)
-        missing = [t for t in ("tools/moe-trace",) if not (patched.path / t).is_dir()]
-        if missing:
+        if not (patched.path / "tools" / "moe-trace").is_dir():
             raise ApplianceError(
-                f"the patched tree has no {missing[0]}: the active series must carry the "
+                "the patched tree has no tools/moe-trace: the active series must carry the "
                 "llama-moe-trace patch (check patches/llama.cpp/series)")
         labels = L.expected_labels(lock, inputs, _now())
         args = {**inputs.build_args, "JOBS": str(jobs)}
