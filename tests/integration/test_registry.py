@@ -72,7 +72,8 @@ def test_push_remove_and_pull_back_by_digest(engine_image_cpu: str, registry: st
                                              lock_copy: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
     original = docker_client.images.get(engine_image_cpu)
     pushed = run_cli("image", "push", "--target", "cpu", "--registry", registry,
-                     "--image", engine_image_cpu, "--lock", str(lock_copy), check=True)
+                     "--lock", str(lock_copy), check=True)  # picks the image built from this lock
+    assert f"pushed {engine_image_cpu} as " in pushed.stdout
     entry = json.loads(lock_copy.read_text())["published_images"]["cpu"]
     repo, digest = entry["reference"].split("@")
     assert repo == f"{registry}/moe-expert-cache"
