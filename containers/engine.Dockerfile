@@ -43,14 +43,14 @@ RUN if ! ldconfig -p | grep -q 'libgomp\.so\.1'; then \
         apt-get update && apt-get install -y --no-install-recommends libgomp1 \
         && rm -rf /var/lib/apt/lists/*; \
     fi; \
-    echo "llama:x:${APP_UID}:${APP_UID}:llama:/home/llama:/usr/sbin/nologin" >> /etc/passwd; \
+    echo "llama:x:${APP_UID}:${APP_UID}:llama:/var/lib/llama:/usr/sbin/nologin" >> /etc/passwd; \
     echo "llama:x:${APP_UID}:" >> /etc/group; \
-    mkdir -p /home/llama /models /results; \
-    chown "${APP_UID}:${APP_UID}" /home/llama /results
+    mkdir -p /var/lib/llama /models /results; \
+    chown "${APP_UID}:${APP_UID}" /var/lib/llama /results
 COPY --from=build /out/lib/ /usr/local/lib/
 COPY --from=build /out/bin/ /usr/local/bin/
 RUN ldconfig
 USER ${APP_UID}:${APP_UID}
-WORKDIR /home/llama
+WORKDIR /var/lib/llama
 ENTRYPOINT []
 CMD ["llama-completion", "--help"]
