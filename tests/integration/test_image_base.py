@@ -72,3 +72,23 @@ def test_base_without_mmdebstrap_on_path_is_a_one_line_error() -> None:
     result = run_cli("image", "base", env={"PATH": "/nonexistent"})
     assert result.returncode == 1
     assert result.stderr == "error: mmdebstrap not found: install it (apt-get install mmdebstrap)\n"
+
+
+def test_recording_bases_pins_the_cpu_target_by_tag_and_id(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from appliance.image_base import BaseImage, record_in_lock
+    from appliance.lock import write_lock
+
+    lock = load_lock()
+    runtime = BaseImage("runtime", base_tag("runtime", 7), "sha256:" + "a" * 64,
+                        "sha256:" + "b" * 64, ("libgomp1",))
+    build = BaseImage("build", base_tag("build", 7), "sha256:" + "c" * 64,
+                      "sha256:" + "d" * 64, ("build-essential",))
+    path = tmp_path / "lock.json"
+    write_lock(record_in_lock(lock.raw, runtime, build), path)
+    recorded = load_lock(path)
+    cpu = recorded.target("cpu")
+    assert (cpu.runtime_base, cpu.base_digest) == (runtime.tag, runtime.image_id)
+    assert cpu.build_base == build.tag
+    assert recorded.raw["targets"]["cpu"]["build_base_digest"] == build.image_id
+    assert recorded.targets["sm120"] == lock.targets["sm120"]
+    assert lock.target("cpu").base_digest is None  # the loaded lock itself is not modified
