@@ -170,3 +170,18 @@ def test_a_failed_build_shows_the_log_tail_and_leaves_no_tag(engine_image_cpu: s
     log = Path(log_line.removeprefix("full log: "))
     assert "CUDA Toolkit not found" in log.read_text()
     assert not docker_client.images.list(name=tag)
+
+
+def test_a_base_whose_id_differs_from_the_lock_is_refused(tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+    raw = json.loads((REPO / "engine" / "llama.cpp.lock.json").read_text())
+    raw["targets"]["cpu"]["base_digest"] = "sha256:" + "0" * 64
+    lock_path = tmp_path / "lock.json"
+    lock_path.write_text(json.dumps(raw))
+    result = run_cli("image", "build", "--target", "cpu", "--source", "b10229",
+                     "--lock", str(lock_path))
+    assert result.returncode == 3
+    runtime = raw["targets"]["cpu"]["runtime_base"]
+    assert result.stderr == (
+        f"error: base image {runtime} is {docker_client.images.get(runtime).id}, the lock records "
+        f"sha256:{'0' * 64}: refused (remake it with `appliance image base`, or record the new "
+        "digest in the lock)\n")
