@@ -45,6 +45,14 @@ release-check: venv
 keys: venv
 	$(APPLIANCE) keys init
 
+# Route replay speed against libCacheSim on the same requests (one core), and the
+# one-pass LRU curve against 50 libCacheSim runs.
+.PHONY: bench-replay
+bench-replay: venv
+	PYTHONPATH=. $(PY) -m bench.replay_bench
+
+bench: bench-replay
+
 # Engine images (issue 4). ENGINE_SOURCE: canonical, a stand-in (b10229, b10068) or a directory.
 ENGINE_SOURCE ?= canonical
 JOBS ?= 2

@@ -147,10 +147,8 @@ def _parse_probe(output: str, binaries: list[str]) -> dict[str, Any]:
         elif kind == "noldd":
             raise ApplianceError("the image has no ldd (libc-bin): its runtime libraries "
                                  "cannot be resolved; build it from the project's Dockerfile")
-    absent = [b for b in binaries if b not in result]
-    if absent:
-        raise ApplianceError(f"{', '.join(absent)} not in the image: rebuild it "
-                             "(appliance image build)")
+    for binary in binaries:  # recorded, not raised: the bundle of a failed run still gets sealed
+        result.setdefault(binary, {"absent": True})
     return result
 
 

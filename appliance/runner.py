@@ -26,7 +26,7 @@ import docker
 import docker.errors
 from rich.console import Console
 
-from appliance import __version__, atomic, bench, pagecache, run_plots
+from appliance import __version__, atomic, bench, pagecache
 from appliance.cgroups import read_accounting
 from appliance.modelcheck import CheckedModel
 from appliance.profile import Profile
@@ -319,6 +319,8 @@ def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
     results = bench.summarize(ctx.run_dir, [v.name for v in ctx.profile.variants],
                               ctx.profile.schedule.n_predict)
     atomic.write_json(ctx.run_dir / "results.json", results)
+    from appliance import run_plots  # matplotlib loads only when a run has plots to draw
+
     plots = run_plots.write_plots(ctx.run_dir, results, ctx.profile.limits.memory)
     atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, status, started, trials, extra))
     if finalize is not None:

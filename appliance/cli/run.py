@@ -1,13 +1,17 @@
 """CLI: `appliance run PROFILE --models DIR`: parse, then delegate to runsetup and runner."""
 
+import functools
 import json
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 
+from appliance.attest import PRIVATE_KEY_FILE, default_key_dir
+from appliance.bundle import finalize_bundle
 from appliance.cli.options import lock_option
 from appliance.dockerhost import docker_client
 from appliance.errors import ApplianceError
@@ -18,9 +22,17 @@ from appliance.runner import Finalizer, RunContext, execute_run
 from appliance.runplan import LlamaMoeTraceEngine
 from appliance.runsetup import prepare_run, stand_in_of
 
-# Called with the run directory after every run (complete or not); the lead wires
-# `appliance.bundle.finalize_bundle` here so each run directory becomes a signed bundle.
-RUN_FINALIZER: Finalizer | None = None
+
+def bundle_finalizer(key: Path | None, unsigned: bool, client: Any) -> Finalizer:
+    """Seal every run directory (complete or not) as a bundle: signed with `key`, else with the
+    default key when one exists (`appliance keys init`), else explicitly unsigned."""
+    if unsigned:
+        signing_key = None
+    elif key is not None:
+        signing_key = key
+    else:
+        signing_key = default_key_dir() if (default_key_dir() / PRIVATE_KEY_FILE).exists() else None
+    return functools.partial(finalize_bundle, key=signing_key, docker_client=client)
 
 
 @click.command("run")
@@ -39,11 +51,15 @@ RUN_FINALIZER: Finalizer | None = None
 @click.option("--trial-timeout", type=float, default=None, metavar="SECONDS",
               help="Stop a trial's engine after this long and record it as timed out.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+@click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Private key (or key directory) to sign the bundle with "
+              "(default: the key from `appliance keys init`, if any).")
+@click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature (it says so).")
 @lock_option
 def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: int | None,
                 dry_run: bool, skip_digest_check: bool, image: str | None,
                 gpu_index: int | None, trial_timeout: float | None, as_json: bool,
-                lock_path: Path | None) -> None:
+                key: Path | None, unsigned: bool, lock_path: Path | None) -> None:
     """Run an experiment PROFILE (a built-in name or a YAML file) in the engine image."""
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
     profile = load_profile(profile_name)
@@ -76,7 +92,7 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
     outcome = execute_run(ctx, prepared.trials, lock.raw,
                           {"target": prepared.choice.target, "stand_in": stand_in,
                            "image_id": client.images.get(prepared.image).id},
-                          finalize=RUN_FINALIZER)
+                          finalize=bundle_finalizer(key, unsigned, client))
     print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     if outcome.status != "complete":
         raise ApplianceError(f"run interrupted: {outcome.run_dir} holds the trials recorded "

@@ -1,11 +1,196 @@
-"""CLI: `appliance trace`."""
+"""CLI: `appliance trace` -- inspect, synthesize and replay MoE route traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from appliance.errors import ConfigError
+from appliance.trace.names import POLICIES
+
+if TYPE_CHECKING:
+    from appliance.trace.format import Trace
+    from appliance.trace.replay import ReplaySetup
+
+SCOPE = click.Choice(["per-layer", "global"])
+
+
+def _emit(data: dict[str, Any]) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [part for value in values for part in value.split(",") if part]
+
+
+def _capacities(values: tuple[str, ...]) -> list[int]:
+    out = []
+    for part in _split(values):
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ConfigError(f"capacity must be a whole number of experts, got {part!r}") from None
+    return out
+
+
+def _setup(trace_path: Path, expert_bytes: str | None, model: Path | None,
+           calibration: Path | None) -> tuple[Trace, ReplaySetup]:
+    from appliance.trace.events import trace_events
+    from appliance.trace.expert_bytes import expert_bytes_from_gguf
+    from appliance.trace.format import read_trace
+    from appliance.trace.replay import ReplaySetup, uniform_expert_bytes
+
+    trace = read_trace(trace_path)
+    per_layer: dict[int, int] | None = None
+    if expert_bytes is None and model is not None:
+        expert_bytes = "auto"
+    if expert_bytes == "auto":
+        if model is None:
+            raise ConfigError("--expert-bytes auto needs --model GGUF to read expert sizes from")
+        per_layer = expert_bytes_from_gguf(model, trace.header)
+    elif expert_bytes is not None:
+        try:
+            per_layer = uniform_expert_bytes(trace.moe_layers, int(expert_bytes))
+        except ValueError:
+            raise ConfigError(f"--expert-bytes must be 'auto' or a number of bytes, "
+                              f"got {expert_bytes!r}") from None
+    calib = trace_events(read_trace(calibration)) if calibration else None
+    setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=per_layer,
+                        calibration=calib)
+    return trace, setup
+
+
+def _policies(values: tuple[str, ...]) -> list[str]:
+    names = _split(values) or list(POLICIES)
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise ConfigError(f"unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}")
+    return names
 
 
 @click.group("trace")
 def trace_group() -> None:
     """Inspect and replay MoE route traces through expert-cache policies."""
+
+
+@trace_group.command("info")
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def info_cmd(trace_path: Path, as_json: bool) -> None:
+    """Model, layers, experts, steps, tokens, distinct experts and reuse distances per layer."""
+    from appliance.trace.format import read_trace
+    from appliance.trace.info import trace_info
+
+    info = trace_info(read_trace(trace_path))
+    if as_json:
+        _emit(info)
+        return
+    click.echo(f"model      {info['model_file']} ({info['arch']})")
+    click.echo(f"layers     {info['n_layers']} blocks, {info['moe_layers']} MoE")
+    click.echo(f"experts    {info['n_experts']} per layer, {info['n_expert_used']} per token")
+    click.echo(f"steps      {info['steps']} ({info['prompt_tokens']} prompt tokens, "
+               f"{info['decode_tokens']} decode tokens)")
+    click.echo(f"requests   {info['requests']} in {info['events']} events")
+    click.echo("layer  requests  distinct  first  reuse p50  p90  p99")
+    for row in info["layers"]:
+        r = row["reuse_distance"]
+        click.echo(f"{row['layer']:>5}  {row['requests']:>8}  {row['distinct_experts']:>8}  "
+                   f"{row['first_touches']:>5}  {r['p50']!s:>9}  {r['p90']!s:>4}  {r['p99']!s:>4}")
+
+
+@trace_group.command("synth")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--layers", default=4, show_default=True, help="MoE layers.")
+@click.option("--experts", default=32, show_default=True, help="Routed experts per layer.")
+@click.option("--k", "k", default=4, show_default=True, help="Experts per token.")
+@click.option("--prompt", default=32, show_default=True, help="Prompt tokens.")
+@click.option("--ubatch", default=16, show_default=True, help="Prompt micro-batch size.")
+@click.option("--decode", default=64, show_default=True, help="Decode steps.")
+@click.option("--skew", default=1.0, show_default=True, help="Zipf exponent of popularity.")
+@click.option("--correlation", default=0.3, show_default=True,
+              help="Probability a token re-uses the previous token's expert in a slot.")
+@click.option("--seed", default=0, show_default=True)
+def synth_cmd(out: Path, layers: int, experts: int, k: int, prompt: int, ubatch: int,
+              decode: int, skew: float, correlation: float, seed: int) -> None:
+    """Write a synthetic trace (deterministic by seed) for tests and benchmarks."""
+    from appliance.trace.format import write_trace
+    from appliance.trace.synth import SynthSpec, synth_trace
+
+    trace = synth_trace(SynthSpec(n_layers=layers, n_experts=experts, k=k, n_prompt=prompt,
+                                  n_ubatch=ubatch, n_decode=decode, skew=skew,
+                                  correlation=correlation, seed=seed))
+    write_trace(out, trace.header, trace.rows)
+    click.echo(f"wrote {out}: {len(trace.rows)} rows, {trace.n_steps} steps")
+
+
+def _replay_options(func: Any) -> Any:
+    options = [
+        click.option("--policy", "policy", multiple=True,
+                     help=f"Policy (repeat or comma list; default all): {', '.join(POLICIES)}."),
+        click.option("--scope", type=SCOPE, default="per-layer", show_default=True,
+                     help="One cache per MoE layer, or one pool for all."),
+        click.option("--expert-bytes", default=None,
+                     help="Bytes of one expert, or 'auto' to read them from --model."),
+        click.option("--model", type=click.Path(path_type=Path), default=None,
+                     help="GGUF the trace was recorded with (for --expert-bytes auto)."),
+        click.option("--calibration", type=click.Path(path_type=Path), default=None,
+                     help="Trace whose expert frequencies rank static-hot (default: this one)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@trace_group.command("replay")
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--capacity", "capacity", multiple=True, required=True,
+              help="Experts per cache (repeat or comma list).")
+@_replay_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def replay_cmd(trace_path: Path, capacity: tuple[str, ...], policy: tuple[str, ...], scope: str,
+               expert_bytes: str | None, model: Path | None, calibration: Path | None,
+               as_json: bool) -> None:
+    """Replay TRACE through cache policies: hits, misses, hit rate, bytes moved."""
+    from appliance.trace.replay import replay_report
+
+    trace, setup = _setup(trace_path, expert_bytes, model, calibration)
+    report = replay_report(setup, trace.header, _policies(policy), _capacities(capacity), scope)
+    if as_json:
+        _emit(report)
+        return
+    click.echo(f"{report['requests']} requests in {report['events']} events, scope {scope}")
+    click.echo(f"{'policy':<12} {'capacity':>8} {'hits':>10} {'misses':>10} {'hit rate':>9} "
+               f"{'bytes moved':>14}")
+    for r in report["results"]:
+        t = r["total"]
+        moved = "-" if t["bytes_moved"] is None else str(t["bytes_moved"])
+        click.echo(f"{r['policy']:<12} {r['capacity']:>8} {t['hits']:>10} {t['misses']:>10} "
+                   f"{t['hit_rate']:>9.4f} {moved:>14}")
+
+
+@trace_group.command("curves")
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Directory for curves.json, curves.png and heatmap-<policy>.png.")
+@click.option("--capacity", "capacity", multiple=True,
+              help="Capacities (repeat or comma list; default 16 from k to all experts).")
+@_replay_options
+def curves_cmd(trace_path: Path, out: Path, capacity: tuple[str, ...], policy: tuple[str, ...],
+               scope: str, expert_bytes: str | None, model: Path | None,
+               calibration: Path | None) -> None:
+    """Hit rate against capacity for every policy (LRU in one pass), plots and JSON."""
+    from appliance.trace.curves import curves_report, default_capacities, plot_curves
+
+    trace, setup = _setup(trace_path, expert_bytes, model, calibration)
+    caps = _capacities(capacity) or default_capacities(setup, scope)
+    report = curves_report(setup, trace.header, _policies(policy), caps, scope)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "curves.json").write_text(json.dumps(report, indent=2) + "\n")
+    paths = plot_curves(report, out)
+    click.echo(f"wrote {out / 'curves.json'} and {len(paths)} plots in {out}")
 
 
 COMMANDS: list[click.Command] = [trace_group]

@@ -1,0 +1,1 @@
+"""MoE route traces: the binary format, synthetic traces, and expert-cache replay."""

@@ -1,0 +1,398 @@
+"""Compiled expert-cache replay: one pool, one policy, one capacity, exact MoE event semantics.
+
+Semantics (the same for every policy, and the ones the Belady bound is optimal for):
+
+- An event is one (step, MoE layer): the distinct experts its tokens were routed to, processed
+  in ascending object id. The experts resident when the event starts are its hits; every
+  other expert of the event is a miss and is loaded (demand paging: an expert must be resident
+  to be computed, so a miss always moves one expert's bytes).
+- While an event is processed its experts are pinned: a miss evicts the policy's choice among
+  resident experts that are not part of the same event.
+- An event larger than the capacity (a prefill micro-batch touching more experts than fit)
+  cannot be resident at once: its experts stream through in ascending id and the cache ends
+  the event holding exactly its `capacity` highest ids. Hits are still the experts resident
+  at the event's start. This rule is the same for every policy.
+- Each touch (hit or load) takes the next value of a counter `tick`, so recency is total:
+  within an event, lower ids count as touched earlier. Every policy breaks ties by a unique
+  secondary key stated below, so a replay is a pure function of its inputs.
+
+Policies (victim = smallest key among unpinned residents):
+
+- FIFO: insertion tick; hits do not refresh.
+- LRU: tick of the last touch.
+- LFU: (touches since this residency began, last tick): in-cache frequency, LRU among equals.
+- LFRU: (decayed touch count, last tick). The count is a combined recency-frequency value
+  (LRFU family): every touch adds 1 and the sum halves every `LFRU_HALF_LIFE_STEPS` trace
+  steps; unlike LFU the count survives eviction, so history outlives a residency.
+- Least-Stale (after SpecMD, arXiv 2602.03921): MoE layers are visited in a fixed cycle, one
+  visit per step. An expert's staleness is the number of visits of its own layer that passed
+  since it was last used (0 when it was used at its layer's latest visit, whether that was
+  this step or the previous one). The victim is the most stale expert; among equally stale
+  ones, the one whose layer is visited again furthest in the future (the layer just passed);
+  then the earliest touch. Difference from LRU: LRU ranks by global time of last use, so in
+  a shared (global) pool it evicts the previous token's experts of the layers still ahead --
+  exactly the ones the next layer visits are likely to re-use (a "collision" miss) -- while
+  keeping the current token's experts of layers already passed, which cannot be needed
+  before the next step. Least-Stale treats both as fresh and evicts the already-passed ones.
+  With one pool per layer (per-layer scope) staleness is steps since last use and the two
+  policies coincide exactly.
+- static-hot: (calibration count of the expert, last tick): the experts most often routed in a
+  calibration trace stay, the rest come and go in LRU order. It is demand-paged like the
+  others (no preloading), so Belady remains its bound.
+- Belady (MIN): (-next event that requests the expert, object id): evict the expert needed
+  furthest in the future; experts never needed again first, lowest id first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from appliance.trace.names import POLICIES
+
+CODES = {name: code for code, name in enumerate(POLICIES)}
+FIFO, LRU, LFU, LFRU, LEAST_STALE, STATIC_HOT, BELADY = range(7)
+LFRU_HALF_LIFE_STEPS = 8.0
+NEVER = np.iinfo(np.int64).max // 4
+
+
+@njit(cache=True)
+def next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
+    """For each request, the index of the next event requesting the same object (or NEVER)."""
+    n_events = ptr.shape[0] - 1
+    out = np.empty(items.shape[0], dtype=np.int64)
+    upcoming = np.full(n_obj, NEVER, dtype=np.int64)
+    for e in range(n_events - 1, -1, -1):
+        for i in range(ptr[e], ptr[e + 1]):
+            x = items[i]
+            out[i] = upcoming[x]
+            upcoming[x] = e
+    return out
+
+
+# ---- list (recency/insertion order) helpers: sentinel s = n_obj; nxt[s] newest, prv[s] oldest
+
+
+@njit(cache=True, inline="always")
+def _unlink(prv: np.ndarray, nxt: np.ndarray, x: int) -> None:
+    p = prv[x]
+    n = nxt[x]
+    nxt[p] = n
+    prv[n] = p
+
+
+@njit(cache=True, inline="always")
+def _push_newest(prv: np.ndarray, nxt: np.ndarray, s: int, x: int) -> None:
+    first = nxt[s]
+    nxt[x] = first
+    prv[x] = s
+    prv[first] = x
+    nxt[s] = x
+
+
+# ---- indexed binary min-heap; entries keep their keys inline (hk1, hk2) for locality
+
+
+@njit(cache=True)
+def _sift_up(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray,
+             i: int) -> None:
+    k1 = hk1[i]
+    k2 = hk2[i]
+    x = hobj[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        if k1 < hk1[p] or (k1 == hk1[p] and k2 < hk2[p]):
+            hk1[i] = hk1[p]
+            hk2[i] = hk2[p]
+            hobj[i] = hobj[p]
+            where[hobj[i]] = i
+            i = p
+        else:
+            break
+    hk1[i] = k1
+    hk2[i] = k2
+    hobj[i] = x
+    where[x] = i
+
+
+@njit(cache=True)
+def _sift_down(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, i: int,
+               size: int) -> None:
+    k1 = hk1[i]
+    k2 = hk2[i]
+    x = hobj[i]
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        d = c + 1
+        if d < size and (hk1[d] < hk1[c] or (hk1[d] == hk1[c] and hk2[d] < hk2[c])):
+            c = d
+        if hk1[c] < k1 or (hk1[c] == k1 and hk2[c] < k2):
+            hk1[i] = hk1[c]
+            hk2[i] = hk2[c]
+            hobj[i] = hobj[c]
+            where[hobj[i]] = i
+            i = c
+        else:
+            break
+    hk1[i] = k1
+    hk2[i] = k2
+    hobj[i] = x
+    where[x] = i
+
+
+@njit(cache=True)
+def _heap_remove(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray,
+                 x: int, size: int) -> int:
+    """Remove x; return the new size."""
+    i = where[x]
+    where[x] = -1
+    size -= 1
+    if i != size:
+        hk1[i] = hk1[size]
+        hk2[i] = hk2[size]
+        hobj[i] = hobj[size]
+        where[hobj[i]] = i
+        last = hobj[i]
+        _sift_down(hk1, hk2, hobj, where, i, size)
+        _sift_up(hk1, hk2, hobj, where, where[last])
+    return size
+
+
+@njit(cache=True)
+def _heap_set(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, x: int,
+              k1: float, k2: int, size: int) -> int:
+    """Insert x or change its key; return the new size."""
+    i = where[x]
+    if i < 0:
+        i = size
+        size += 1
+        hobj[i] = x
+    hk1[i] = k1
+    hk2[i] = k2
+    _sift_down(hk1, hk2, hobj, where, i, size)
+    _sift_up(hk1, hk2, hobj, where, where[x])
+    return size
+
+
+def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
+             ev_layer: np.ndarray, n_layers: int, n_obj: int, capacity: int,
+             static_count: np.ndarray, next_use: np.ndarray) -> np.ndarray:
+    """Replay one pool; return 1 for every request that hit, 0 for a miss (see module doc)."""
+    if code in (FIFO, LRU, LEAST_STALE):
+        return _simulate_list(code, ptr, items, ev_step, ev_layer, n_layers, n_obj, capacity)
+    return _simulate_heap(code, ptr, items, ev_step, n_obj, capacity, static_count, next_use)
+
+
+@njit(cache=True, inline="always")
+def _mark_hits_and_pins(ptr: np.ndarray, items: np.ndarray, e: int, capacity: int,
+                        resident: np.ndarray, hits: np.ndarray, pin: np.ndarray) -> int:
+    """Record the event's hits, pin what it keeps; return the first item it keeps."""
+    a = ptr[e]
+    b = ptr[e + 1]
+    for i in range(a, b):
+        hits[i] = resident[items[i]]
+    first = b - capacity if b - a > capacity else a
+    for i in range(first, b):
+        pin[items[i]] = e
+    return first
+
+
+@njit(cache=True)
+def _simulate_list(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
+                   ev_layer: np.ndarray, n_layers: int, n_obj: int,
+                   capacity: int) -> np.ndarray:
+    """FIFO, LRU and Least-Stale over one doubly linked list (oldest at prv[s])."""
+    n_events = ptr.shape[0] - 1
+    hits = np.zeros(items.shape[0], dtype=np.uint8)
+    resident = np.zeros(n_obj, dtype=np.uint8)
+    pin = np.full(n_obj, -1, dtype=np.int64)
+    s = n_obj
+    prv = np.full(n_obj + 1, s, dtype=np.int64)
+    nxt = np.full(n_obj + 1, s, dtype=np.int64)
+    touched = np.zeros(n_obj, dtype=np.int64)  # layer-time of the last touch
+    refresh = code != FIFO
+    stale = code == LEAST_STALE
+    n_res = 0
+    for e in range(n_events):
+        t_layer = ev_step[e] * n_layers + ev_layer[e] if stale else 0
+        if ptr[e + 1] - ptr[e] == 1:
+            # Single-expert event (decode with k = 1, flattened streams): nothing to pin.
+            i = ptr[e]
+            x = items[i]
+            if resident[x]:
+                hits[i] = 1
+                if refresh:
+                    _unlink(prv, nxt, x)
+                    _push_newest(prv, nxt, s, x)
+                    touched[x] = t_layer
+                continue
+            if n_res == capacity and not stale:
+                victim = prv[s]
+                _unlink(prv, nxt, victim)
+                resident[victim] = 0
+                n_res -= 1
+                resident[x] = 1
+                n_res += 1
+                _push_newest(prv, nxt, s, x)
+                continue
+        first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
+        if first != ptr[e]:
+            # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
+            x = prv[s]
+            while x != s:
+                y = prv[x]
+                if pin[x] != e:
+                    _unlink(prv, nxt, x)
+                    resident[x] = 0
+                    n_res -= 1
+                x = y
+        for i in range(first, ptr[e + 1]):
+            x = items[i]
+            if resident[x]:
+                if refresh:
+                    _unlink(prv, nxt, x)
+                    _push_newest(prv, nxt, s, x)
+                    touched[x] = t_layer
+                continue
+            if n_res == capacity:
+                victim = prv[s]
+                while pin[victim] == e:
+                    victim = prv[victim]
+                if stale:
+                    # most stale first, then the layer visited again last, then earliest touch
+                    y = victim
+                    bound = t_layer - n_layers * ((t_layer - touched[y]) // n_layers)
+                    while y != s:
+                        if pin[y] != e:
+                            if touched[y] > bound:
+                                break
+                            if touched[y] > touched[victim]:
+                                victim = y
+                        y = prv[y]
+                _unlink(prv, nxt, victim)
+                resident[victim] = 0
+                n_res -= 1
+            resident[x] = 1
+            n_res += 1
+            _push_newest(prv, nxt, s, x)
+            touched[x] = t_layer
+    return hits
+
+
+@njit(cache=True)
+def _simulate_heap(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
+                   n_obj: int, capacity: int, static_count: np.ndarray,
+                   next_use: np.ndarray) -> np.ndarray:
+    """LFU, LFRU, static-hot and Belady over an indexed min-heap of (key, tie) pairs."""
+    n_events = ptr.shape[0] - 1
+    hits = np.zeros(items.shape[0], dtype=np.uint8)
+    resident = np.zeros(n_obj, dtype=np.uint8)
+    pin = np.full(n_obj, -1, dtype=np.int64)
+    hobj = np.zeros(n_obj, dtype=np.int64)
+    hk1 = np.zeros(n_obj, dtype=np.float64)
+    hk2 = np.zeros(n_obj, dtype=np.int64)
+    where = np.full(n_obj, -1, dtype=np.int64)
+    freq = np.zeros(n_obj, dtype=np.int64)
+    decayed = np.full(n_obj, -np.inf, dtype=np.float64)  # log2 count + step / half-life
+    stash = np.zeros(n_obj, dtype=np.int64)
+    stash_k1 = np.zeros(n_obj, dtype=np.float64)
+    stash_k2 = np.zeros(n_obj, dtype=np.int64)
+    size = 0
+    tick = 0
+    for e in range(n_events):
+        first = ptr[e]
+        if ptr[e + 1] - first == 1:
+            # Single-expert event: no other expert of it to protect, so no pins are needed.
+            hits[first] = resident[items[first]]
+        else:
+            first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
+        if first != ptr[e]:
+            # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
+            n_vict = 0
+            for j in range(size):
+                if pin[hobj[j]] != e:
+                    stash[n_vict] = hobj[j]
+                    n_vict += 1
+            for j in range(n_vict):
+                size = _heap_remove(hk1, hk2, hobj, where, stash[j], size)
+                resident[stash[j]] = 0
+        for i in range(first, ptr[e + 1]):
+            x = items[i]
+            tick += 1
+            if not resident[x]:
+                if size == capacity:
+                    n_stash = 0
+                    while True:
+                        y = hobj[0]
+                        stash_k1[n_stash] = hk1[0]
+                        stash_k2[n_stash] = hk2[0]
+                        size = _heap_remove(hk1, hk2, hobj, where, y, size)
+                        if pin[y] != e:
+                            resident[y] = 0
+                            break
+                        stash[n_stash] = y
+                        n_stash += 1
+                    for j in range(n_stash):
+                        size = _heap_set(hk1, hk2, hobj, where, stash[j], stash_k1[j],
+                                         stash_k2[j], size)
+                resident[x] = 1
+                freq[x] = 0
+            if code == LFU:
+                freq[x] += 1
+                size = _heap_set(hk1, hk2, hobj, where, x, float(freq[x]), tick, size)
+            elif code == LFRU:
+                now = ev_step[e] / LFRU_HALF_LIFE_STEPS
+                decayed[x] = np.log2(np.exp2(decayed[x] - now) + 1.0) + now
+                size = _heap_set(hk1, hk2, hobj, where, x, decayed[x], tick, size)
+            elif code == STATIC_HOT:
+                size = _heap_set(hk1, hk2, hobj, where, x, static_count[x], tick, size)
+            else:  # BELADY
+                size = _heap_set(hk1, hk2, hobj, where, x, -float(next_use[i]), x, size)
+    return hits
+
+
+@njit(cache=True)
+def lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
+    """Mattson stack distance of every request under the event semantics (0 = first touch).
+
+    Before an event, a request's depth is its object's position in the LRU stack (1 = most
+    recent); then the event's objects move to the top in ascending id. A request hits at
+    capacity C exactly when 1 <= depth <= C; this equals `simulate(LRU, ...)` at every C,
+    oversized events included, so one pass gives the whole LRU curve.
+    """
+    n = items.shape[0]
+    tree = np.zeros(n + 1, dtype=np.int64)  # Fenwick tree over ticks 1..n: 1 = some last touch
+    last = np.zeros(n_obj, dtype=np.int64)  # tick of the last touch, 0 = never
+    depths = np.zeros(n, dtype=np.int32)
+    marked = 0
+    n_events = ptr.shape[0] - 1
+    for e in range(n_events):
+        for i in range(ptr[e], ptr[e + 1]):
+            t = last[items[i]]
+            if t == 0:
+                continue
+            upto = 0  # last touches at or before t
+            j = t
+            while j > 0:
+                upto += tree[j]
+                j -= j & (-j)
+            depths[i] = marked - upto + 1
+        for i in range(ptr[e], ptr[e + 1]):
+            x = items[i]
+            t = last[x]
+            if t != 0:
+                j = t
+                while j <= n:
+                    tree[j] -= 1
+                    j += j & (-j)
+                marked -= 1
+            t = i + 1
+            last[x] = t
+            j = t
+            while j <= n:
+                tree[j] += 1
+                j += j & (-j)
+            marked += 1
+    return depths

@@ -1,0 +1,72 @@
+"""Bytes of one routed expert per MoE layer, read from a GGUF's expert tensors.
+
+An expert of block N is its slice of `blk.N.ffn_{gate,up,down}_exps.weight` (the last tensor
+dimension counts experts), so its size is the three tensors' bytes divided by the expert
+count. The GGUF must be the model the trace was recorded with: architecture, expert counts,
+MoE layers, file size and (when the trace carries it) sha256 must agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ConfigError, IntegrityError
+
+EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$")
+
+
+def _field(reader: Any, key: str) -> Any:
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]:
+    """Per MoE layer, the bytes one expert occupies; error if the GGUF is not the trace's model."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read GGUF ({exc})") from None
+    arch = _field(reader, "general.architecture")
+    n_experts = _field(reader, f"{arch}.expert_count")
+    n_used = _field(reader, f"{arch}.expert_used_count")
+    per_layer: dict[int, int] = {}
+    for tensor in reader.tensors:
+        match = EXPERT_TENSOR.match(tensor.name)
+        if match:
+            layer = int(match.group(1))
+            per_layer[layer] = per_layer.get(layer, 0) + int(tensor.n_bytes)
+    name = path.name
+
+    def disagree(what: str, gguf_value: Any, trace_value: Any) -> ConfigError:
+        return ConfigError(f"{name} does not match the trace: {what} is {gguf_value!r} in the "
+                           f"GGUF but {trace_value!r} in the trace header; pass the model the "
+                           "trace was recorded with")
+
+    if header.get("arch") not in (None, "synthetic") and arch != header["arch"]:
+        raise disagree("architecture", arch, header["arch"])
+    if n_experts != header["n_experts"]:
+        raise disagree("expert count", n_experts, header["n_experts"])
+    if n_used is not None and n_used != header["n_expert_used"]:
+        raise disagree("experts per token", n_used, header["n_expert_used"])
+    if sorted(per_layer) != list(header["moe_layers"]):
+        raise disagree("MoE layers", sorted(per_layer), header["moe_layers"])
+    size = path.stat().st_size
+    if header.get("model_bytes") and size != header["model_bytes"]:
+        raise disagree("file size", size, header["model_bytes"])
+    if header.get("model_sha256") and _sha256(path) != header["model_sha256"]:
+        raise IntegrityError(f"{name}: sha256 differs from the trace header's model_sha256; "
+                             "pass the exact model the trace was recorded with")
+    return {layer: total // int(n_experts) for layer, total in per_layer.items()}

@@ -1,0 +1,228 @@
+"""Route trace format v1 (`.moetrace`, docs/trace-format.md): zero-copy reads, atomic writes.
+
+Layout: `MOETRACE`, u32 version, u32 H, H bytes of space-padded JSON header, N fixed rows,
+`MOETEND\\0`, u64 N. Rows are exposed as a numpy structured array viewing a read-only
+memory map of the file, so reading a large trace costs no copy.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appliance.errors import ConfigError
+
+MAGIC = b"MOETRACE"
+TRAILER_MAGIC = b"MOETEND\0"
+VERSION = 1
+PREAMBLE_BYTES = 16
+TRAILER_BYTES = 16
+KIND_PROMPT = 0
+KIND_DECODE = 1
+REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
+    "format": str,
+    "version": int,
+    "n_layers": int,
+    "moe_layers": list,
+    "n_experts": int,
+    "n_expert_used": int,
+    "has_weights": bool,
+}
+
+
+def row_dtype(k: int, has_weights: bool) -> np.dtype:
+    """The numpy dtype of one row for k experts per token (12 + 4k bytes, 12 + 8k with weights)."""
+    fields: list[Any] = [("step", "<u4"), ("layer", "<u2"), ("kind", "u1"),
+                         ("reserved", "u1"), ("pos", "<u4"), ("ids", "<i4", (k,))]
+    if has_weights:
+        fields.append(("weights", "<f4", (k,)))
+    return np.dtype(fields)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A route trace: its JSON header and its rows (read-only, usually a view of the file)."""
+
+    header: dict[str, Any]
+    rows: np.ndarray
+    path: Path | None = None
+
+    @property
+    def k(self) -> int:
+        return int(self.header["n_expert_used"])
+
+    @property
+    def has_weights(self) -> bool:
+        return bool(self.header["has_weights"])
+
+    @property
+    def n_experts(self) -> int:
+        return int(self.header["n_experts"])
+
+    @property
+    def moe_layers(self) -> list[int]:
+        return [int(layer) for layer in self.header["moe_layers"]]
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.rows["step"][-1]) + 1 if len(self.rows) else 0
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self.rows["step"]
+
+    @property
+    def layers(self) -> np.ndarray:
+        return self.rows["layer"]
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Expert ids, shape (rows, k)."""
+        return self.rows["ids"]
+
+    def tokens_per_step(self) -> np.ndarray:
+        """Number of tokens evaluated in each step (rows of the first MoE layer per step)."""
+        if not len(self.rows):
+            return np.zeros(0, dtype=np.int64)
+        first = self.rows["layer"] == self.moe_layers[0]
+        return np.bincount(self.rows["step"][first], minlength=self.n_steps)
+
+
+def _check_header(header: Any, where: str) -> dict[str, Any]:
+    if not isinstance(header, dict):
+        raise ConfigError(f"{where}: trace header is not a JSON object; the file is corrupt")
+    for key, kind in REQUIRED_KEYS.items():
+        value = header.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{where}: trace header key {key!r} is missing or not "
+                              f"{getattr(kind, '__name__', kind)}; the file is corrupt")
+    if header["format"] != "moetrace":
+        raise ConfigError(f"{where}: header format is {header['format']!r}, expected 'moetrace'")
+    if header["version"] != VERSION:
+        raise ConfigError(f"{where}: header version {header['version']} but this reader "
+                          f"understands version {VERSION}")
+    if header["n_expert_used"] < 1 or header["n_experts"] < header["n_expert_used"]:
+        raise ConfigError(f"{where}: header has n_expert_used={header['n_expert_used']} with "
+                          f"n_experts={header['n_experts']}; the file is corrupt")
+    layers = header["moe_layers"]
+    if (not layers or not all(isinstance(x, int) and 0 <= x < header["n_layers"] for x in layers)
+            or layers != sorted(set(layers))):
+        raise ConfigError(f"{where}: header moe_layers must be ascending block indices below "
+                          f"n_layers={header['n_layers']}")
+    return header
+
+
+def _check_rows(rows: np.ndarray, header: dict[str, Any], where: str) -> None:
+    """Refuse rows that break the spec's invariants (ids in range, layers known, order)."""
+    if not len(rows):
+        return
+    ids = rows["ids"]
+    if int(ids.min()) < 0 or int(ids.max()) >= header["n_experts"]:
+        raise ConfigError(f"{where}: expert id outside 0..{header['n_experts'] - 1}; "
+                          "the file is corrupt")
+    layer_set = np.asarray(header["moe_layers"], dtype=np.int64)
+    layers = rows["layer"].astype(np.int64)
+    if not np.isin(layers, layer_set).all():
+        raise ConfigError(f"{where}: a row names a layer not in the header's moe_layers; "
+                          "the file is corrupt")
+    key = rows["step"].astype(np.int64) * (1 << 16) + layers
+    if np.any(np.diff(key) < 0):
+        raise ConfigError(f"{where}: rows are not in evaluation order (step, layer ascending); "
+                          "the file is corrupt")
+
+
+def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.ndarray]:
+    """Parse a whole trace held in `buffer` (bytes, mmap); rows view the buffer without copying."""
+    size = len(buffer)
+    if size < PREAMBLE_BYTES + TRAILER_BYTES:
+        raise ConfigError(f"{where}: {size} bytes is too short for a route trace "
+                          "(truncated or not a .moetrace file)")
+    magic, version, header_len = struct.unpack_from("<8sII", buffer, 0)
+    if magic != MAGIC:
+        raise ConfigError(f"{where}: not a route trace (magic {bytes(magic)!r}, "
+                          f"expected {MAGIC!r})")
+    if version != VERSION:
+        raise ConfigError(f"{where}: trace format version {version}, but this reader "
+                          f"understands version {VERSION}; use a matching appliance")
+    if (PREAMBLE_BYTES + header_len) % 8 or PREAMBLE_BYTES + header_len + TRAILER_BYTES > size:
+        raise ConfigError(f"{where}: header length {header_len} does not fit the file "
+                          f"({size} bytes); the trace is truncated or corrupt")
+    trailer, n_rows = struct.unpack_from("<8sQ", buffer, size - TRAILER_BYTES)
+    if trailer != TRAILER_MAGIC:
+        raise ConfigError(f"{where}: trailer missing; the trace is truncated or was not "
+                          "finished by its writer")
+    try:
+        raw = bytes(buffer[PREAMBLE_BYTES:PREAMBLE_BYTES + header_len])
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ConfigError(f"{where}: trace header is not valid UTF-8 JSON; "
+                          "the file is corrupt") from None
+    header = _check_header(header, where)
+    dtype = row_dtype(header["n_expert_used"], header["has_weights"])
+    body = size - PREAMBLE_BYTES - header_len - TRAILER_BYTES
+    if body != n_rows * dtype.itemsize:
+        raise ConfigError(f"{where}: trailer says {n_rows} rows of {dtype.itemsize} bytes but "
+                          f"the file holds {body} bytes of rows; the trace is truncated or corrupt")
+    rows = np.frombuffer(buffer, dtype=dtype, count=n_rows,
+                         offset=PREAMBLE_BYTES + header_len)
+    _check_rows(rows, header, where)
+    return header, rows
+
+
+def read_trace(path: str | os.PathLike[str]) -> Trace:
+    """Map a `.moetrace` file read-only; refuse truncated or corrupt files with a ConfigError."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                raise ConfigError(f"{path}: empty file, not a route trace")
+            mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read trace ({exc.strerror})") from None
+    header, rows = parse_trace(mapping, where=str(path))
+    return Trace(header=header, rows=rows, path=path)
+
+
+def encode_header(header: dict[str, Any]) -> bytes:
+    """The header's JSON, space-padded so rows start 8-byte aligned."""
+    data = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    pad = (-(PREAMBLE_BYTES + len(data))) % 8
+    return data + b" " * pad
+
+
+def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.ndarray) -> Path:
+    """Write a trace under a temporary name, then rename it into place (never a partial file)."""
+    path = Path(path)
+    header = dict(header)
+    header.setdefault("format", "moetrace")
+    header.setdefault("version", VERSION)
+    header = _check_header(header, str(path))
+    dtype = row_dtype(header["n_expert_used"], header["has_weights"])
+    if rows.dtype != dtype:
+        raise ConfigError(f"{path}: rows have dtype {rows.dtype}, expected {dtype} for "
+                          f"k={header['n_expert_used']}, has_weights={header['has_weights']}")
+    rows = np.ascontiguousarray(rows)
+    _check_rows(rows, header, str(path))
+    encoded = encode_header(header)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(struct.pack("<8sII", MAGIC, VERSION, len(encoded)))
+            handle.write(encoded)
+            handle.write(rows.tobytes())
+            handle.write(struct.pack("<8sQ", TRAILER_MAGIC, len(rows)))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"{path}: cannot write trace ({exc.strerror})") from None
+    return path

@@ -1,0 +1,4 @@
+"""Policy and scope names, importable without numba (the CLI loads the engine lazily)."""
+
+POLICIES = ("fifo", "lru", "lfu", "lfru", "least-stale", "static-hot", "belady")
+SCOPES = ("per-layer", "global")

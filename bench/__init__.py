@@ -1,0 +1,1 @@
+"""Benchmarks and the libCacheSim oracle used by the replay cross-checks."""

@@ -1,0 +1,129 @@
+"""`make bench-replay`: replay speed against libCacheSim on the same requests, one core.
+
+A synthetic trace (default 40 MoE layers, 256 experts, 8 per token, 20,000 tokens) is
+flattened into single-expert requests over one global pool; our engine and libCacheSim's
+`process_trace` replay exactly those requests at the same capacity. Printed: requests per
+second for each policy, ours / libCacheSim as a ratio, and whether the miss counts agree;
+then a 50-capacity LRU curve from one Mattson pass against 50 separate libCacheSim runs.
+Our times include everything the engine needs (Belady's next-use pass included); the
+libCacheSim times cover `process_trace` on a prepared oracleGeneral trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from appliance.trace import engine
+from appliance.trace.events import EventStream, single_item_stream, trace_events
+from appliance.trace.synth import SynthSpec, synth_trace
+from bench.lcs_oracle import LCS_POLICIES, lcs_misses, make_cache, open_reader, write_oracle_trace
+
+
+def our_run(stream: EventStream, policy: str, capacity: int) -> tuple[int, float]:
+    """(misses, seconds) for one replay, next-use preparation included."""
+    code = engine.CODES[policy]
+    start = time.perf_counter()
+    counts = (np.bincount(stream.items, minlength=stream.n_objects).astype(np.float64)
+              if code == engine.STATIC_HOT else np.zeros(stream.n_objects))
+    next_use = (engine.next_use_events(stream.ptr, stream.items, stream.n_objects)
+                if code == engine.BELADY else np.zeros(0, dtype=np.int64))
+    flags = engine.simulate(code, stream.ptr, stream.items, stream.step, stream.layer_index,
+                            stream.n_layers, stream.n_objects, capacity, counts, next_use)
+    seconds = time.perf_counter() - start
+    return int(len(flags) - flags.sum()), seconds
+
+
+def lcs_run(reader, policy: str, capacity: int, n: int) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    misses = lcs_misses(reader, policy, capacity, n)
+    return misses, time.perf_counter() - start
+
+
+def warm_up() -> None:
+    small = trace_events(synth_trace(SynthSpec(n_decode=8))).stream
+    for policy in engine.POLICIES:
+        our_run(single_item_stream(small), policy, 8)
+    engine.lru_depths(small.ptr, small.items, small.n_objects)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--layers", type=int, default=40)
+    parser.add_argument("--experts", type=int, default=256)
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=20_000)
+    parser.add_argument("--capacity-fraction", type=float, default=0.25)
+    parser.add_argument("--curve-points", type=int, default=50)
+    args = parser.parse_args()
+
+    warm_up()
+    prompt = min(512, args.tokens // 2)
+    spec = SynthSpec(n_layers=args.layers, n_experts=args.experts, k=args.k, n_prompt=prompt,
+                     n_ubatch=128, n_decode=args.tokens - prompt, skew=1.0, correlation=0.3,
+                     seed=2026)
+    events = trace_events(synth_trace(spec))
+    flat = single_item_stream(events.stream)
+    n = flat.n_requests
+    capacity = int(flat.n_objects * args.capacity_fraction)
+    print(f"machine: {platform.machine()} {platform.processor() or ''} "
+          f"{os.cpu_count()} logical CPUs, python {platform.python_version()}; "
+          "one core (numba and libCacheSim single-threaded)")
+    print(f"trace: {args.layers} layers x {args.experts} experts, k={args.k}, "
+          f"{args.tokens} tokens -> {n} requests ({events.stream.n_events} MoE events), "
+          f"global pool of {flat.n_objects} objects, capacity {capacity}")
+    with tempfile.TemporaryDirectory() as tmp:
+        reader = open_reader(write_oracle_trace(Path(tmp) / "flat.oracleGeneral", flat.items))
+        print()
+        print(f"{'policy':<12} {'ours req/s':>12} {'libCacheSim req/s':>18} {'ratio':>7} "
+              f"{'misses':>10} {'equal':>6}")
+        for policy in engine.POLICIES:
+            ours_misses, ours_s = our_run(flat, policy, capacity)
+            if policy in LCS_POLICIES:
+                lcs_m, lcs_s = lcs_run(reader, policy, capacity, n)
+                print(f"{policy:<12} {n / ours_s:>12,.0f} {n / lcs_s:>18,.0f} "
+                      f"{lcs_s / ours_s:>6.2f}x {ours_misses:>10} "
+                      f"{'yes' if lcs_m == ours_misses else 'NO':>6}")
+            else:
+                print(f"{policy:<12} {n / ours_s:>12,.0f} {'-':>18} {'-':>7} {ours_misses:>10} "
+                      f"{'-':>6}")
+        pools = events.pools("per-layer")
+        atomic_start = time.perf_counter()
+        for pool in pools:
+            engine.simulate(engine.LRU, pool.ptr, pool.items, pool.step, pool.layer_index,
+                            pool.n_layers, pool.n_objects, args.experts // 4,
+                            np.zeros(pool.n_objects), np.zeros(0, dtype=np.int64))
+        atomic_s = time.perf_counter() - atomic_start
+        print(f"(MoE atomic events, per-layer LRU at {args.experts // 4}: "
+              f"{events.stream.n_requests / atomic_s:,.0f} req/s)")
+
+        caps = np.unique(np.linspace(1, flat.n_objects, args.curve_points).round()
+                         .astype(np.int64)).tolist()
+        start = time.perf_counter()
+        depths = engine.lru_depths(flat.ptr, flat.items, flat.n_objects)
+        hist = np.bincount(depths, minlength=flat.n_objects + 1)
+        hist[0] = 0
+        cum = np.cumsum(hist)
+        ours_curve = [int(n - cum[c]) for c in caps]
+        ours_s = time.perf_counter() - start
+        start = time.perf_counter()
+        lcs_curve = []
+        for c in caps:
+            cache = make_cache("lru", c)
+            ratio, _ = cache.process_trace(reader)
+            lcs_curve.append(int(round(ratio * n)))
+        lcs_s = time.perf_counter() - start
+    print()
+    print(f"LRU curve, {len(caps)} capacities: ours one pass {ours_s:.2f} s, libCacheSim "
+          f"{len(caps)} runs {lcs_s:.2f} s, ratio {lcs_s / ours_s:.1f}x, miss counts equal: "
+          f"{'yes' if ours_curve == lcs_curve else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
