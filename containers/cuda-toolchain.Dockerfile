@@ -5,5 +5,8 @@
 ARG BUILD_BASE
 FROM ${BUILD_BASE}
 COPY cuda /usr/local/cuda
+# as in the nvidia/cuda images: the toolkit's libraries are on the loader path, so executables
+# linking libggml-cuda find libcudart and libcublas behind it
+RUN echo /usr/local/cuda/lib > /etc/ld.so.conf.d/cuda.conf && ldconfig
 ENV PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     CUDAToolkit_ROOT=/usr/local/cuda
