@@ -40,7 +40,9 @@ for lib in "$context"/cuda/lib/libcublas*.so.*; do
 done
 ls "$context"/cuda/include/cublas_v2.h >/dev/null
 
-DOCKER_BUILDKIT=1 docker build -q -t "$image" --build-arg "BUILD_BASE=$build_base" \
+# classic builder for this one COPY: every docker client has it (newer ones lack BuildKit
+# without buildx)
+DOCKER_BUILDKIT=0 docker build -q -t "$image" --build-arg "BUILD_BASE=$build_base" \
     -f containers/cuda-toolchain.Dockerfile "$context"
 rm -rf "$context"
 exec $python -m appliance image check-compile --target "$target" --build-base "$image" \
