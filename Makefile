@@ -71,3 +71,18 @@ prefetch-experiment: venv
 	bin=$$($(APPLIANCE) engine build --local --source b10229 --json | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["bin_dir"])') && \
 	model=$$(PYTHONPATH=. $(PY) -c 'from tests.models import tiny_model; print(tiny_model("qwen3moe", size="400MiB"))') && \
 	patches/llama.cpp/measure-prefetch.sh $$bin $$model $(PREFETCH_LIMIT_MIB) $(PREFETCH_REPEATS) .cache/prefetch-experiment
+
+# Engine images (issue 4). ENGINE_SOURCE: canonical, a stand-in (b10229, b10068) or a directory.
+ENGINE_SOURCE ?= canonical
+JOBS ?= 2
+.PHONY: image-base image-cpu image-sm89 image-sm120 check-cuda-sm89 check-cuda-sm120
+
+image-base: venv
+	$(APPLIANCE) image base
+
+image-cpu image-sm89 image-sm120: image-%: venv
+	$(APPLIANCE) image build --target $* --source $(ENGINE_SOURCE) --jobs $(JOBS)
+
+check-cuda-sm89 check-cuda-sm120: check-cuda-%: venv
+	PYTHON=$(PY) SOURCE=$(if $(filter canonical,$(ENGINE_SOURCE)),b10229,$(ENGINE_SOURCE)) \
+		JOBS=$(JOBS) containers/check-cuda.sh $*

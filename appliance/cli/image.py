@@ -1,6 +1,34 @@
-"""CLI: `appliance image`."""
+"""CLI: `appliance image` (build, base, inspect, selftest, push) and `appliance pull`."""
+
+import json
+from dataclasses import asdict
+from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from appliance.cli.options import json_option, lock_option
+from appliance.errors import ApplianceError, IntegrityError
+from appliance.image_base import DEFAULT_EPOCH, make_base, record_in_lock
+from appliance.images import (
+    BUILDERS,
+    DEFAULT_JOBS,
+    InspectReport,
+    build_image,
+    compile_check,
+    drift_message,
+    inspect_image,
+    ninja_progress,
+    selftest,
+)
+from appliance.lock import load_lock, write_lock
+from appliance.registry import pull_image, push_image
+
+source_option = click.option(
+    "--source", "source_spec", default="canonical", show_default=True,
+    help="canonical, a stand-in name from the lock (b10068, b10229), or a local llama.cpp dir.")
 
 
 @click.group("image")
@@ -8,4 +36,172 @@ def image_group() -> None:
     """Build, inspect, publish and pull engine images."""
 
 
-COMMANDS: list[click.Command] = [image_group]
+@image_group.command("build")
+@click.option("--target", "target", required=True, help="cpu, sm89 or sm120 (the lock's targets).")
+@source_option
+@click.option("--experimental", multiple=True, help="Add an experimental patch (repeatable).")
+@click.option("--jobs", default=DEFAULT_JOBS, show_default=True, help="Parallel compile jobs.")
+@click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
+              help="BuildKit via a docker client that has it, or the SDK's classic builder.")
+@lock_option
+@json_option
+def build(target: str, source_spec: str, experimental: tuple[str, ...], jobs: int, builder: str,
+          lock_path: Path | None, as_json: bool) -> None:
+    """Build the engine image for TARGET from a verified, patched source (reused if unchanged)."""
+    lock = load_lock(lock_path)
+    lock.target(target)
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=as_json or not console.is_terminal) as bar:
+        task = bar.add_task(f"building {target}", total=None)
+
+        def on_line(line: str) -> None:
+            step = ninja_progress(line)
+            if step:
+                bar.update(task, completed=step[0], total=step[1], description=f"compiling {target}")
+            elif line.startswith("#") and " DONE " not in line:
+                bar.update(task, description=f"{target}: {line[:60]}")
+
+        result = build_image(lock, target, source_spec, experimental, jobs, builder, on_line)
+    if as_json:
+        click.echo(json.dumps({
+            "tag": result.tag, "image_id": result.image_id, "reused": result.reused,
+            "builder": result.builder, "seconds": round(result.seconds, 1),
+            "log": str(result.log_path) if result.log_path else None, "labels": result.labels,
+        }, indent=2))
+        return
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    source_kind = result.labels.get("io.moe-appliance.source-kind")
+    if source_kind != "canonical":
+        console.print(f"[bold yellow]{str(source_kind).upper()} source "
+                      f"{result.labels.get('io.moe-appliance.source-name')}: not the canonical pin[/]")
+    if result.reused:
+        click.echo(f"{result.tag} is up to date (inputs unchanged): {result.image_id}")
+    else:
+        click.echo(f"built {result.tag} {result.image_id} in {result.seconds:.0f} s "
+                   f"({result.builder}); log {result.log_path}")
+
+
+@image_group.command("base")
+@click.option("--epoch", default=DEFAULT_EPOCH, show_default=True,
+              help="SOURCE_DATE_EPOCH for mmdebstrap and the image config.")
+@click.option("--write-lock/--no-write-lock", "write_lock_flag", default=False, show_default=True,
+              help="Point the lock's cpu target at the new bases (tags and image IDs).")
+@lock_option
+def base(epoch: int, write_lock_flag: bool, lock_path: Path | None) -> None:
+    """Make the registry-free Debian runtime and build bases with mmdebstrap."""
+    lock = load_lock(lock_path)
+    runtime = make_base("runtime", epoch, log=click.echo)
+    build_base = make_base("build", epoch, log=click.echo)
+    if write_lock_flag:
+        write_lock(record_in_lock(lock.raw, runtime, build_base), lock.path)
+        click.echo(f"recorded both bases in {lock.path} (targets.cpu)")
+
+
+
+@image_group.command("check-compile")
+@click.option("--target", "target", required=True)
+@click.option("--build-base", required=True, help="Local toolchain image to compile on.")
+@click.option("--cmake-arg", "cmake_args", multiple=True, help="Extra CMake argument (repeatable).")
+@source_option
+@click.option("--jobs", default=DEFAULT_JOBS, show_default=True)
+@lock_option
+def check_compile(target: str, build_base: str, cmake_args: tuple[str, ...], source_spec: str,
+                  jobs: int, lock_path: Path | None) -> None:
+    """Compile TARGET's build stage on a local toolchain image (no image is kept)."""
+    lock = load_lock(lock_path)
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as bar:
+        task = bar.add_task(f"compiling {target}", total=None)
+
+        def on_line(line: str) -> None:
+            step = ninja_progress(line)
+            if step:
+                bar.update(task, completed=step[0], total=step[1])
+
+        log_path, seconds = compile_check(lock, target, source_spec, build_base, cmake_args,
+                                          jobs, on_line)
+    click.echo(f"{target} build stage compiled on {build_base} in {seconds:.0f} s; log {log_path}")
+
+
+def _print_report(report: InspectReport, console: Console) -> None:
+    console.print(f"[bold]{report.ref}[/] {report.image_id} "
+                  f"({report.size_bytes / 1e6:.1f} MB)")
+    table = Table("label", "value")
+    for key in sorted(report.labels):
+        table.add_row(key, report.labels[key])
+    console.print(table)
+    if report.drifts:
+        drift = Table("drifted label", "in image", "lock says", "meaning", title="DRIFT")
+        for d in report.drifts:
+            drift.add_row(d.label, str(d.in_image), d.expected, d.meaning)
+        console.print(drift)
+    else:
+        console.print("[green]matches the lock[/]")
+
+
+@image_group.command("inspect")
+@click.argument("image")
+@lock_option
+@json_option
+def inspect(image: str, lock_path: Path | None, as_json: bool) -> None:
+    """Check IMAGE's labels against the lock and the patch series; exit 3 on drift."""
+    report = inspect_image(load_lock(lock_path), image)
+    if as_json:
+        click.echo(json.dumps({
+            "ref": report.ref, "image_id": report.image_id, "size_bytes": report.size_bytes,
+            "matches": report.matches, "labels": report.labels,
+            "drift": [asdict(d) for d in report.drifts]}, indent=2))
+    else:
+        _print_report(report, Console())
+    if not report.matches:
+        raise IntegrityError(drift_message(report))
+
+
+@image_group.command("selftest")
+@click.argument("image")
+@json_option
+def selftest_command(image: str, as_json: bool) -> None:
+    """Run the tools' --help and ldd inside IMAGE; check non-root and no compiler."""
+    checks = selftest(image)
+    if as_json:
+        click.echo(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        for check in checks:
+            click.echo(f"{'PASS' if check.ok else 'FAIL'}  {check.name:32} {check.detail}")
+    failed = [c.name for c in checks if not c.ok]
+    if failed:
+        raise ApplianceError(f"selftest of {image} failed: {', '.join(failed)}")
+
+
+@image_group.command("push")
+@click.option("--target", "target", required=True)
+@click.option("--registry", required=True, help="host:port of the registry.")
+@click.option("--image", "image_ref", default=None,
+              help="Local image to push (default: the newest one built from this lock).")
+@lock_option
+def push(target: str, registry: str, image_ref: str | None, lock_path: Path | None) -> None:
+    """Push TARGET's image to a registry and record its manifest digest in the lock."""
+    published = push_image(load_lock(lock_path), target, registry, image_ref)
+    click.echo(f"pushed {published.local_tag} as {published.reference}")
+
+
+@click.command("pull")
+@click.argument("target")
+@lock_option
+@json_option
+def pull(target: str, lock_path: Path | None, as_json: bool) -> None:
+    """Pull TARGET's published image by digest and check it against the lock."""
+    report = pull_image(load_lock(lock_path), target)
+    if as_json:
+        click.echo(json.dumps({"ref": report.ref, "image_id": report.image_id,
+                               "matches": report.matches}, indent=2))
+    else:
+        click.echo(f"pulled {report.image_id} as {report.ref}: matches the lock")
+
+
+COMMANDS: list[click.Command] = [image_group, pull]

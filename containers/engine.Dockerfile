@@ -1,0 +1,56 @@
+# Engine image: the pinned, patched llama.cpp for one target (cpu, sm89, sm120).
+#
+# The build context is the already patched llama.cpp tree, prepared and verified by
+# `appliance image build`; this file never fetches source. Targets differ only by the
+# build arguments below, all taken from engine/llama.cpp.lock.json. No `# syntax=` line:
+# that would make BuildKit pull a frontend image from a registry.
+
+ARG BUILD_BASE
+ARG RUNTIME_BASE
+
+FROM ${BUILD_BASE} AS build
+ARG CMAKE_ARGS=""
+ARG CUDA_ARCHITECTURES=""
+ARG TOOLS="llama-moe-trace llama-completion llama-bench"
+ARG JOBS=2
+ARG SOURCE_DATE_EPOCH
+# Debian build bases made by `appliance image base` carry cmake and ninja already; the
+# nvidia/cuda devel images do not, so only those install them here.
+RUN if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null; then \
+        apt-get update && apt-get install -y --no-install-recommends cmake ninja-build \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+COPY . /src
+RUN set -eu; \
+    cuda_arch=""; \
+    if [ -n "$CUDA_ARCHITECTURES" ]; then cuda_arch="-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES"; fi; \
+    cmake -S /src -B /build -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+        -DCMAKE_SKIP_BUILD_RPATH=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_BUILD_UI=OFF \
+        $CMAKE_ARGS $cuda_arch; \
+    cmake --build /build -j "$JOBS" --target $TOOLS; \
+    mkdir -p /out/bin /out/lib; \
+    for tool in $TOOLS; do install -m 0755 "/build/bin/$tool" /out/bin/; done; \
+    cp -P /build/bin/*.so* /out/lib/; \
+    strip --strip-unneeded /out/bin/* /out/lib/*.so*
+
+FROM ${RUNTIME_BASE} AS runtime
+ARG APP_UID=10001
+# libgomp (OpenMP) is in the Debian runtime base; the nvidia/cuda runtime images lack it.
+RUN if ! ldconfig -p | grep -q 'libgomp\.so\.1'; then \
+        apt-get update && apt-get install -y --no-install-recommends libgomp1 \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    echo "llama:x:${APP_UID}:${APP_UID}:llama:/var/lib/llama:/usr/sbin/nologin" >> /etc/passwd; \
+    echo "llama:x:${APP_UID}:" >> /etc/group; \
+    mkdir -p /var/lib/llama /models /results; \
+    chown "${APP_UID}:${APP_UID}" /var/lib/llama /results
+COPY --from=build /out/lib/ /usr/local/lib/
+COPY --from=build /out/bin/ /usr/local/bin/
+RUN ldconfig
+USER ${APP_UID}:${APP_UID}
+WORKDIR /var/lib/llama
+ENTRYPOINT []
+CMD ["llama-completion", "--help"]

@@ -1,0 +1,27 @@
+"""The cpu engine image, built once per test run (reused while its inputs are unchanged).
+
+Integration and e2e conftests get it with `from tests.engine_image import engine_image_cpu`
+(a session fixture giving the image tag). It builds from the b10229 stand-in, the source
+these machines can verify; a build that fails fails the tests that need it.
+"""
+
+from functools import cache
+
+import pytest
+
+from appliance.images import BuildResult, build_image
+from appliance.lock import load_lock
+
+STAND_IN = "b10229"
+
+
+@cache
+def cpu_engine_image() -> BuildResult:
+    """Build (or reuse) the cpu engine image from the repository's lock; cached per process."""
+    return build_image(load_lock(), "cpu", STAND_IN)
+
+
+@pytest.fixture(scope="session")
+def engine_image_cpu(docker_client) -> str:  # type: ignore[no-untyped-def]
+    """Tag of the cpu engine image (needs a Docker engine: fails under CI, skips elsewhere)."""
+    return cpu_engine_image().tag
