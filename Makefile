@@ -23,8 +23,23 @@ lint: venv
 	$(VENV)/bin/mypy appliance
 
 demo: venv
-	@echo "make demo: the tiny-model demo is not built yet (runner issue); checking the machine instead"
-	$(APPLIANCE) doctor
+	$(APPLIANCE) demo
+
+# Reproductions: preflight (fails fast without the GPU or MODELS a target needs), engine image,
+# the target's profiles, signed bundles, verification, verdicts against evidence/.
+# GPU targets: make repro-sm120 MODELS=/path/to/ggufs
+KEY_DIR := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/appliance/keys
+.PHONY: repro-cpu repro-sm89 repro-sm120 signing-key
+signing-key: venv
+	@test -f $(KEY_DIR)/appliance-ed25519.key || $(APPLIANCE) keys init
+
+repro-cpu: venv signing-key
+	$(APPLIANCE) repro run cpu
+
+repro-sm89 repro-sm120: repro-%: venv
+	$(APPLIANCE) repro preflight $* $(if $(MODELS),--models $(MODELS),)
+	$(MAKE) signing-key
+	$(APPLIANCE) repro run $* $(if $(MODELS),--models $(MODELS),)
 
 .PHONY: notices
 notices: venv
@@ -37,13 +52,10 @@ reference-plans: venv
 	$(PY) -m appliance.reference_plans
 
 # Attestation and evidence: what git tracks may be published; keys for signing bundles.
-.PHONY: release-check keys
+.PHONY: release-check
 release-check: venv
 	$(APPLIANCE) release-check
 	$(APPLIANCE) evidence list
-
-keys: venv
-	$(APPLIANCE) keys init
 
 # Route replay speed against libCacheSim on the same requests (one core), and the
 # one-pass LRU curve against 50 libCacheSim runs.
