@@ -39,9 +39,8 @@ STABLE_IDENTITY_FIELDS = ("kind", "name", "package", "version", "sdist_sha256", 
 
 
 def engine_lock_digest(lock: Lock) -> str:
-    """Digest of the lock without `published_images`: publishing an image must not drift it."""
-    raw = {key: value for key, value in lock.raw.items() if key != "published_images"}
-    return sha256_bytes(canonical_json(raw))
+    """The lock's digest (it leaves out `published_images`, so publishing does not drift it)."""
+    return lock.digest
 
 
 def stable_identity(identity: dict[str, Any]) -> dict[str, Any]:

@@ -98,8 +98,9 @@ class Lock:
 
 
 def lock_digest(raw: dict[str, Any]) -> str:
-    """sha256 of the lock's canonical JSON form (sorted keys, no whitespace)."""
-    return sha256_bytes(canonical_json(raw))
+    """sha256 of the lock's canonical JSON form (sorted keys, no whitespace), leaving out
+    `published_images`: publishing an image built from this lock must not change its identity."""
+    return sha256_bytes(canonical_json({k: v for k, v in raw.items() if k != "published_images"}))
 
 
 class _Fields:

@@ -22,6 +22,7 @@ import yaml
 from appliance import __version__
 from appliance.digests import canonical_json, sha256_bytes
 from appliance.errors import ApplianceError, ConfigError
+from appliance.lock import lock_digest
 
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
@@ -212,10 +213,8 @@ def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
 
 
 def engine_lock_digest(lock_raw: dict[str, Any]) -> str:
-    """sha256 of the canonical lock without published_images (the image label's lock digest:
-    publishing an image must not change the engine's identity)."""
-    return sha256_bytes(canonical_json({k: v for k, v in lock_raw.items()
-                                        if k != "published_images"}))
+    """The image label's lock digest (see appliance.lock.lock_digest)."""
+    return lock_digest(lock_raw)
 
 
 def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,

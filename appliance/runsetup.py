@@ -15,12 +15,11 @@ import docker.errors
 from appliance.cgroups import block_device_for, cgroup_version
 from appliance.errors import ApplianceError, ConfigError
 from appliance.gpu import Gpu, NvmlUnavailable, detect_gpus
+from appliance.image_labels import IMAGE_REPOSITORY, candidate_tags
 from appliance.lock import Lock
 from appliance.modelcheck import CheckedModel, check_model, locate_model
 from appliance.profile import Profile, format_size
 from appliance.runplan import ContainerSettings, Trial, trial_plan
-
-IMAGE_REPOSITORY = "moe-expert-cache"
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,7 @@ def choose_target(profile: Profile, visible: list[Gpu], lock: Lock, dry_run: boo
 
 def image_candidates(target: str, lock: Lock) -> list[str]:
     """Engine image tags for a target: canonical source first, then each stand-in."""
-    base = f"{IMAGE_REPOSITORY}:{target}-{lock.digest[:12]}"
-    return [base] + [f"{base}-{name}" for name in sorted(lock.stand_ins, reverse=True)]
+    return candidate_tags(lock, target)
 
 
 def find_image(client: docker.DockerClient, candidates: list[str]) -> str:

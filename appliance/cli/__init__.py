@@ -12,6 +12,7 @@ import click
 from appliance import __version__
 from appliance.cli import (
     bundle,
+    demo,
     doctor,
     engine,
     evidence,
@@ -44,7 +45,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 for module in (engine, patches, image, model, plan, run, trace, bundle, evidence, doctor, keys,
-               release_check, repro):
+               release_check, repro, demo):
     for command in module.COMMANDS:
         cli.add_command(command)
 

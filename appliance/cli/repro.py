@@ -1,11 +1,14 @@
 """CLI: `appliance repro`."""
 
+import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
 
 from appliance.cli.options import lock_option
 from appliance.lock import load_lock
+from appliance.pipeline import reproduce
 from appliance.provenance import gpu_facts
 from appliance.repro import preflight
 
@@ -24,6 +27,34 @@ def repro_preflight(target: str, models_dir: Path | None, lock_path: Path | None
     """Check, before building anything, that this machine can run TARGET's reproduction."""
     profiles = preflight(load_lock(lock_path), target, gpu_facts(), models_dir)
     click.echo(f"repro-{target}: this machine can run {', '.join(profiles)}")
+
+
+@repro_group.command("run")
+@click.argument("target")
+@click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=None, help="Directory with the GGUF files (GPU targets); the cpu target "
+              "synthesizes its tiny model into the cache.")
+@click.option("--source", default="auto", show_default=True,
+              help="auto (canonical when reachable, else the b10229 stand-in), canonical, "
+              "a stand-in name or a llama.cpp directory.")
+@click.option("--out", "out_root", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory for the run bundles, one per profile (default: runs/).")
+@click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Signing key (default: the key from `appliance keys init`).")
+@click.option("--repeats", type=int, default=None, help="Override the profiles' repeats.")
+@lock_option
+def repro_run(target: str, models_dir: Path | None, source: str, out_root: Path | None,
+              key: Path | None, repeats: int | None, lock_path: Path | None) -> None:
+    """Reproduce TARGET's findings: preflight, engine image, every reproduction profile,
+    signed bundles, verification and the verdict against evidence/. Exits 1 unless every
+    finding is reproduced."""
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    reports = reproduce(load_lock(lock_path), target, console, models_dir=models_dir,
+                        source=source, out_root=out_root, key=key, repeats=repeats)
+    verdicts = [c["verdict"] for r in reports for c in r.comparisons]
+    if any(r.bundle_verdict != "verified" for r in reports) or \
+            any(v != "reproduced" for v in verdicts):
+        sys.exit(1)
 
 
 COMMANDS: list[click.Command] = [repro_group]

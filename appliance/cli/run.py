@@ -1,38 +1,22 @@
 """CLI: `appliance run PROFILE --models DIR`: parse, then delegate to runsetup and runner."""
 
-import functools
 import json
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
 
-from appliance.attest import PRIVATE_KEY_FILE, default_key_dir
-from appliance.bundle import finalize_bundle
 from appliance.cli.options import lock_option
 from appliance.dockerhost import docker_client
 from appliance.errors import ApplianceError
 from appliance.lock import load_lock
+from appliance.pipeline import execute_profile
 from appliance.profile import load_profile
-from appliance.run_report import planned_specs, print_header, print_plan, print_summary
-from appliance.runner import Finalizer, RunContext, execute_run
+from appliance.run_report import planned_specs, print_header, print_plan
 from appliance.runplan import LlamaMoeTraceEngine
-from appliance.runsetup import prepare_run, stand_in_of
-
-
-def bundle_finalizer(key: Path | None, unsigned: bool, client: Any) -> Finalizer:
-    """Seal every run directory (complete or not) as a bundle: signed with `key`, else with the
-    default key when one exists (`appliance keys init`), else explicitly unsigned."""
-    if unsigned:
-        signing_key = None
-    elif key is not None:
-        signing_key = key
-    else:
-        signing_key = default_key_dir() if (default_key_dir() / PRIVATE_KEY_FILE).exists() else None
-    return functools.partial(finalize_bundle, key=signing_key, docker_client=client)
+from appliance.runsetup import prepare_run
 
 
 @click.command("run")
@@ -64,14 +48,12 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
     profile = load_profile(profile_name)
     lock = load_lock(lock_path)
-    prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
-                                   dry_run=dry_run, skip_digest=skip_digest_check, image=image,
-                                   gpu_index=gpu_index, client_factory=docker_client,
-                                   show_progress=not as_json)
-    engine = LlamaMoeTraceEngine(prepared.image)
-    run_id = secrets.token_hex(6)
     if dry_run:
-        specs = planned_specs(prepared, engine, run_id)
+        prepared, _ = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
+                                  dry_run=True, skip_digest=skip_digest_check, image=image,
+                                  gpu_index=gpu_index, client_factory=docker_client,
+                                  show_progress=not as_json)
+        specs = planned_specs(prepared, LlamaMoeTraceEngine(prepared.image), secrets.token_hex(6))
         if as_json:
             click.echo(json.dumps({"profile": profile.name, "target": prepared.choice.target,
                                    "model_digest": prepared.model.digest_status,
@@ -82,18 +64,10 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
         print_header(console, prepared)
         print_plan(console, prepared, specs)
         return
-    print_header(console, prepared)
-    stand_in = stand_in_of(prepared.image, lock)
-    if stand_in is not None:
-        console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
-                      f"canonical pin {lock.upstream.release}[/bold yellow]")
-    ctx = RunContext(client, profile, engine, prepared.model, prepared.settings,
-                     prepared.run_dir, run_id, console, trial_timeout_s=trial_timeout)
-    outcome = execute_run(ctx, prepared.trials, lock.raw,
-                          {"target": prepared.choice.target, "stand_in": stand_in,
-                           "image_id": client.images.get(prepared.image).id},
-                          finalize=bundle_finalizer(key, unsigned, client))
-    print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
+    outcome = execute_profile(profile, models_dir, lock, console, image=image, out=out,
+                              repeats=repeats, key=key, unsigned=unsigned,
+                              trial_timeout=trial_timeout, skip_digest=skip_digest_check,
+                              gpu_index=gpu_index)
     if outcome.status != "complete":
         raise ApplianceError(f"run interrupted: {outcome.run_dir} holds the trials recorded "
                              "so far and is marked incomplete", exit_code=130)
