@@ -6,11 +6,13 @@ and 1, docs/publication-scope.md) is run line by line with bash in the repositor
 real model and finish quickly; the long commands (`make demo`, `make repro-*`, image builds)
 sit in plain `sh` blocks and are covered by tests/integration and tests/e2e. Every `appliance`
 command and `make` target named in any `sh` block of the user documents must exist, with the
-options it is given.
+options it is given; the headline findings' numbers quoted in the overviews must be those of
+evidence/.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -194,6 +196,34 @@ def makefile_targets() -> set[str]:
     for rule in MAKE_RULE.findall((REPO / "Makefile").read_text()):
         targets.update(name for name in rule.split() if not name.startswith("."))
     return targets
+
+
+HEADLINE_FINDINGS = ("qwen35-35b-a3b-8g-demand-mmap", "qwen3-30b-a3b-16-oversubscription-gate",
+                     "gpu-hot-cpu-miss-expert-cache-rejected")
+
+
+def quoted(value: float, unit: str) -> str:
+    """A metric value as the documents write it: the JSON number, or a fraction in percent."""
+    return f"{round(value * 100, 6):g}%" if unit == "fraction" else str(value)
+
+
+def quotes(text: str, number: str) -> bool:
+    return re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", text) is not None
+
+
+@pytest.mark.parametrize("doc", ["docs/zh-CN.md", "docs/limitations.md",
+                                 *(d for d in PENDING_DOCS if (REPO / d).is_file()),
+                                 *(["README.md"] if not (REPO / PENDING_DOCS[0]).is_file() else [])])
+def test_headline_numbers_match_evidence(doc: str) -> None:
+    text = (REPO / doc).read_text(encoding="utf-8")
+    missing = []
+    for finding_id in HEADLINE_FINDINGS:
+        finding = json.loads((REPO / "evidence" / f"{finding_id}.json").read_text())
+        for metric in finding["metrics"]:
+            missing += [f"{finding_id} {metric['name']} {variant}: {quoted(v, metric['unit'])}"
+                        for variant, v in metric["values"].items()
+                        if not quotes(text, quoted(v, metric["unit"]))]
+    assert not missing, f"{doc} does not quote evidence/ as it stands: {missing}"
 
 
 def line_problems(line: str, targets: set[str]) -> list[str]:
