@@ -126,11 +126,14 @@ def appliance_on_path(bin_dir: Path) -> str:
     return f"{bin_dir}{os.pathsep}{interpreter_bin}{os.pathsep}{path}"
 
 
-def git_status() -> str | None:
+def checkout_state() -> tuple[str | None, list[str]]:
+    """What a block must not change: git's view of the checkout, and runs/ (which git ignores)."""
+    runs = sorted(p.name for p in (REPO / "runs").iterdir()) if (REPO / "runs").is_dir() else []
     if not (REPO / ".git").exists():
-        return None
-    return subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout
+        return None, runs
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout
+    return status, runs
 
 
 @pytest.mark.network
@@ -146,14 +149,15 @@ def test_runnable_block(block: Block, tmp_path: Path, request: pytest.FixtureReq
     env["PATH"] = appliance_on_path(shim_dir)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["WORK"] = str(work)
-    before = git_status()
+    before = checkout_state()
     for command in block.commands:
         result = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True,
                                 text=True, timeout=LINE_TIMEOUT_S)
         assert result.returncode == 0, (
             f"{block.id}: `{command}` exited {result.returncode}\n"
             f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
-    assert git_status() == before, f"{block.id} wrote into the checkout: {git_status()}"
+    after = checkout_state()
+    assert after == before, f"{block.id} wrote into the checkout: {before} -> {after}"
 
 
 def test_reproducing_runs_levels_0_and_1_only() -> None:
