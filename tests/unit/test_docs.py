@@ -27,9 +27,7 @@ import pytest
 from tests.conftest import REPO
 
 RUNNABLE_DOCS = ("README.md", "docs/reproducing.md", "docs/publication-scope.md")
-# Written for the lead to fold into README.md; checked while it exists.
-PENDING_DOCS = ("docs/README-sections.md",)
-SH_DOCS = (*RUNNABLE_DOCS, *PENDING_DOCS, "CONTRIBUTING.md", "docs/limitations.md",
+SH_DOCS = (*RUNNABLE_DOCS, "CONTRIBUTING.md", "docs/limitations.md",
            "docs/zh-CN.md", "SUPPORT.md")
 FENCE = re.compile(r"^```(.*)$")
 LINE_TIMEOUT_S = 600
@@ -101,17 +99,12 @@ def blocks(doc: str) -> list[Block]:
     return found
 
 
-def existing(docs: tuple[str, ...]) -> list[str]:
-    return [d for d in docs if d not in PENDING_DOCS or (REPO / d).is_file()]
-
-
 def runnable_blocks() -> list[Block]:
-    return [b for doc in existing((*RUNNABLE_DOCS, *PENDING_DOCS)) for b in blocks(doc)
-            if b.runnable]
+    return [b for doc in RUNNABLE_DOCS for b in blocks(doc) if b.runnable]
 
 
 def shell_blocks() -> list[Block]:
-    return [b for doc in existing(SH_DOCS) for b in blocks(doc) if b.shell]
+    return [b for doc in SH_DOCS for b in blocks(doc) if b.shell]
 
 
 def appliance_on_path(bin_dir: Path) -> str:
@@ -215,9 +208,7 @@ def quotes(text: str, number: str) -> bool:
     return re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", text) is not None
 
 
-@pytest.mark.parametrize("doc", ["docs/zh-CN.md", "docs/limitations.md",
-                                 *(d for d in PENDING_DOCS if (REPO / d).is_file()),
-                                 *(["README.md"] if not (REPO / PENDING_DOCS[0]).is_file() else [])])
+@pytest.mark.parametrize("doc", ["docs/zh-CN.md", "docs/limitations.md", "README.md"])
 def test_headline_numbers_match_evidence(doc: str) -> None:
     text = (REPO / doc).read_text(encoding="utf-8")
     missing = []
