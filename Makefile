@@ -23,7 +23,7 @@ lint: venv
 	$(VENV)/bin/mypy appliance
 
 demo: venv
-	$(APPLIANCE) demo
+	$(APPLIANCE) demo $(DEMO_ARGS)
 
 # Reproductions: preflight (fails fast without the GPU or MODELS a target needs), engine image,
 # the target's profiles, signed bundles, verification, verdicts against evidence/.
@@ -34,12 +34,12 @@ signing-key: venv
 	@test -f $(KEY_DIR)/appliance-ed25519.key || $(APPLIANCE) keys init
 
 repro-cpu: venv signing-key
-	$(APPLIANCE) repro run cpu
+	$(APPLIANCE) repro run cpu $(REPRO_ARGS)
 
 repro-sm89 repro-sm120: repro-%: venv
 	$(APPLIANCE) repro preflight $* $(if $(MODELS),--models $(MODELS),)
 	$(MAKE) signing-key
-	$(APPLIANCE) repro run $* $(if $(MODELS),--models $(MODELS),)
+	$(APPLIANCE) repro run $* $(if $(MODELS),--models $(MODELS),) $(REPRO_ARGS)
 
 .PHONY: notices
 notices: venv

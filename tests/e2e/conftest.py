@@ -15,6 +15,7 @@ from appliance.errors import ApplianceError
 from appliance.lock import load_lock
 from appliance.source import fetch_source
 from tests.conftest import unavailable
+from tests.engine_image import engine_image_cpu  # noqa: F401 - a fixture, used by name
 
 
 @pytest.fixture(scope="session")
