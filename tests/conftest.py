@@ -1,9 +1,12 @@
 """Shared fixtures: Docker and engine availability with CI's fail-not-skip rule."""
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +34,15 @@ def docker_client():  # type: ignore[no-untyped-def]
     except Exception as exc:  # noqa: BLE001 - any failure means no engine
         unavailable(f"Docker engine not reachable: {exc}")
     return client
+
+
+def lock_with(tmp_path: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
+    """A copy of the repository's lock, changed by `edit`, written under tmp_path."""
+    raw = json.loads((REPO / "engine" / "llama.cpp.lock.json").read_text())
+    edit(raw)
+    path = tmp_path / "lock.json"
+    path.write_text(json.dumps(raw))
+    return path
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, check: bool = False,

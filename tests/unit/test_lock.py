@@ -6,7 +6,7 @@ import pytest
 from appliance.errors import ConfigError
 from appliance.lock import load_lock, lock_digest
 from appliance.paths import default_lock_path
-from tests.conftest import run_cli
+from tests.conftest import lock_with, run_cli
 
 
 def test_repository_lock_loads_with_the_canonical_pin() -> None:
@@ -29,14 +29,6 @@ def test_digest_ignores_formatting_but_not_content(tmp_path: Path) -> None:
     assert lock_digest(raw) != load_lock().digest
 
 
-def _broken_lock(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
-    raw = json.loads(default_lock_path().read_text())
-    edit(raw)
-    path = tmp_path / "lock.json"
-    path.write_text(json.dumps(raw))
-    return path
-
-
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
@@ -48,7 +40,7 @@ def _broken_lock(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
     ],
 )
 def test_malformed_lock_names_file_and_field(tmp_path: Path, edit, field: str) -> None:  # type: ignore[no-untyped-def]
-    path = _broken_lock(tmp_path, edit)
+    path = lock_with(tmp_path, edit)
     with pytest.raises(ConfigError) as info:
         load_lock(path)
     assert field in str(info.value)

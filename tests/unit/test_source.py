@@ -13,7 +13,7 @@ from appliance.errors import ApplianceError, IntegrityError
 from appliance.lock import load_lock, parse_lock
 from appliance.paths import default_lock_path
 from appliance.source import fetch_source
-from tests.conftest import run_cli
+from tests.conftest import lock_with, run_cli
 
 
 @pytest.fixture
@@ -21,14 +21,6 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "cache"
     monkeypatch.setenv("APPLIANCE_CACHE", str(cache))
     return cache
-
-
-def lock_with(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
-    raw = json.loads(default_lock_path().read_text())
-    edit(raw)
-    path = tmp_path / "lock.json"
-    path.write_text(json.dumps(raw))
-    return path
 
 
 @pytest.mark.network
