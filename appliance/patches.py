@@ -23,6 +23,7 @@ from typing import Any
 from appliance.digests import canonical_json, sha256_bytes, sha256_file, tree_digest
 from appliance.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.lock import Lock, PatchEntry
+from appliance.paths import repo_root
 from appliance.source import SourceTree, ignore_vcs
 
 SERIES_RECORD = ".appliance-series.json"
@@ -68,8 +69,10 @@ class PatchedTree:
 
 
 def patches_dir(lock: Lock) -> Path:
-    """`patches/llama.cpp/` of the checkout the lock belongs to (`<root>/engine/<lock>`)."""
-    return lock.path.resolve().parent.parent / "patches" / "llama.cpp"
+    """`patches/llama.cpp/` of the checkout the lock belongs to (`<root>/engine/<lock>`); for a
+    lock kept elsewhere (a copy edited for an experiment), the project checkout's."""
+    beside = lock.path.resolve().parent.parent / "patches" / "llama.cpp"
+    return beside if beside.is_dir() else repo_root() / "patches" / "llama.cpp"
 
 
 def touched_files(patch_text: str) -> list[str]:

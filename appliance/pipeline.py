@@ -27,7 +27,6 @@ from appliance.images import build_image
 from appliance.lock import Lock
 from appliance.models.shapes import SynthSpec
 from appliance.models.synth import synthesize
-from appliance.paging_check import predicted_cold_read
 from appliance.paths import cache_dir
 from appliance.profile import Profile, load_profile
 from appliance.provenance import gpu_facts
@@ -127,6 +126,8 @@ def ensure_synth_model(profile: Profile, models_dir: Path, console: Console) -> 
 def paging_rows(run_dir: Path, model_path: Path, memory_limit: int,
                 n_predict: int) -> list[dict[str, Any]]:
     """Per trial with a trace and a block-read count: bytes read against the LRU prediction."""
+    from appliance.paging_check import predicted_cold_read  # numba loads only for this analysis
+
     rows = []
     for trial in load_trials(run_dir):
         trace = run_dir / "trials" / trial["dir"] / "trace.moetrace"

@@ -96,7 +96,7 @@ def test_a_gpu_profile_without_a_gpu_points_to_doctor(fake_qwen: Path,
 
 def test_docker_down_is_one_line(tmp_path: Path) -> None:
     raw = yaml.safe_load((PROFILES_DIR / "tiny-oversub.yaml").read_text())
-    raw["model"]["file"] = "tiny.gguf"
+    raw["model"].update(file="tiny.gguf", bytes=4096, sha256=None)
     profile = tmp_path / "tiny.yaml"
     profile.write_text(yaml.safe_dump(raw))
     models = tmp_path / "models"
