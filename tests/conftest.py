@@ -36,6 +36,17 @@ def docker_client():  # type: ignore[no-untyped-def]
     return client
 
 
+@pytest.fixture(scope="session")
+def runtime_base_image(docker_client) -> str:  # type: ignore[no-untyped-def]
+    """The project's registry-free Debian runtime base (sh, coreutils), made if missing."""
+    from appliance.image_base import ensure_base
+    from appliance.lock import load_lock
+
+    ref = load_lock().target("cpu").runtime_base
+    ensure_base(ref, log=lambda _: None)
+    return ref
+
+
 def lock_with(tmp_path: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
     """A copy of the repository's lock, changed by `edit`, written under tmp_path."""
     raw = json.loads((REPO / "engine" / "llama.cpp.lock.json").read_text())

@@ -24,11 +24,10 @@ from appliance.profile import load_profile
 from appliance.runner import LABEL, RunContext, RunOutcome, execute_run
 from appliance.runplan import CommandEngine
 from appliance.runsetup import prepare_run
-from tests.conftest import REPO, unavailable
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.docker
 
-IMAGE = "moe-appliance/debian-base:bookworm-dev"
 LIMIT = 64 << 20
 MODEL_BYTES = 96 << 20  # 1.5x the limit: page cache must be reclaimed inside the cgroup
 ENGINE_LIKE = ("cat /models/m.bin > /dev/null; printf '%s' > /results/output.txt; "
@@ -51,14 +50,8 @@ def _digest_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def image(docker_client: Any) -> str:
-    import docker.errors
-
-    try:
-        docker_client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        unavailable(f"image {IMAGE} not present (mmdebstrap | docker import makes it)")
-    return IMAGE
+def image(runtime_base_image: str) -> str:
+    return runtime_base_image
 
 
 def _profile(tmp_path: Path, variants: list[str], repeats: int) -> Path:
