@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from appliance.errors import ConfigError
+from appliance import byte_sizes
+from appliance.errors import ApplianceError, ConfigError
 from appliance.paths import PACKAGE_DIR
 
 SCHEMA_VERSION = 1
@@ -24,9 +25,6 @@ DOCKER_MIN_MEMORY = 6 * 1024 * 1024
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$")
-UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-         "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 
 @dataclass(frozen=True)
@@ -110,10 +108,12 @@ def parse_size(value: Any) -> int:
         if value < 0:
             raise ValueError(f"{value} is negative")
         return value
-    if not isinstance(value, str) or not (match := SIZE_RE.match(value)):
+    if not isinstance(value, str):
         raise ValueError(f"{value!r} is not a size like 8GiB, 512MiB or a byte count")
-    number, unit = match.groups()
-    return int(float(number) * UNITS[unit])
+    try:
+        return byte_sizes.parse_size(value)
+    except ApplianceError:
+        raise ValueError(f"{value!r} is not a size like 8GiB, 512MiB or a byte count") from None
 
 
 def format_size(count: int) -> str:
