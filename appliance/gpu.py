@@ -13,6 +13,7 @@ class Gpu:
     driver: str
     memory_bytes: int
     free_bytes: int
+    cuda_driver: str = ""  # highest CUDA version the driver supports, e.g. "12.8"
 
 
 class NvmlUnavailable(Exception):
@@ -32,6 +33,7 @@ def detect_gpus() -> list[Gpu]:
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
         driver = driver.decode() if isinstance(driver, bytes) else driver
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion_v2())
         gpus = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -45,6 +47,7 @@ def detect_gpus() -> list[Gpu]:
                 driver=str(driver),
                 memory_bytes=int(memory.total),
                 free_bytes=int(memory.free),
+                cuda_driver=f"{cuda // 1000}.{(cuda % 1000) // 10}",
             ))
         return gpus
     finally:

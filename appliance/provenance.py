@@ -22,6 +22,7 @@ import yaml
 from appliance import __version__
 from appliance.digests import canonical_json, sha256_bytes
 from appliance.errors import ApplianceError, ConfigError
+from appliance.gpu import NvmlUnavailable, detect_gpus
 from appliance.lock import lock_digest
 
 PROVENANCE_FILE = "provenance.json"
@@ -84,31 +85,12 @@ def cpu_model() -> str:
 def gpu_facts() -> list[dict[str, Any]]:
     """Name, compute capability, memory, driver and CUDA versions per GPU via NVML; [] without."""
     try:
-        import pynvml
-    except ImportError:
+        gpus = detect_gpus()
+    except NvmlUnavailable:
         return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return []
-    try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            gpus.append({
-                "index": index,
-                "name": pynvml.nvmlDeviceGetName(handle),
-                "compute_capability": f"{major}.{minor}",
-                "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                "driver_version": driver,
-                "cuda_driver_version": f"{cuda // 1000}.{(cuda % 1000) // 10}",
-            })
-        return gpus
-    finally:
-        pynvml.nvmlShutdown()
+    return [{"index": g.index, "name": g.name, "compute_capability": g.compute_capability,
+             "memory_bytes": g.memory_bytes, "driver_version": g.driver,
+             "cuda_driver_version": g.cuda_driver} for g in gpus]
 
 
 def host_facts(docker_client: Any = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.gpu import driver_satisfies
 from appliance.lock import Lock, Target
 
 REPRO_PROFILES: dict[str, tuple[str, ...]] = {
@@ -17,10 +18,6 @@ REPRO_PROFILES: dict[str, tuple[str, ...]] = {
     "sm120": ("qwen35-8g", "qwen3-30b-16"),
 }
 REPRO_TARGETS_BY_CC = {"8.9": "sm89", "12.0": "sm120"}
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
 def gpu_problem(target: Target, gpus: list[dict[str, Any]]) -> str | None:
@@ -42,7 +39,7 @@ def gpu_problem(target: Target, gpus: list[dict[str, Any]]) -> str | None:
         hint = f"; this machine fits repro-{fits[0]}" if fits else ""
         return f"target {target.name} needs compute capability {wanted}, found {found}{hint}"
     driver = str(matching[0].get("driver_version") or "")
-    if _version(driver) < _version(cuda.min_driver):
+    if not driver_satisfies(driver, cuda.min_driver):
         return (f"target {target.name} needs NVIDIA driver {cuda.min_driver} or newer for "
                 f"CUDA {cuda.version}, found {driver or 'unknown'}: update the driver")
     return None
