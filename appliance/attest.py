@@ -40,6 +40,12 @@ def default_key_dir() -> Path:
     return base / "appliance" / "keys"
 
 
+def existing_default_key() -> Path | None:
+    """The default key directory when `appliance keys init` has made a key there, else None."""
+    directory = default_key_dir()
+    return directory if (directory / PRIVATE_KEY_FILE).exists() else None
+
+
 def _inside_git_checkout(path: Path) -> bool:
     probe = path
     while not probe.exists():

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance import atomic
-from appliance.attest import PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, default_key_dir
+from appliance.attest import PUBLIC_KEY_FILE, existing_default_key
 from appliance.bench import load_trials, trial_metrics
 from appliance.bundle import finalize_bundle, verdict, verify_bundle
 from appliance.byte_sizes import parse_size
@@ -46,7 +46,7 @@ def signing_key(key: Path | None, unsigned: bool) -> Path | None:
         return None
     if key is not None:
         return key
-    return default_key_dir() if (default_key_dir() / PRIVATE_KEY_FILE).exists() else None
+    return existing_default_key()
 
 
 def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Console, *,

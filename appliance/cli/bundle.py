@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from appliance.attest import PRIVATE_KEY_FILE, default_key_dir
+from appliance.attest import default_key_dir, existing_default_key
 from appliance.bundle import (
     MANIFEST_FILE,
     Check,
@@ -39,10 +39,10 @@ def bundle_sign(directory: Path, key: Path | None, unsigned: bool, force: bool) 
     if unsigned and key is not None:
         raise ConfigError("--key and --unsigned contradict each other: choose one")
     if not unsigned and key is None:
-        key = default_key_dir()
-        if not (key / PRIVATE_KEY_FILE).exists():
-            raise ApplianceError(f"no signing key in {key}: run `appliance keys init`, pass "
-                                 "--key, or --unsigned to seal without a signature")
+        key = existing_default_key()
+        if key is None:
+            raise ApplianceError(f"no signing key in {default_key_dir()}: run `appliance keys "
+                                 "init`, pass --key, or --unsigned to seal without a signature")
     changed = sealed_digests_match(directory)
     if changed and not force:
         raise IntegrityError(f"{len(changed)} files differ from the existing {MANIFEST_FILE} "
