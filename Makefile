@@ -43,13 +43,13 @@ repro-sm89 repro-sm120: repro-%: venv
 
 .PHONY: notices
 notices: venv
-	$(PY) -m appliance.notices --write
+	$(PY) -m appliance.release.notices --write
 
 .PHONY: reference-plans
 # Rebuild the header-only GGUFs of evidence/plans/*.input.json (under build/skeletons) and
 # rewrite the unverified reference plans next to them.
 reference-plans: venv
-	$(PY) -m appliance.reference_plans
+	$(PY) -m appliance.planner.reference_plans
 
 # Attestation and evidence: what git tracks may be published; keys for signing bundles.
 .PHONY: release-check

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.trace import engine
+from appliance.trace import kernels
 from appliance.trace.events import EventStream, single_item_stream, trace_events
 from appliance.trace.synth import SynthSpec, synth_trace
 from bench.lcs_oracle import LCS_POLICIES, lcs_misses, make_cache, open_reader, write_oracle_trace
@@ -28,13 +28,13 @@ from bench.lcs_oracle import LCS_POLICIES, lcs_misses, make_cache, open_reader, 
 
 def our_run(stream: EventStream, policy: str, capacity: int) -> tuple[int, float]:
     """(misses, seconds) for one replay, next-use preparation included."""
-    code = engine.CODES[policy]
+    code = kernels.CODES[policy]
     start = time.perf_counter()
     counts = (np.bincount(stream.items, minlength=stream.n_objects).astype(np.float64)
-              if code == engine.STATIC_HOT else np.zeros(stream.n_objects))
-    next_use = (engine.next_use_events(stream.ptr, stream.items, stream.n_objects)
-                if code == engine.BELADY else np.zeros(0, dtype=np.int64))
-    flags = engine.simulate(code, stream.ptr, stream.items, stream.step, stream.layer_index,
+              if code == kernels.STATIC_HOT else np.zeros(stream.n_objects))
+    next_use = (kernels.next_use_events(stream.ptr, stream.items, stream.n_objects)
+                if code == kernels.BELADY else np.zeros(0, dtype=np.int64))
+    flags = kernels.simulate(code, stream.ptr, stream.items, stream.step, stream.layer_index,
                             stream.n_layers, stream.n_objects, capacity, counts, next_use)
     seconds = time.perf_counter() - start
     return int(len(flags) - flags.sum()), seconds
@@ -48,9 +48,9 @@ def lcs_run(reader, policy: str, capacity: int, n: int) -> tuple[int, float]:  #
 
 def warm_up() -> None:
     small = trace_events(synth_trace(SynthSpec(n_decode=8))).stream
-    for policy in engine.POLICIES:
+    for policy in kernels.POLICIES:
         our_run(single_item_stream(small), policy, 8)
-    engine.lru_depths(small.ptr, small.items, small.n_objects)
+    kernels.lru_depths(small.ptr, small.items, small.n_objects)
 
 
 def main() -> None:
@@ -83,7 +83,7 @@ def main() -> None:
         print()
         print(f"{'policy':<12} {'ours req/s':>12} {'libCacheSim req/s':>18} {'ratio':>7} "
               f"{'misses':>10} {'equal':>6}")
-        for policy in engine.POLICIES:
+        for policy in kernels.POLICIES:
             ours_misses, ours_s = our_run(flat, policy, capacity)
             if policy in LCS_POLICIES:
                 lcs_m, lcs_s = lcs_run(reader, policy, capacity, n)
@@ -96,7 +96,7 @@ def main() -> None:
         pools = events.pools("per-layer")
         atomic_start = time.perf_counter()
         for pool in pools:
-            engine.simulate(engine.LRU, pool.ptr, pool.items, pool.step, pool.layer_index,
+            kernels.simulate(kernels.LRU, pool.ptr, pool.items, pool.step, pool.layer_index,
                             pool.n_layers, pool.n_objects, args.experts // 4,
                             np.zeros(pool.n_objects), np.zeros(0, dtype=np.int64))
         atomic_s = time.perf_counter() - atomic_start
@@ -106,7 +106,7 @@ def main() -> None:
         caps = np.unique(np.linspace(1, flat.n_objects, args.curve_points).round()
                          .astype(np.int64)).tolist()
         start = time.perf_counter()
-        depths = engine.lru_depths(flat.ptr, flat.items, flat.n_objects)
+        depths = kernels.lru_depths(flat.ptr, flat.items, flat.n_objects)
         hist = np.bincount(depths, minlength=flat.n_objects + 1)
         hist[0] = 0
         cum = np.cumsum(hist)

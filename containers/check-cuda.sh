@@ -18,7 +18,7 @@ if [ ! -x "$toolkit/bin/nvcc" ]; then
     exit 1
 fi
 major=$("$toolkit/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
-build_base=$($python -c 'from appliance.lock import load_lock; print(load_lock().target("cpu").build_base)')
+build_base=$($python -c 'from appliance.engine.lock import load_lock; print(load_lock().target("cpu").build_base)')
 
 mkdir -p "$cache"
 if [ ! -d "$cache/cublas-$major" ]; then

@@ -39,8 +39,8 @@ def docker_client():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def runtime_base_image(docker_client) -> str:  # type: ignore[no-untyped-def]
     """The project's registry-free Debian runtime base (sh, coreutils), made if missing."""
-    from appliance.image_base import ensure_base
-    from appliance.lock import load_lock
+    from appliance.engine.lock import load_lock
+    from appliance.images.base import ensure_base
 
     ref = load_lock().target("cpu").runtime_base
     ensure_base(ref, log=lambda _: None)

@@ -9,8 +9,8 @@ from functools import cache
 
 import pytest
 
-from appliance.images import BuildResult, build_image
-from appliance.lock import load_lock
+from appliance.engine.lock import load_lock
+from appliance.images.build import BuildResult, build_image
 
 STAND_IN = "b10229"
 

@@ -1,7 +1,7 @@
 """Tiny synthetic MoE models for tests, made once and cached.
 
 `tiny_model("qwen3moe", size="400MiB", skew=1.0)` returns the path of a GGUF synthesized
-with those parameters. Files live under APPLIANCE_CACHE (appliance.paths.cache_dir()) in
+with those parameters. Files live under APPLIANCE_CACHE (appliance.core.paths.cache_dir()) in
 `models/`, keyed by the parameters and by a digest of the synthesizer's source, so a test
 session makes each model once and a changed synthesizer never serves stale files.
 """
@@ -12,10 +12,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from appliance.byte_sizes import parse_size
+from appliance.core.paths import PACKAGE_DIR, cache_dir
+from appliance.core.units import parse_size
 from appliance.models.shapes import SynthSpec
 from appliance.models.synth import synthesize
-from appliance.paths import PACKAGE_DIR, cache_dir
 
 SYNTH_SOURCES = sorted((PACKAGE_DIR / "models").glob("*.py"))
 

@@ -26,7 +26,7 @@ from appliance.cli import (
     run,
     trace,
 )
-from appliance.errors import ApplianceError
+from appliance.core.errors import ApplianceError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -5,8 +5,7 @@ from pathlib import Path
 
 import click
 
-from appliance.attest import default_key_dir, existing_default_key
-from appliance.bundle import (
+from appliance.attest.bundle import (
     MANIFEST_FILE,
     Check,
     checks_as_json,
@@ -15,8 +14,9 @@ from appliance.bundle import (
     verdict,
     verify_bundle,
 )
+from appliance.attest.dsse import default_key_dir, existing_default_key
 from appliance.cli.options import json_option
-from appliance.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 
 bundle_dir = click.argument("directory", type=click.Path(path_type=Path, file_okay=False,
                                                          exists=True))

@@ -7,8 +7,8 @@ import click
 from rich.console import Console
 
 from appliance.cli.options import lock_option
-from appliance.lock import load_lock
-from appliance.pipeline import demo
+from appliance.engine.lock import load_lock
+from appliance.workflows.pipeline import demo
 
 
 @click.command("demo")

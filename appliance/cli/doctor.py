@@ -8,8 +8,8 @@ import click
 from rich.console import Console
 
 from appliance.cli.options import json_option, lock_option
-from appliance.doctor import FAIL, PASS, diagnose
-from appliance.lock import load_lock
+from appliance.engine.lock import load_lock
+from appliance.host.doctor import FAIL, PASS, diagnose
 
 STYLE = {PASS: "green", "warn": "yellow", FAIL: "red"}
 

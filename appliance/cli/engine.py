@@ -10,8 +10,8 @@ from rich.table import Table
 
 from appliance.cli.engine_build import build as build_command
 from appliance.cli.options import json_option, lock_option
-from appliance.lock import load_lock
-from appliance.source import fetch_source
+from appliance.engine.lock import load_lock
+from appliance.engine.source import fetch_source
 
 
 @click.group("engine")

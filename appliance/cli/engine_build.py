@@ -6,10 +6,10 @@ from pathlib import Path
 import click
 
 from appliance.cli.options import json_option, lock_option
-from appliance.engine_build import build_source
-from appliance.errors import ApplianceError
-from appliance.lock import load_lock
-from appliance.source import fetch_source
+from appliance.core.errors import ApplianceError
+from appliance.engine.local_build import build_source
+from appliance.engine.lock import load_lock
+from appliance.engine.source import fetch_source
 
 
 @click.command("build")

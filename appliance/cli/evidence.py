@@ -6,8 +6,8 @@ from pathlib import Path
 import click
 
 from appliance.cli.options import json_option
-from appliance.errors import ApplianceError
-from appliance.evidence import (
+from appliance.core.errors import ApplianceError
+from appliance.evidence.findings import (
     REPRODUCED,
     Comparison,
     claimed_evidence,

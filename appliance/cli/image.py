@@ -10,9 +10,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from appliance.cli.options import json_option, lock_option
-from appliance.errors import ApplianceError, IntegrityError
-from appliance.image_base import DEFAULT_EPOCH, make_base, record_in_lock
-from appliance.images import (
+from appliance.core.errors import ApplianceError, IntegrityError
+from appliance.engine.lock import load_lock, write_lock
+from appliance.images.base import DEFAULT_EPOCH, make_base, record_in_lock
+from appliance.images.build import (
     BUILDERS,
     DEFAULT_JOBS,
     InspectReport,
@@ -23,8 +24,7 @@ from appliance.images import (
     ninja_progress,
     selftest,
 )
-from appliance.lock import load_lock, write_lock
-from appliance.registry import pull_image, push_image
+from appliance.images.registry import pull_image, push_image
 
 source_option = click.option(
     "--source", "source_spec", default="canonical", show_default=True,
@@ -73,10 +73,10 @@ def build(target: str, source_spec: str, experimental: tuple[str, ...], jobs: in
         return
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
-    source_kind = result.labels.get("io.moe-appliance.source-kind")
+    source_kind = result.labels.get("io.moe-appliance.engine.source-kind")
     if source_kind != "canonical":
         console.print(f"[bold yellow]{str(source_kind).upper()} source "
-                      f"{result.labels.get('io.moe-appliance.source-name')}: not the canonical pin[/]")
+                      f"{result.labels.get('io.moe-appliance.engine.source-name')}: not the canonical pin[/]")
     if result.reused:
         click.echo(f"{result.tag} is up to date (inputs unchanged): {result.image_id}")
     else:

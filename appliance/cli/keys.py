@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from appliance.attest import default_key_dir, init_keys
+from appliance.attest.dsse import default_key_dir, init_keys
 
 
 @click.group("keys")

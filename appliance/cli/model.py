@@ -5,8 +5,8 @@ from pathlib import Path
 
 import click
 
-from appliance.byte_sizes import format_size, parse_size
 from appliance.cli.options import json_option
+from appliance.core.units import format_size, parse_size
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, SynthSpec
 from appliance.models.skeleton import write_skeleton
 from appliance.models.synth import synthesize

@@ -8,13 +8,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from appliance.bracket import BracketReport, PatchCheck, bracket_check
 from appliance.cli.options import json_option, lock_option
-from appliance.errors import ApplianceError
-from appliance.lock import PATCH_STATUSES, load_lock
-from appliance.patch_dev import export_patches, make_dev_tree, move_patch, repin
-from appliance.patches import apply_series, patches_dir, selected_patches, verified_patch
-from appliance.source import fetch_source
+from appliance.core.errors import ApplianceError
+from appliance.engine.bracket import BracketReport, PatchCheck, bracket_check
+from appliance.engine.lock import PATCH_STATUSES, load_lock
+from appliance.engine.patch_dev import export_patches, make_dev_tree, move_patch, repin
+from appliance.engine.patches import apply_series, patches_dir, selected_patches, verified_patch
+from appliance.engine.source import fetch_source
 
 source_option = click.option(
     "--source", "source_spec", default="b10229", show_default=True,

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import click
 
-from appliance.bundle import checks_as_json
+from appliance.attest.bundle import checks_as_json
 from appliance.cli.options import json_option
-from appliance.errors import ApplianceError
-from appliance.paths import repo_root
-from appliance.release_check import DEFAULT_MAX_BYTES, release_check
+from appliance.core.errors import ApplianceError
+from appliance.core.paths import repo_root
+from appliance.release.check import DEFAULT_MAX_BYTES, release_check
 
 MARKS = {"pass": "PASS", "fail": "FAIL", "warn": "WARN"}
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from appliance.attest.provenance import gpu_facts
 from appliance.cli.options import lock_option
-from appliance.lock import load_lock
-from appliance.pipeline import reproduce
-from appliance.provenance import gpu_facts
-from appliance.repro import preflight
+from appliance.engine.lock import load_lock
+from appliance.workflows.pipeline import reproduce
+from appliance.workflows.repro import preflight
 
 
 @click.group("repro")

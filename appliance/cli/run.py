@@ -9,14 +9,14 @@ import click
 from rich.console import Console
 
 from appliance.cli.options import lock_option
-from appliance.dockerhost import docker_client
-from appliance.errors import ApplianceError
-from appliance.lock import load_lock
-from appliance.pipeline import execute_profile
-from appliance.profile import load_profile
-from appliance.run_report import planned_specs, print_header, print_plan
-from appliance.runplan import LlamaMoeTraceEngine
-from appliance.runsetup import prepare_run
+from appliance.core.errors import ApplianceError
+from appliance.engine.lock import load_lock
+from appliance.host.docker import docker_client
+from appliance.runs.plan import LlamaMoeTraceEngine
+from appliance.runs.prepare import prepare_run
+from appliance.runs.profile import load_profile
+from appliance.runs.report import planned_specs, print_header, print_plan
+from appliance.workflows.pipeline import execute_profile
 
 
 @click.command("run")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from appliance.errors import ConfigError
+from appliance.core.errors import ConfigError
 from appliance.trace.names import POLICIES
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from appliance.errors import ApplianceError
+from appliance.core.errors import ApplianceError
 
 ARCHES = ("qwen3moe", "qwen35moe")
 EXPERT_TYPES = {"f16": GGMLQuantizationType.F16, "q8_0": GGMLQuantizationType.Q8_0}

@@ -18,7 +18,7 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from appliance.errors import ConfigError
+from appliance.core.errors import ConfigError
 
 SUPPORTED_ARCHES = ("qwen35moe",)
 REQUIRED = ("hidden_size", "num_hidden_layers", "num_experts", "num_experts_per_tok",

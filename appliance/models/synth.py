@@ -13,7 +13,7 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import LlamaFileType
 
-from appliance.errors import ApplianceError
+from appliance.core.errors import ApplianceError
 from appliance.models import weights
 from appliance.models.shapes import Layout, SynthSpec, solve_layout
 from appliance.models.vocab import Vocab, byte_vocab

@@ -1,6 +1,6 @@
 """Hit rate against capacity for every policy in one command, with PNG plots and JSON.
 
-LRU curves come from one pass of Mattson stack distances (`engine.lru_depths`); the other
+LRU curves come from one pass of Mattson stack distances (`kernels.lru_depths`); the other
 policies are replayed once per capacity. Belady is drawn as the bound every demand-paged
 policy stays under.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from appliance.errors import ConfigError
-from appliance.trace import engine
+from appliance.core.errors import ConfigError
+from appliance.trace import kernels
 from appliance.trace.events import SCOPES
 from appliance.trace.replay import (
     RATE_DIGITS,
@@ -44,11 +44,11 @@ def policy_layer_hits(setup: ReplaySetup, policy: str, capacities: list[int],
     n_layers = len(setup.events.moe_layers)
     out = np.zeros((len(capacities), n_layers), dtype=np.int64)
     pools = setup.events.pools(scope)
-    counts = calibration_counts(setup, scope) if code == engine.STATIC_HOT else [None] * len(pools)
+    counts = calibration_counts(setup, scope) if code == kernels.STATIC_HOT else [None] * len(pools)
     for pool, count in zip(pools, counts, strict=True):
         item_layer = pool.item_layer_index()
-        if code == engine.LRU:
-            depths = engine.lru_depths(pool.ptr, pool.items, pool.n_objects).astype(np.int64)
+        if code == kernels.LRU:
+            depths = kernels.lru_depths(pool.ptr, pool.items, pool.n_objects).astype(np.int64)
             # hits at capacity C per layer = requests with 1 <= depth <= C
             table = np.zeros((n_layers, pool.n_objects + 1), dtype=np.int64)
             np.add.at(table, (item_layer, depths), 1)
@@ -57,8 +57,8 @@ def policy_layer_hits(setup: ReplaySetup, policy: str, capacities: list[int],
             for ci, capacity in enumerate(capacities):
                 out[ci] += cum[:, min(capacity, pool.n_objects)]
             continue
-        next_use = (engine.next_use_events(pool.ptr, pool.items, pool.n_objects)
-                    if code == engine.BELADY else None)
+        next_use = (kernels.next_use_events(pool.ptr, pool.items, pool.n_objects)
+                    if code == kernels.BELADY else None)
         for ci, capacity in enumerate(capacities):
             flags = pool_hits(pool, code, capacity, count, next_use)
             out[ci] += np.bincount(item_layer, weights=flags, minlength=n_layers).astype(np.int64)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from appliance.errors import ConfigError
+from appliance.core.errors import ConfigError
 from appliance.trace.format import Trace
 from appliance.trace.names import SCOPES
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from appliance.errors import ConfigError, IntegrityError
+from appliance.core.errors import ConfigError, IntegrityError
 
 EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.errors import ConfigError
+from appliance.core.errors import ConfigError
 
 MAGIC = b"MOETRACE"
 TRAILER_MAGIC = b"MOETEND\0"

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.trace import engine
+from appliance.trace import kernels
 from appliance.trace.events import trace_events
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, Trace
 
@@ -23,7 +23,7 @@ def trace_info(trace: Trace) -> dict[str, Any]:
     events = trace_events(trace)
     per_layer = []
     for j, pool in enumerate(events.pools("per-layer")):
-        depths = engine.lru_depths(pool.ptr, pool.items, pool.n_objects)
+        depths = kernels.lru_depths(pool.ptr, pool.items, pool.n_objects)
         reused = depths[depths > 0]
         quant = (np.quantile(reused, QUANTILES).tolist() if len(reused)
                  else [None] * len(QUANTILES))

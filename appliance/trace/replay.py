@@ -1,6 +1,6 @@
 """Replay a trace through expert-cache policies: hits, misses, hit rate, bytes moved.
 
-Event semantics, policies and tie-breaking are defined in `appliance.trace.engine`. Results
+Event semantics, policies and tie-breaking are defined in `appliance.trace.kernels`. Results
 are plain dicts of ints, strings and rounded floats in a fixed key order, so the same inputs
 give byte-identical JSON.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from appliance.errors import ConfigError
-from appliance.trace import engine
+from appliance.core.errors import ConfigError
+from appliance.trace import kernels
 from appliance.trace.events import SCOPES, EventStream, TraceEvents
 
 RATE_DIGITS = 6
@@ -37,9 +37,9 @@ def check_capacity(capacity: int, k: int) -> None:
 
 
 def check_policy(policy: str) -> int:
-    if policy not in engine.CODES:
-        raise ConfigError(f"unknown policy {policy!r}; choose from {', '.join(engine.POLICIES)}")
-    return engine.CODES[policy]
+    if policy not in kernels.CODES:
+        raise ConfigError(f"unknown policy {policy!r}; choose from {', '.join(kernels.POLICIES)}")
+    return kernels.CODES[policy]
 
 
 def calibration_counts(setup: ReplaySetup, scope: str) -> list[np.ndarray]:
@@ -58,9 +58,9 @@ def pool_hits(pool: EventStream, code: int, capacity: int, counts: np.ndarray | 
     if counts is None:
         counts = np.zeros(pool.n_objects)
     if next_use is None:
-        next_use = (engine.next_use_events(pool.ptr, pool.items, pool.n_objects)
-                    if code == engine.BELADY else np.zeros(0, dtype=np.int64))
-    return engine.simulate(code, pool.ptr, pool.items, pool.step, pool.layer_index,
+        next_use = (kernels.next_use_events(pool.ptr, pool.items, pool.n_objects)
+                    if code == kernels.BELADY else np.zeros(0, dtype=np.int64))
+    return kernels.simulate(code, pool.ptr, pool.items, pool.step, pool.layer_index,
                            pool.n_layers, pool.n_objects, capacity, counts, next_use)
 
 
@@ -99,7 +99,7 @@ def replay_one(setup: ReplaySetup, policy: str, capacity: int, scope: str) -> di
     if scope not in SCOPES:
         raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     pools = setup.events.pools(scope)
-    counts = calibration_counts(setup, scope) if code == engine.STATIC_HOT else [None] * len(pools)
+    counts = calibration_counts(setup, scope) if code == kernels.STATIC_HOT else [None] * len(pools)
     n_layers = len(setup.events.moe_layers)
     requests = np.zeros(n_layers, dtype=np.int64)
     hits = np.zeros(n_layers, dtype=np.int64)

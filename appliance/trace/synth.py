@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from appliance.errors import ConfigError
+from appliance.core.errors import ConfigError
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, Trace, row_dtype
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from appliance.engine_build import build_source
-from appliance.errors import ApplianceError
-from appliance.lock import load_lock
-from appliance.source import fetch_source
+from appliance.core.errors import ApplianceError
+from appliance.engine.local_build import build_source
+from appliance.engine.lock import load_lock
+from appliance.engine.source import fetch_source
 from tests.conftest import unavailable
 from tests.engine_image import engine_image_cpu  # noqa: F401 - a fixture, used by name
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from appliance.bundle import verdict, verify_bundle
+from appliance.attest.bundle import verdict, verify_bundle
 from tests.conftest import REPO
 
 LIMIT = 200 * 2**20

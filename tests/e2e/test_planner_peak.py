@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from appliance.gguf_accounting import account_file
-from appliance.planner import predicted_peak_bytes
-from appliance.profile import PROFILES_DIR
+from appliance.planner.accounting import account_file
+from appliance.planner.plan import predicted_peak_bytes
+from appliance.runs.profile import PROFILES_DIR
 from tests.conftest import run_cli
 from tests.models import tiny_model
 

@@ -7,7 +7,7 @@ import pytest
 from appliance.trace.format import read_trace
 from tests.e2e.conftest import run_tracer
 from tests.models import tiny_model
-from tests.unit.test_replay_libcachesim import crosscheck_trace
+from tests.unit.trace.test_replay_libcachesim import crosscheck_trace
 
 
 @pytest.mark.engine

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from appliance.cli.engine_build import build
-from appliance.digests import sha256_file
-from appliance.engine_build import TARGETS
-from appliance.lock import load_lock
-from appliance.patches import series_digest
+from appliance.core.digests import sha256_file
+from appliance.engine.local_build import TARGETS
+from appliance.engine.lock import load_lock
+from appliance.engine.patches import series_digest
 
 SYSTEM_LIBS = {"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6"}
 

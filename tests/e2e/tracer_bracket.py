@@ -9,8 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from appliance.engine_build import build_local
-from appliance.lock import load_lock
+from appliance.engine.local_build import build_local
+from appliance.engine.lock import load_lock
 from appliance.trace.format import read_trace
 from tests.e2e.conftest import run_tracer
 from tests.models import tiny_model

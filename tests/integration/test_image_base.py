@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from appliance.image_base import (
+from appliance.engine.lock import load_lock
+from appliance.images.base import (
     DEFAULT_EPOCH,
     base_tag,
     image_config,
@@ -12,7 +13,6 @@ from appliance.image_base import (
     mmdebstrap_command,
     parse_base_tag,
 )
-from appliance.lock import load_lock
 from tests.conftest import run_cli
 
 
@@ -47,7 +47,7 @@ def test_base_tags_round_trip_and_the_lock_names_them() -> None:
 
 
 def test_unknown_role_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from appliance.errors import ApplianceError
+    from appliance.core.errors import ApplianceError
 
     with pytest.raises(ApplianceError, match="unknown base role 'gpu'"):
         mmdebstrap_command("gpu", tmp_path / "x.tar")
@@ -75,8 +75,8 @@ def test_base_without_mmdebstrap_on_path_is_a_one_line_error() -> None:
 
 
 def test_recording_bases_pins_the_cpu_target_by_tag_and_id(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from appliance.image_base import BaseImage, record_in_lock
-    from appliance.lock import write_lock
+    from appliance.engine.lock import write_lock
+    from appliance.images.base import BaseImage, record_in_lock
 
     lock = load_lock()
     runtime = BaseImage("runtime", base_tag("runtime", 7), "sha256:" + "a" * 64,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance import image_labels as L
-from appliance.images import TOOLS
-from appliance.lock import load_lock
-from appliance.patches import series_digest
+from appliance.engine.lock import load_lock
+from appliance.engine.patches import series_digest
+from appliance.images import labels as L
+from appliance.images.build import TOOLS
 from tests.conftest import REPO, run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine, pytest.mark.slow]

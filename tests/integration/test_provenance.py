@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from appliance.bundle import finalize_bundle, verdict, verify_bundle
-from appliance.provenance import (
+from appliance.attest.bundle import finalize_bundle, verdict, verify_bundle
+from appliance.attest.provenance import (
     collect_image_provenance,
     collect_provenance,
     collect_run_provenance,

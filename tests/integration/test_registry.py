@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance import image_labels as L
+from appliance.images import labels as L
 from tests.conftest import REPO, run_cli, unavailable
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine, pytest.mark.slow]

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
-from appliance.lock import load_lock
-from appliance.profile import load_profile
-from appliance.runner import LABEL, RunContext, RunOutcome, execute_run
-from appliance.runplan import CommandEngine
-from appliance.runsetup import prepare_run
+from appliance.engine.lock import load_lock
+from appliance.runs.execute import LABEL, RunContext, RunOutcome, execute_run
+from appliance.runs.plan import CommandEngine
+from appliance.runs.prepare import prepare_run
+from appliance.runs.profile import load_profile
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.docker
@@ -182,12 +182,12 @@ DRIVER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from rich.console import Console
-    from appliance.lock import load_lock
-    from appliance.profile import load_profile
-    from appliance.dockerhost import docker_client
-    from appliance.runner import RunContext, execute_run
-    from appliance.runplan import CommandEngine
-    from appliance.runsetup import prepare_run
+    from appliance.engine.lock import load_lock
+    from appliance.runs.profile import load_profile
+    from appliance.host.docker import docker_client
+    from appliance.runs.execute import RunContext, execute_run
+    from appliance.runs.plan import CommandEngine
+    from appliance.runs.prepare import prepare_run
     profile_path, models, out, run_id, image = sys.argv[1:]
     profile, lock = load_profile(profile_path), load_lock()
     prepared, client = prepare_run(profile, Path(models), lock, repeats=None, out=Path(out),

@@ -1,0 +1,289 @@
+"""Provenance of a run: the host, the image and its binaries, the engine, model and schedule.
+
+Everything recorded here is sanitized: no host paths, user names or host names. Image paths
+(inside the container) are kept, since they identify the image, not the user's machine.
+`collect_provenance` assembles `RUN/provenance.json` from the run directory's inputs plus the
+host and image facts; `collect_image_provenance` resolves the runtime libraries of the engine
+binaries inside the image itself, so the digests are those the trials actually loaded.
+"""
+
+import contextlib
+import getpass
+import json
+import os
+import platform
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from appliance import __version__
+from appliance.core.digests import canonical_json, sha256_bytes
+from appliance.core.errors import ApplianceError, ConfigError
+from appliance.engine.lock import lock_digest
+from appliance.host.gpu import NvmlUnavailable, detect_gpus
+
+PROVENANCE_FILE = "provenance.json"
+PROVENANCE_VERSION = 1
+IMAGE_LABEL_PREFIX = "io.moe-appliance."
+# The tools the engine image installs (containers/engine.Dockerfile, TOOLS).
+ENGINE_BINARIES = ("/usr/local/bin/llama-moe-trace", "/usr/local/bin/llama-completion",
+                   "/usr/local/bin/llama-bench")
+RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc", "appliance_version",
+              "trial_count", "trials_recorded", "run_id", "target", "stand_in", "image_id",
+              "engine", "limits", "model_digest_status", "cgroup_version")
+HOME_PLACEHOLDER = "<home>"
+USER_PLACEHOLDER = "<user>"
+HOST_PLACEHOLDER = "<host>"
+
+# Prints "bin <sha256> <path>" per binary and "lib <sha256> <soname> <resolved path>" per
+# shared library ldd resolves; "missing <soname>" when ldd cannot find one.
+_IMAGE_PROBE = r"""
+set -eu
+command -v ldd >/dev/null || { echo "noldd"; exit 0; }
+lib() { real=$(readlink -f "$2"); echo "lib $(sha256sum "$real" | cut -d' ' -f1) $1 $real"; }
+for bin in "$@"; do
+  if [ ! -f "$bin" ]; then echo "absent $bin"; continue; fi
+  echo "bin $(sha256sum "$bin" | cut -d' ' -f1) $bin"
+  ldd "$bin" 2>/dev/null | while read -r name arrow path rest; do
+    case "$arrow" in
+      "=>")
+        if [ "$path" = "not" ]; then echo "missing $name"; else lib "$name" "$path"; fi ;;
+      *)
+        case "$name" in /*) lib "$name" "$name" ;; esac ;;
+    esac
+  done
+done
+"""
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _meminfo_bytes(meminfo: str, key: str) -> int | None:
+    match = re.search(rf"^{key}:\s+(\d+) kB$", meminfo, re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else None
+
+
+def cgroup_version(root: Path = Path("/sys/fs/cgroup")) -> int:
+    """2 when the unified hierarchy is mounted at root (cgroup.controllers exists), else 1."""
+    return 2 if (root / "cgroup.controllers").exists() else 1
+
+
+def cpu_model() -> str:
+    cpuinfo = _read_text(Path("/proc/cpuinfo")) or ""
+    match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+    return match.group(1).strip() if match else platform.processor() or platform.machine()
+
+
+def gpu_facts() -> list[dict[str, Any]]:
+    """Name, compute capability, memory, driver and CUDA versions per GPU via NVML; [] without."""
+    try:
+        gpus = detect_gpus()
+    except NvmlUnavailable:
+        return []
+    return [{"index": g.index, "name": g.name, "compute_capability": g.compute_capability,
+             "memory_bytes": g.memory_bytes, "driver_version": g.driver,
+             "cuda_driver_version": g.cuda_driver} for g in gpus]
+
+
+def host_facts(docker_client: Any = None) -> dict[str, Any]:
+    """Kernel, cgroup version, CPU, RAM, swap, Docker and GPUs of this machine (no names)."""
+    meminfo = _read_text(Path("/proc/meminfo")) or ""
+    facts: dict[str, Any] = {
+        "os": platform.system(),
+        "kernel": platform.release(),
+        "arch": platform.machine(),
+        "cgroup_version": cgroup_version(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "ram_bytes": _meminfo_bytes(meminfo, "MemTotal"),
+        "swap_bytes": _meminfo_bytes(meminfo, "SwapTotal"),
+        "docker_version": None,
+        "gpus": gpu_facts(),
+    }
+    if docker_client is not None:
+        facts["docker_version"] = docker_client.version().get("Version")
+    return facts
+
+
+def _parse_probe(output: str, binaries: list[str]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    current: dict[str, Any] | None = None
+    for line in output.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "bin":
+            digest, path = rest.split(" ", 1)
+            current = {"sha256": digest, "libraries": {}, "missing_libraries": []}
+            result[path] = current
+        elif kind == "lib" and current is not None:
+            digest, name, real = rest.split(" ", 2)
+            current["libraries"][name] = {"path": real, "sha256": digest}
+        elif kind == "missing" and current is not None:
+            current["missing_libraries"].append(rest)
+        elif kind == "noldd":
+            raise ApplianceError("the image has no ldd (libc-bin): its runtime libraries "
+                                 "cannot be resolved; build it from the project's Dockerfile")
+    for binary in binaries:  # recorded, not raised: the bundle of a failed run still gets sealed
+        result.setdefault(binary, {"absent": True})
+    return result
+
+
+def collect_image_provenance(docker_client: Any, image: str, binaries: list[str],
+                             device_requests: list[Any] | None = None) -> dict[str, Any]:
+    """Image id, repo digests, labels; sha256 of each binary and each library it loads.
+
+    The libraries are resolved by `ldd` inside a throwaway container of the image itself
+    (network off, no capabilities), so host libraries never stand in for the image's. Pass
+    the trials' GPU device_requests so that driver libraries the NVIDIA runtime injects
+    (libcuda) resolve as they did for the trials; without them they are listed as missing.
+    """
+    import docker.errors
+
+    try:
+        img = docker_client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise ApplianceError(f"image {image} not found: "
+                             "build it with `appliance image build`") from None
+    try:
+        output = docker_client.containers.run(
+            img.id, ["sh", "-c", _IMAGE_PROBE, "probe", *binaries], entrypoint=[],
+            network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            remove=True, stdout=True, stderr=True, user="0", device_requests=device_requests,
+        ).decode()
+    except docker.errors.ContainerError as exc:
+        raise ApplianceError(f"probing {image} failed: {exc.stderr!r}") from None
+    except docker.errors.APIError as exc:
+        raise ApplianceError(f"could not start a container of {image} to hash its binaries: "
+                             f"{exc.explanation or exc}") from None
+    labels = img.labels or {}
+    return {
+        "reference": image,
+        "id": img.id,
+        "repo_digests": sorted(img.attrs.get("RepoDigests") or []),
+        "labels": {k: v for k, v in sorted(labels.items()) if k.startswith(("org.opencontainers.",
+                                                                            IMAGE_LABEL_PREFIX))},
+        "binaries": _parse_probe(output, binaries),
+    }
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path.name}: missing from the run directory "
+                          f"{path.parent.name}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path.name}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+
+
+def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
+    """"canonical" or "stand-in NAME": run.json's stand_in (null: canonical), else the labels."""
+    if "stand_in" in run:
+        return "canonical" if run["stand_in"] is None else f"stand-in {run['stand_in']}"
+    kind = labels.get(f"{IMAGE_LABEL_PREFIX}source-kind")
+    if kind is None:
+        return None
+    name = labels.get(f"{IMAGE_LABEL_PREFIX}source-name")
+    return f"{kind} {name}" if kind != "canonical" and name else kind
+
+
+def engine_lock_digest(lock_raw: dict[str, Any]) -> str:
+    """The image label's lock digest (see appliance.engine.lock.lock_digest)."""
+    return lock_digest(lock_raw)
+
+
+def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
+                 run: dict[str, Any]) -> dict[str, Any]:
+    """Lock digest, upstream pin, source, patch digests and the active series digest."""
+    patches = lock_raw.get("patches", {})
+    active = patches.get("active", [])
+    labels = (image or {}).get("labels", {})
+    return {
+        "lock_sha256": engine_lock_digest(lock_raw),
+        "image_lock_digest": labels.get(f"{IMAGE_LABEL_PREFIX}lock-digest"),
+        "upstream": lock_raw.get("upstream"),
+        "source": source_identity(run, labels),
+        "patches": {status: [{"file": p["file"], "sha256": p["sha256"]} for p in items]
+                    for status, items in patches.items()},
+        "series_sha256": sha256_bytes(canonical_json([p["sha256"] for p in active])),
+        "image_series_digest": labels.get(f"{IMAGE_LABEL_PREFIX}series-digest"),
+    }
+
+
+def collect_provenance(run_dir: Path, host: dict[str, Any],
+                       image: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The provenance record of a run directory, from its inputs, run.json, host and image."""
+    run = _load_json(run_dir / "run.json")
+    inputs = run_dir / "inputs"
+    lock_raw = _load_json(inputs / "lock.json")
+    try:
+        profile = yaml.safe_load((inputs / "profile.yaml").read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"profile.yaml: missing from {run_dir.name}/inputs") from None
+    record = {
+        "provenance_version": PROVENANCE_VERSION,
+        "appliance_version": __version__,
+        "run": {key: run[key] for key in RUN_FIELDS if key in run},
+        "engine": engine_facts(lock_raw, image, run),
+        "image": image,
+        "model": _load_json(inputs / "model.json"),
+        "schedule": _load_json(inputs / "schedule.json"),
+        "profile": {"name": profile.get("name") if isinstance(profile, dict) else None},
+        "host": host,
+    }
+    return sanitize(record)
+
+
+def collect_run_provenance(run_dir: Path, docker_client: Any = None,
+                           binaries: tuple[str, ...] = ENGINE_BINARIES) -> dict[str, Any]:
+    """collect_provenance with this host's facts and, given a Docker client, the image the
+    run used (run.json image_id), its binaries and libraries resolved inside it."""
+    run = _load_json(run_dir / "run.json")
+    image = None
+    if docker_client is not None and run.get("image_id"):
+        requests = None
+        if run.get("target") not in (None, "cpu"):
+            import docker.types
+
+            requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        image = collect_image_provenance(docker_client, run["image_id"], list(binaries),
+                                         requests)
+    return collect_provenance(run_dir, host_facts(docker_client), image)
+
+
+def write_provenance(run_dir: Path, provenance: dict[str, Any]) -> Path:
+    path = run_dir / PROVENANCE_FILE
+    path.write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _identifiers() -> list[tuple[str, str]]:
+    """(host-identifying text, placeholder), longest first so a home path wins over the user."""
+    pairs = [(str(Path.home()), HOME_PLACEHOLDER)]
+    with contextlib.suppress(KeyError, OSError):
+        pairs.append((getpass.getuser(), USER_PLACEHOLDER))
+    pairs.append((socket.gethostname(), HOST_PLACEHOLDER))
+    usable = [(text, ph) for text, ph in pairs if len(text) >= 3 and text not in ("/", "root")]
+    return sorted(usable, key=lambda pair: -len(pair[0]))
+
+
+def sanitize(value: Any, identifiers: list[tuple[str, str]] | None = None) -> Any:
+    """value with the home directory, user name and host name replaced by placeholders."""
+    pairs = _identifiers() if identifiers is None else identifiers
+    if isinstance(value, str):
+        for text, placeholder in pairs:
+            # whole words only: a user "ann" must not turn "channel" into "ch<user>el"
+            value = re.sub(rf"(?<![\w.-]){re.escape(text)}(?![\w-])", placeholder, value)
+        return value
+    if isinstance(value, dict):
+        return {sanitize(k, pairs): sanitize(v, pairs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [sanitize(v, pairs) for v in value]
+    return value

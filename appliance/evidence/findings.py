@@ -1,0 +1,414 @@
+"""Evidence: machine-readable findings in evidence/ and the comparison of a run bundle with one.
+
+Each finding is one JSON file valid against evidence/schema/finding-v1.json (spec in
+docs/evidence.md). `compare` decides whether a verified run bundle reproduces a finding:
+the scope must match (model file, GPU, memory limit, tokens), then every claim must hold
+(same direction, ratio treatment/baseline within the stated tolerance) and byte identity must
+be what the finding says. The verdict is reproduced, not reproduced or not comparable, with
+the reasons.
+"""
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from appliance.attest.bundle import verdict as bundle_verdict
+from appliance.attest.bundle import verify_bundle
+from appliance.core.errors import ConfigError
+from appliance.core.jsonschema_lite import validate
+from appliance.core.paths import repo_root
+
+SCHEMA_FILE = "finding-v1.json"
+REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
+RATIO_CONSISTENCY = 1e-3
+UNITS = {"": 1, "B": 1, "K": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MIB": 1 << 20,
+         "G": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TIB": 1 << 40}
+
+
+def evidence_dir() -> Path:
+    return repo_root() / "evidence"
+
+
+def load_schema(directory: Path | None = None) -> dict[str, Any]:
+    path = (directory or evidence_dir()) / "schema" / SCHEMA_FILE
+    try:
+        schema: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: evidence schema missing from the checkout") from None
+    return schema
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One evidence file: its id, where it was read from and its validated content."""
+
+    id: str
+    path: Path
+    raw: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return str(self.raw["status"])
+
+    @property
+    def scope(self) -> dict[str, Any]:
+        scope: dict[str, Any] = self.raw["scope"]
+        return scope
+
+
+def _ratio_problems(raw: dict[str, Any]) -> list[str]:
+    problems = []
+    values = {m["name"]: m["values"] for m in raw.get("metrics", [])}
+    for index, claim in enumerate(raw.get("claims", [])):
+        where = f"claims[{index}]"
+        for role in ("baseline", "treatment"):
+            if claim[role] not in raw["variants"]:
+                problems.append(f"{where}.{role}: variant {claim[role]!r} is not in variants")
+        ratio = claim["ratio"]
+        if ratio is not None and (ratio < 1) != (claim["direction"] == "lower"):
+            problems.append(f"{where}: ratio {ratio} contradicts direction "
+                            f"{claim['direction']!r}")
+        measured = values.get(claim["metric"], {})
+        if claim["ratio"] is not None and claim["baseline"] in measured and \
+                claim["treatment"] in measured:
+            actual = measured[claim["treatment"]] / measured[claim["baseline"]]
+            if abs(actual / claim["ratio"] - 1) > RATIO_CONSISTENCY:
+                problems.append(f"{where}: ratio {claim['ratio']} disagrees with the metric "
+                                f"values ({actual:.5f})")
+    return problems
+
+
+def validate_finding(raw: Any, schema: dict[str, Any]) -> list[str]:
+    """Schema violations plus the rules a schema cannot say; [] when the finding is valid."""
+    errors = validate(raw, schema)
+    if errors:
+        return errors
+    if raw["origin"] == "reproduction" and raw["bundle_digest"] is None:
+        errors.append("bundle_digest: a reproduction must name the bundle it came from")
+    if raw["status"] == "rejected" and not raw.get("rejected_because"):
+        errors.append("rejected_because: a rejected finding must say why")
+    for metric in raw["metrics"]:
+        unknown = set(metric["values"]) - set(raw["variants"])
+        if unknown:
+            errors.append(f"metrics.{metric['name']}: values for unknown variants "
+                          f"{sorted(unknown)}")
+    return errors + _ratio_problems(raw)
+
+
+def load_finding(path: Path, schema: dict[str, Any] | None = None) -> Finding:
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    errors = validate_finding(raw, schema or load_schema(path.parent))
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError(f"{path}: {errors[0]}{more}")
+    if raw["id"] != path.stem:
+        raise ConfigError(f"{path}: id {raw['id']!r} must equal the file name {path.stem!r}")
+    return Finding(id=raw["id"], path=path, raw=raw)
+
+
+def load_findings(directory: Path | None = None) -> list[Finding]:
+    directory = directory or evidence_dir()
+    schema = load_schema(directory)
+    return [load_finding(p, schema) for p in sorted(directory.glob("*.json"))]
+
+
+def find_finding(finding_id: str, directory: Path | None = None) -> Finding:
+    findings = {f.id: f for f in load_findings(directory)}
+    if finding_id not in findings:
+        raise ConfigError(f"no evidence {finding_id!r}: `appliance evidence list` shows "
+                          f"{', '.join(sorted(findings))}")
+    return findings[finding_id]
+
+
+@dataclass
+class ClaimResult:
+    claim: str
+    holds: bool | None
+    reason: str
+
+
+@dataclass
+class Comparison:
+    evidence: str
+    verdict: str
+    reasons: list[str] = field(default_factory=list)
+    claims: list[ClaimResult] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_bytes(value: Any) -> int | None:
+    """An int, or a size like "8GiB" / "256 MiB" / "512M"; None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", value)
+        if match and match.group(2).upper() in UNITS:
+            return int(match.group(1)) * UNITS[match.group(2).upper()]
+    return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+@dataclass
+class BundleFacts:
+    """What a run bundle says about its scope and results, read without trusting its names."""
+
+    profile: dict[str, Any]
+    model: dict[str, Any]
+    memory_limit_bytes: int | None
+    swap_bytes: int | None
+    n_predict: int | None
+    repeats: int | None
+    gpus: list[str]
+    results: dict[str, Any]
+
+    @classmethod
+    def read(cls, run_dir: Path) -> "BundleFacts":
+        try:
+            profile = yaml.safe_load((run_dir / "inputs" / "profile.yaml").read_text()) or {}
+        except (FileNotFoundError, yaml.YAMLError):
+            profile = {}
+        schedule = _read_json(run_dir / "inputs" / "schedule.json") or {}
+        run = _read_json(run_dir / "run.json") or {}
+        provenance = _read_json(run_dir / "provenance.json") or {}
+        limits = run.get("limits") or {}
+        plimits = profile.get("limits") or {}
+        memory = parse_bytes(limits.get("memory_bytes", plimits.get("memory")))
+        memswap = parse_bytes(limits.get("memswap_bytes"))
+        swap = memswap - memory if memory is not None and memswap is not None else \
+            parse_bytes(plimits.get("swap"))
+        return cls(
+            profile=profile,
+            model=_read_json(run_dir / "inputs" / "model.json") or {},
+            memory_limit_bytes=memory,
+            swap_bytes=swap,
+            n_predict=schedule.get("n_predict", (profile.get("schedule") or {}).get("n_predict")),
+            repeats=schedule.get("repeats"),
+            gpus=[g.get("name", "") for g in (provenance.get("host") or {}).get("gpus") or []],
+            results=_read_json(run_dir / "results.json") or {},
+        )
+
+    def median(self, variant: str, metric: str) -> float | None:
+        entry = ((self.results.get("variants") or {}).get(variant) or {}).get(metric)
+        if isinstance(entry, dict):
+            entry = entry.get("median")
+        return float(entry) if isinstance(entry, int | float) else None
+
+    def byte_identical(self) -> bool | None:
+        value = self.results.get("byte_identity")
+        if isinstance(value, dict):
+            value = value.get("all_identical")
+        return value if isinstance(value, bool) else None
+
+
+def claimed_evidence(run_dir: Path) -> list[str]:
+    """The evidence ids a run's profile says it reproduces (key `evidence` or `reproduces`)."""
+    facts = BundleFacts.read(run_dir)
+    named = facts.profile.get("evidence", facts.profile.get("reproduces")) or []
+    return [named] if isinstance(named, str) else [str(n) for n in named]
+
+
+def _scope_mismatches(facts: BundleFacts, finding: Finding) -> tuple[list[str], list[str]]:
+    """(reasons the run is not comparable, caveats that do not prevent comparison)."""
+    scope, blockers, caveats = finding.scope, [], []
+    model = scope["model"]
+    if model["sha256"] is not None:
+        if facts.model.get("sha256") != model["sha256"]:
+            blockers.append(f"another model file: the run used {facts.model.get('file')!r} "
+                            f"(sha256 {str(facts.model.get('sha256'))[:12]}), the evidence "
+                            f"{model['name']} (sha256 {model['sha256'][:12]})")
+    elif model["file"] is not None and facts.model.get("file") != model["file"]:
+        blockers.append(f"another model file: {facts.model.get('file')!r}, not {model['file']!r}")
+    else:
+        caveats.append("the evidence does not pin its model file by sha256: compared by scope "
+                       "alone")
+    gpu = scope["hardware"]["gpu"]
+    if gpu is not None and not any(gpu.lower() in g.lower() or g.lower() in gpu.lower()
+                                   for g in facts.gpus if g):
+        ran = ", ".join(facts.gpus) or "no GPU"
+        blockers.append(f"another GPU: the evidence was measured on {gpu}, this run on {ran}")
+    elif gpu is None and scope["target"] not in (None, "cpu"):
+        caveats.append("the evidence does not name its GPU")
+    for key, actual in (("memory_limit_bytes", facts.memory_limit_bytes),
+                        ("swap_bytes", facts.swap_bytes), ("n_predict", facts.n_predict)):
+        wanted = scope[key]
+        if wanted is not None and actual is None:
+            blockers.append(f"the run does not record {key} (the evidence used {wanted})")
+        elif wanted is not None and actual != wanted:
+            blockers.append(f"another {key}: the run used {actual}, the evidence {wanted}")
+    return blockers, caveats
+
+
+def _check_claim(facts: BundleFacts, claim: dict[str, Any]) -> ClaimResult:
+    label = f"{claim['metric']} {claim['treatment']}/{claim['baseline']}"
+    base = facts.median(claim["baseline"], claim["metric"])
+    treat = facts.median(claim["treatment"], claim["metric"])
+    if base is None or treat is None or base == 0:
+        return ClaimResult(label, None, f"results.json has no median {claim['metric']} for "
+                           f"{claim['baseline']!r} and {claim['treatment']!r}")
+    observed = treat / base
+    direction_ok = observed < 1 if claim["direction"] == "lower" else observed > 1
+    if not direction_ok:
+        return ClaimResult(label, False, f"observed ratio {observed:.4g}: the treatment is not "
+                           f"{claim['direction']} than the baseline")
+    if claim["ratio"] is None:
+        return ClaimResult(label, True, f"observed ratio {observed:.4g}: direction "
+                           f"{claim['direction']} as claimed (no ratio claimed)")
+    deviation = observed / claim["ratio"] - 1
+    within = abs(deviation) <= claim["tolerance"]
+    return ClaimResult(label, within, f"observed ratio {observed:.4g} vs claimed "
+                       f"{claim['ratio']:.4g} ({deviation:+.1%}, tolerance "
+                       f"±{claim['tolerance']:.0%})")
+
+
+def _check_identity(facts: BundleFacts, finding: Finding) -> ClaimResult | None:
+    claimed = finding.raw["byte_identity"]["claimed"]
+    if claimed is None:
+        return None
+    observed = facts.byte_identical()
+    if observed is None:
+        return ClaimResult("byte identity", None, "results.json does not record byte identity")
+    word = {True: "identical", False: "different"}
+    return ClaimResult("byte identity", observed == claimed,
+                       f"outputs {word[observed]}, the evidence says {word[claimed]}")
+
+
+def compare(bundle: Path, finding: Finding, pubkey: Any = None) -> Comparison:
+    """Whether the run bundle reproduces the finding, with the reason for each part."""
+    result = Comparison(evidence=finding.id, verdict=NOT_COMPARABLE)
+    checks = verify_bundle(bundle, pubkey)
+    state = bundle_verdict(checks)
+    if state != "verified":
+        failed = ", ".join(c.name for c in checks if c.status == "fail")
+        result.reasons.append(f"the bundle is {state} ({failed}): only a verified, complete "
+                              "run can reproduce evidence")
+        return result
+    if finding.status == "plan-unverified" or not finding.raw["claims"]:
+        result.reasons.append("the evidence is a plan with nothing measured to compare with")
+        return result
+    facts = BundleFacts.read(bundle)
+    blockers, caveats = _scope_mismatches(facts, finding)
+    if blockers:
+        result.reasons.extend(blockers)
+        return result
+    result.reasons.extend(caveats)
+    result.claims = [_check_claim(facts, c) for c in finding.raw["claims"]]
+    identity = _check_identity(facts, finding)
+    if identity is not None:
+        result.claims.append(identity)
+    missing = [c for c in result.claims if c.holds is None]
+    if missing:
+        result.reasons.extend(c.reason for c in missing)
+    elif all(c.holds for c in result.claims):
+        result.verdict = REPRODUCED
+    else:
+        result.verdict = NOT_REPRODUCED
+        result.reasons.extend(f"{c.claim}: {c.reason}" for c in result.claims if not c.holds)
+    return result
+
+
+DRAFT_METRICS = ("wall_s", "decode_tps", "prefill_tps")
+METRIC_UNITS = {"wall_s": "s", "decode_tps": "tokens/s", "prefill_tps": "tokens/s"}
+
+
+def _source_text(source: Any) -> str | None:
+    if source is None or isinstance(source, str):
+        return source
+    return json.dumps(source, sort_keys=True)
+
+
+def _significant(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
+                  baseline: str = "baseline", tolerance: float = 0.25,
+                  pubkey: Any = None) -> dict[str, Any]:
+    """A reproduction finding drawn from a verified bundle: medians, ratios against baseline.
+
+    Every scope field comes from the bundle (model manifest, schedule, provenance, results);
+    what the bundle does not record is left null and listed under scope.unknown. The caller
+    reviews the draft (controlled conditions, descriptions) before adding it to evidence/.
+    """
+    checks = verify_bundle(run_dir, pubkey)
+    state = bundle_verdict(checks)
+    if state != "verified":
+        raise ConfigError(f"{run_dir}: the bundle is {state}: only a verified, complete run "
+                          "can become evidence (see `appliance bundle verify`)")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    provenance = _read_json(run_dir / "provenance.json") or {}
+    facts = BundleFacts.read(run_dir)
+    names = sorted((facts.results.get("variants") or {}).keys())
+    if baseline not in names:
+        raise ConfigError(f"{run_dir}: results.json has no variant {baseline!r} "
+                          f"(variants: {', '.join(names) or 'none'}); pass --baseline")
+    metrics, claims = [], []
+    for metric in DRAFT_METRICS:
+        values = {v: m for v in names if (m := facts.median(v, metric)) is not None}
+        if not values:
+            continue
+        metrics.append({"name": metric, "unit": METRIC_UNITS[metric], "values": values})
+        for variant in names:
+            if variant == baseline or variant not in values or not values.get(baseline):
+                continue
+            ratio = values[variant] / values[baseline]
+            if ratio != 1:
+                claims.append({"metric": metric, "baseline": baseline, "treatment": variant,
+                               "direction": "lower" if ratio < 1 else "higher",
+                               "ratio": _significant(ratio), "tolerance": tolerance})
+    engine = provenance.get("engine") or {}
+    upstream = engine.get("upstream") or {}
+    host = provenance.get("host") or {}
+    gpus = host.get("gpus") or []
+    target = facts.profile.get("target")
+    scope: dict[str, Any] = {
+        "model": {"name": Path(str(facts.model.get("file", "model"))).stem,
+                  "quantization": None, "file": facts.model.get("file"),
+                  "bytes": facts.model.get("bytes"), "sha256": facts.model.get("sha256")},
+        "engine": {"name": "llama.cpp", "source": _source_text(engine.get("source")),
+                   "commit": upstream.get("commit"), "release": upstream.get("release"),
+                   "modification": None},
+        "target": target if target in ("cpu", "sm89", "sm120") else None,
+        "hardware": {"gpu": gpus[0].get("name") if gpus else None,
+                     "gpu_memory_bytes": gpus[0].get("memory_bytes") if gpus else None,
+                     "ram_bytes": host.get("ram_bytes")},
+        "memory_limit_bytes": facts.memory_limit_bytes,
+        "swap_bytes": facts.swap_bytes,
+        "n_predict": facts.n_predict,
+        "repeats": facts.repeats,
+        "statistic": "median",
+        "controlled": [], "not_controlled": [],
+        "unknown": [],
+    }
+    scope["unknown"] = [f"scope.{key}: not recorded in the bundle" for key in
+                        ("memory_limit_bytes", "swap_bytes", "n_predict", "repeats")
+                        if scope[key] is None]
+    identical = facts.byte_identical()
+    raw = {
+        "schema_version": 1, "id": finding_id, "title": title, "origin": "reproduction",
+        "status": "measured", "summary": summary, "bundle_digest": manifest["bundle_digest"],
+        "profile": facts.profile.get("name"), "scope": scope,
+        "variants": {v: f"profile variant {v}" for v in names},
+        "metrics": metrics, "claims": claims,
+        "byte_identity": {"claimed": identical, "between": names,
+                          "scope": "generated text at matched length" if identical is not None
+                          else "not recorded"},
+    }
+    errors = validate_finding(raw, load_schema())
+    if errors:
+        raise ConfigError(f"{run_dir}: the drafted finding is not valid: {errors[0]}")
+    return raw

@@ -1,0 +1,375 @@
+"""Engine images: build one target from a verified, patched source; inspect; self-test.
+
+A build fetches and verifies the source, applies the patch series into a private build
+context, and runs `containers/engine.Dockerfile` with the target's build arguments from the
+lock. BuildKit through a docker client that has it (DOCKER_BUILDKIT=1), else the Docker SDK's
+classic builder. The full log is kept under the cache; a failure shows its last lines.
+An image whose inputs digest label equals the planned build's is reused, not rebuilt.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from appliance.core.digests import sha256_file
+from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.core.paths import cache_dir, repo_root
+from appliance.engine.lock import Lock, Target
+from appliance.engine.patches import apply_series, series_digest
+from appliance.engine.source import SourceTree, fetch_source
+from appliance.host.docker import buildkit_client, docker_client
+from appliance.images import labels as L
+from appliance.images.base import ensure_base
+
+TOOLS = ("llama-moe-trace", "llama-completion", "llama-bench")
+DEFAULT_JOBS = 2
+LOG_TAIL_LINES = 15
+BUILDERS = ("auto", "buildkit", "classic")
+NINJA_STEP_RE = re.compile(r"\[(\d+)/(\d+)\]")
+
+OnLine = Callable[[str], None]
+
+
+def dockerfile_path() -> Path:
+    return repo_root() / "containers" / "engine.Dockerfile"
+
+
+def images_cache() -> Path:
+    return cache_dir() / "images"
+
+
+@dataclass
+class BuildResult:
+    tag: str
+    image_id: str
+    reused: bool
+    builder: str
+    labels: dict[str, str]
+    log_path: Path | None = None
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def local_image(client: Any, ref: str) -> Any | None:
+    """The local image `ref` names, or None."""
+    import docker.errors
+
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _recorded_base_digests(lock: Lock, target: Target) -> tuple[str | None, str | None]:
+    raw = lock.raw["targets"][target.name]
+    return raw.get("build_base_digest"), target.base_digest
+
+
+def resolve_base(client: Any, ref: str, recorded: str | None) -> str:
+    """The local image ID of a base, checked against the digest the lock records (if any)."""
+    image = local_image(client, ref)
+    if image is None:
+        how = ("run `appliance image base` (makes it without a registry)"
+               if ref.startswith("moe-appliance/")
+               else f"`docker pull {ref}` where a registry is reachable, or `docker load` it")
+        raise ApplianceError(f"base image {ref} is not present locally: {how}")
+    repo_digests = [d.split("@", 1)[1] for d in image.attrs.get("RepoDigests", []) if "@" in d]
+    if recorded and recorded != image.id and recorded not in repo_digests:
+        raise IntegrityError(
+            f"base image {ref} is {image.id}, the lock records {recorded}: refused "
+            "(remake it with `appliance image base`, or record the new digest in the lock)")
+    return str(image.id)
+
+
+def build_args(target: Target) -> dict[str, str]:
+    """The Dockerfile's build arguments for a target (JOBS excluded: it does not change output)."""
+    return {
+        "BUILD_BASE": target.build_base,
+        "RUNTIME_BASE": target.runtime_base,
+        "CMAKE_ARGS": " ".join(target.cmake_args),
+        "CUDA_ARCHITECTURES": target.cuda.architectures if target.cuda else "",
+        "TOOLS": " ".join(TOOLS),
+    }
+
+
+def plan_inputs(lock: Lock, target_name: str, source: SourceTree, client: Any,
+                experimental: Sequence[str] = ()) -> L.BuildInputs:
+    target = lock.target(target_name)
+    build_recorded, runtime_recorded = _recorded_base_digests(lock, target)
+    dockerfile = dockerfile_path()
+    if not dockerfile.is_file():
+        raise ConfigError(f"{dockerfile} not found: run from the project checkout or set APPLIANCE_ROOT")
+    return L.BuildInputs(
+        lock_digest=L.engine_lock_digest(lock),
+        target=target,
+        identity=source.identity,
+        series_digest=series_digest(lock, experimental),
+        experimental=tuple(experimental),
+        dockerfile_sha256=sha256_file(dockerfile),
+        build_base_id=resolve_base(client, target.build_base, build_recorded),
+        runtime_base_id=resolve_base(client, target.runtime_base, runtime_recorded),
+        build_args=build_args(target),
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def choose_builder(requested: str) -> tuple[str, str | None]:
+    """("buildkit", client path) or ("classic", None); `buildkit` fails if no client has it."""
+    if requested not in BUILDERS:
+        raise ApplianceError(f"unknown builder {requested!r}: use one of {', '.join(BUILDERS)}")
+    found = buildkit_client() if requested != "classic" else None
+    if found:
+        return "buildkit", found[0]
+    if requested == "buildkit":
+        raise ApplianceError(
+            "no docker client with BuildKit found: install Debian's docker.io client (or the "
+            "buildx plugin), or pass --builder classic")
+    return "classic", None
+
+
+def _run_buildkit(client_path: str, context: Path, tag: str, args: dict[str, str],
+                  labels: dict[str, str], log: Any, on_line: OnLine | None,
+                  extra: Sequence[str] = ()) -> int:
+    cmd = [client_path, "build", "--progress=plain", "-f", str(dockerfile_path()), *extra]
+    if tag:
+        cmd += ["-t", tag]
+    for key, value in args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    for key, value in labels.items():
+        cmd += ["--label", f"{key}={value}"]
+    cmd.append(str(context))
+    env = dict(os.environ, DOCKER_BUILDKIT="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                            text=True, errors="replace")
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log.write(line)
+        if on_line:
+            on_line(line.rstrip("\n"))
+    return proc.wait()
+
+
+def _run_classic(client: Any, context: Path, tag: str, args: dict[str, str],
+                 labels: dict[str, str], log: Any, on_line: OnLine | None) -> int:
+    failed = 0
+    stream = client.api.build(path=str(context), dockerfile=str(dockerfile_path()), tag=tag,
+                              buildargs=args, labels=labels, rm=True, forcerm=True, decode=True)
+    for chunk in stream:
+        text = chunk.get("stream") or chunk.get("status") or ""
+        if "error" in chunk:
+            failed, text = 1, f"ERROR: {chunk['error']}\n"
+        log.write(text)
+        for line in text.splitlines():
+            if on_line:
+                on_line(line)
+    return failed
+
+
+def build_image(lock: Lock, target_name: str, source_spec: str, experimental: Sequence[str] = (),
+                jobs: int = DEFAULT_JOBS, builder: str = "auto",
+                on_line: OnLine | None = None) -> BuildResult:
+    """Build (or reuse) the engine image for one target from a verified, patched source."""
+    target = lock.target(target_name)
+    client = docker_client()
+    source = fetch_source(lock, source_spec)
+    made = [ensure_base(ref, log=on_line or (lambda _: None))
+            for ref in (target.runtime_base, target.build_base)]
+    inputs = plan_inputs(lock, target_name, source, client, experimental)
+    tag = L.image_tag(lock, target_name, source.identity, experimental, inputs.series_digest)
+    existing = local_image(client, tag)
+    if existing is not None and existing.labels.get(L.INPUTS_DIGEST) == inputs.digest():
+        return BuildResult(tag, existing.id, True, "none", existing.labels, notes=source.notes)
+    notes = source.notes + [f"made base image {base.tag} ({base.image_id})" for base in made if base]
+
+    kind, client_path = choose_builder(builder)
+    started = time.monotonic()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    log_path = images_cache() / "logs" / f"{tag.split(':', 1)[1]}-{stamp}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    context = images_cache() / "contexts" / inputs.digest()[:16]
+    if context.exists():
+        shutil.rmtree(context)
+    try:
+        patched = apply_series(lock, source, context, experimental)
+        if not (patched.path / "tools" / "moe-trace").is_dir():
+            raise ApplianceError(
+                "the patched tree has no tools/moe-trace: the active series must carry the "
+                "llama-moe-trace patch (check patches/llama.cpp/series)")
+        labels = L.expected_labels(lock, inputs, _now())
+        args = {**inputs.build_args, "JOBS": str(jobs)}
+        with open(log_path, "w", buffering=1) as log:
+            log.write(f"# appliance image build {target_name} -> {tag} ({kind} builder)\n")
+            if kind == "buildkit":
+                assert client_path is not None
+                status = _run_buildkit(client_path, context, tag, args, labels, log, on_line)
+            else:
+                status = _run_classic(client, context, tag, args, labels, log, on_line)
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    if status != 0:
+        raise ApplianceError(
+            f"image build for {target_name} failed; last lines:\n{_tail(log_path)}\n"
+            f"full log: {log_path}")
+    image = local_image(client, tag)
+    if image is None or image.labels.get(L.INPUTS_DIGEST) != inputs.digest():
+        raise ApplianceError(f"the build reported success but {tag} is missing; full log: {log_path}")
+    return BuildResult(tag, image.id, False, kind, image.labels, log_path,
+                       time.monotonic() - started, notes=notes)
+
+
+def ninja_progress(line: str) -> tuple[int, int] | None:
+    """(done, total) from a ninja `[N/M]` step in a build log line."""
+    match = NINJA_STEP_RE.search(line)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def compile_check(lock: Lock, target_name: str, source_spec: str, build_base: str,
+                  extra_cmake_args: Sequence[str] = (), jobs: int = DEFAULT_JOBS,
+                  on_line: OnLine | None = None) -> tuple[Path, float]:
+    """Build only the Dockerfile's build stage for a target on another build base; keep nothing.
+
+    Proves a target's compile step (e.g. CUDA for sm120) where its real base images cannot be
+    pulled: `build_base` is a locally made toolchain image. Returns the log path and seconds.
+    """
+    target = lock.target(target_name)
+    client = docker_client()
+    resolve_base(client, build_base, None)
+    _, client_path = choose_builder("buildkit")
+    assert client_path is not None
+    source = fetch_source(lock, source_spec)
+    args = {**build_args(target), "BUILD_BASE": build_base, "RUNTIME_BASE": build_base,
+            "CMAKE_ARGS": " ".join([*target.cmake_args, *extra_cmake_args]), "JOBS": str(jobs)}
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    log_path = images_cache() / "logs" / f"check-{target_name}-{stamp}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    context = images_cache() / "contexts" / f"check-{target_name}-{stamp}"
+    iidfile = log_path.with_suffix(".iid")
+    started = time.monotonic()
+    try:
+        apply_series(lock, source, context)
+        with open(log_path, "w", buffering=1) as log:
+            log.write(f"# compile check {target_name} on {build_base}: {args}\n")
+            status = _run_buildkit(client_path, context, "", args, {}, log, on_line,
+                                   ["--target", "build", "--iidfile", str(iidfile)])
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+        if iidfile.exists():
+            client.images.remove(iidfile.read_text().strip(), force=True)
+            iidfile.unlink()
+    if status != 0:
+        raise ApplianceError(f"compile check for {target_name} failed; last lines:\n"
+                             f"{_tail(log_path)}\nfull log: {log_path}")
+    return log_path, time.monotonic() - started
+
+
+# --- inspect ---------------------------------------------------------------------------------
+
+
+@dataclass
+class InspectReport:
+    ref: str
+    image_id: str
+    size_bytes: int
+    labels: dict[str, str]
+    drifts: list[L.Drift]
+
+    @property
+    def matches(self) -> bool:
+        return not self.drifts
+
+
+def inspect_labels(lock: Lock, ref: str, labels: dict[str, str], image_id: str = "",
+                   size_bytes: int = 0) -> InspectReport:
+    """Compare labels with the lock and the series (with the image's experimental patches)."""
+    experimental = [name for name in labels.get(L.EXPERIMENTAL, "").split(",") if name]
+    try:
+        series = series_digest(lock, experimental)
+    except ApplianceError as exc:
+        series = f"(series not computable: {exc})"
+    return InspectReport(ref, image_id, size_bytes, labels, L.compare(lock, labels, series))
+
+
+def inspect_image(lock: Lock, ref: str, client: Any | None = None) -> InspectReport:
+    client = client or docker_client()
+    image = local_image(client, ref)
+    if image is None:
+        raise ApplianceError(f"no local image {ref}: build it (`appliance image build`) or "
+                             "`appliance pull` it")
+    return inspect_labels(lock, ref, dict(image.labels or {}), image.id,
+                          int(image.attrs.get("Size", 0)))
+
+
+def drift_message(report: InspectReport) -> str:
+    meanings = "; ".join(sorted({d.meaning for d in report.drifts}))
+    target = report.labels.get(L.TARGET, "TARGET")
+    return (f"image {report.ref} does not match the lock ({meanings}): rebuild it with "
+            f"`appliance image build --target {target}`")
+
+
+# --- self-test -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelftestCheck:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _exec(container: Any, cmd: list[str]) -> tuple[int, str]:
+    result = container.exec_run(cmd, demux=False)
+    return int(result.exit_code), (result.output or b"").decode(errors="replace")
+
+
+def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
+    """Run each tool's --help and ldd in the image; check non-root and no compiler."""
+    import docker.errors
+
+    client = client or docker_client()
+    if local_image(client, ref) is None:
+        raise ApplianceError(f"no local image {ref}: build or pull it first")
+    checks: list[SelftestCheck] = []
+    try:
+        container = client.containers.run(
+            ref, ["sleep", "600"], detach=True, network_mode="none", cap_drop=["ALL"],
+            security_opt=["no-new-privileges"], read_only=True)
+    except docker.errors.APIError as exc:
+        raise ApplianceError(f"cannot start {ref}: {exc.explanation or exc}") from None
+    try:
+        for tool in TOOLS:
+            code, out = _exec(container, [tool, "--help"])
+            first = next((line for line in out.splitlines() if line.strip()), "")
+            checks.append(SelftestCheck(f"{tool} --help", code == 0, f"exit {code}: {first[:80]}"))
+            code, out = _exec(container, ["ldd", f"/usr/local/bin/{tool}"])
+            missing = [line.strip() for line in out.splitlines() if "not found" in line]
+            libs = len([line for line in out.splitlines() if "=>" in line])
+            checks.append(SelftestCheck(
+                f"{tool} libraries", code == 0 and not missing,
+                f"missing: {', '.join(missing)}" if missing else f"{libs} resolved"))
+        code, out = _exec(container, ["id", "-u"])
+        checks.append(SelftestCheck("non-root user", code == 0 and out.strip() not in ("", "0"),
+                                    f"uid {out.strip()}"))
+        found = []
+        for compiler in ("cc", "gcc", "g++", "c++", "clang", "nvcc", "cmake"):
+            if _exec(container, ["sh", "-c", f"command -v {compiler}"])[0] == 0:
+                found.append(compiler)
+        checks.append(SelftestCheck("no compiler", not found,
+                                    f"found {', '.join(found)}" if found else "none found"))
+    finally:
+        container.remove(force=True)
+    return checks

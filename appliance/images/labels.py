@@ -1,0 +1,190 @@
+"""The labels an engine image carries, what the lock says they should be, and drift between them.
+
+OCI annotations (`org.opencontainers.image.*`) say where the image came from; the project's own
+labels (`io.moe-appliance.*`) pin the engine inputs: lock digest, source identity, series digest,
+target, CUDA architectures and the base images. `inspect` compares an image's labels with what
+the lock and patch series say now.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.core.digests import canonical_json, sha256_bytes
+from appliance.engine.lock import Lock, Target
+
+OCI = "org.opencontainers.image"
+OWN = "io.moe-appliance"
+IMAGE_REPOSITORY = "moe-expert-cache"
+
+LOCK_DIGEST = f"{OWN}.lock-digest"
+UPSTREAM_COMMIT = f"{OWN}.upstream-commit"
+SOURCE_KIND = f"{OWN}.source-kind"
+SOURCE_NAME = f"{OWN}.source-name"
+SOURCE_IDENTITY = f"{OWN}.source-identity"
+SERIES_DIGEST = f"{OWN}.series-digest"
+EXPERIMENTAL = f"{OWN}.experimental-patches"
+TARGET = f"{OWN}.target"
+CUDA_ARCHITECTURES = f"{OWN}.cuda-architectures"
+CUDA_VERSION = f"{OWN}.cuda-version"
+MIN_DRIVER = f"{OWN}.min-driver"
+BUILD_BASE = f"{OWN}.build-base"
+RUNTIME_BASE = f"{OWN}.runtime-base"
+INPUTS_DIGEST = f"{OWN}.inputs-digest"
+
+# Identity fields that say what the tree is; fetch times and notes are left out on purpose.
+STABLE_IDENTITY_FIELDS = ("kind", "name", "package", "version", "sdist_sha256", "upstream_commit",
+                          "upstream_release", "repository", "subtree", "tree_digest", "canonical")
+
+
+def engine_lock_digest(lock: Lock) -> str:
+    """The lock's digest (it leaves out `published_images`, so publishing does not drift it)."""
+    return lock.digest
+
+
+def stable_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    return {key: identity[key] for key in STABLE_IDENTITY_FIELDS if key in identity}
+
+
+def image_tag(lock: Lock, target: str, identity: dict[str, Any],
+              experimental: Sequence[str] = (), series: str = "") -> str:
+    """`moe-expert-cache:<target>-<lockdigest12>`, plus the source when it is not canonical."""
+    tag = f"{IMAGE_REPOSITORY}:{target}-{engine_lock_digest(lock)[:12]}"
+    kind = identity.get("kind")
+    if kind == "stand-in":
+        tag += f"-standin-{identity.get('name')}"
+    elif kind != "canonical":
+        tag += f"-local-{str(identity.get('tree_digest', ''))[:12]}"
+    if experimental:
+        tag += f"-exp-{series[:8]}"
+    return tag
+
+
+def candidate_tags(lock: Lock, target: str) -> list[str]:
+    """Local tags an engine image for `target` of this lock may carry: canonical first, then
+    each stand-in (newest release name first). Runners look for an image in this order."""
+    canonical = image_tag(lock, target, {"kind": "canonical"})
+    return [canonical] + [image_tag(lock, target, {"kind": "stand-in", "name": name})
+                          for name in sorted(lock.stand_ins, reverse=True)]
+
+
+def source_revision(lock: Lock, identity: dict[str, Any]) -> str:
+    """The upstream commit for the canonical pin; for a stand-in its release (it has no commit)."""
+    if identity.get("kind") == "canonical":
+        return str(identity.get("upstream_commit", lock.upstream.commit))
+    return str(identity.get("upstream_release") or identity.get("tree_digest", "unknown"))
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """Everything that decides an image's content; its digest decides whether to rebuild."""
+
+    lock_digest: str
+    target: Target
+    identity: dict[str, Any]
+    series_digest: str
+    experimental: tuple[str, ...]
+    dockerfile_sha256: str
+    build_base_id: str
+    runtime_base_id: str
+    build_args: dict[str, str]
+
+    def digest(self) -> str:
+        return sha256_bytes(canonical_json({
+            "lock_digest": self.lock_digest,
+            "target": self.target.name,
+            "source": stable_identity(self.identity),
+            "series_digest": self.series_digest,
+            "experimental": list(self.experimental),
+            "dockerfile_sha256": self.dockerfile_sha256,
+            "build_base_id": self.build_base_id,
+            "runtime_base_id": self.runtime_base_id,
+            "build_args": self.build_args,
+        }))
+
+
+def expected_labels(lock: Lock, inputs: BuildInputs, created: str) -> dict[str, str]:
+    """The full label set for a build of `inputs`, `created` being an RFC 3339 time."""
+    target, identity = inputs.target, inputs.identity
+    labels = {
+        f"{OCI}.source": lock.upstream.repository,
+        f"{OCI}.revision": source_revision(lock, identity),
+        f"{OCI}.created": created,
+        f"{OCI}.version": str(identity.get("upstream_release", "local")),
+        f"{OCI}.title": f"llama.cpp engine ({target.name})",
+        f"{OCI}.description": "pinned, patched llama.cpp: llama-moe-trace, llama-completion, "
+                              "llama-bench",
+        LOCK_DIGEST: inputs.lock_digest,
+        UPSTREAM_COMMIT: lock.upstream.commit,
+        SOURCE_KIND: str(identity.get("kind")),
+        SOURCE_NAME: str(identity.get("name")),
+        SOURCE_IDENTITY: canonical_json(stable_identity(identity)).decode(),
+        SERIES_DIGEST: inputs.series_digest,
+        EXPERIMENTAL: ",".join(inputs.experimental),
+        TARGET: target.name,
+        CUDA_ARCHITECTURES: target.cuda.architectures if target.cuda else "",
+        CUDA_VERSION: target.cuda.version if target.cuda else "",
+        MIN_DRIVER: target.cuda.min_driver if target.cuda else "",
+        BUILD_BASE: f"{target.build_base}@{inputs.build_base_id}",
+        RUNTIME_BASE: f"{target.runtime_base}@{inputs.runtime_base_id}",
+        INPUTS_DIGEST: inputs.digest(),
+    }
+    return labels
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One label whose value in the image differs from what the lock says now."""
+
+    label: str
+    in_image: str | None
+    expected: str
+    meaning: str
+
+
+def lock_view(lock: Lock, target_name: str, series_digest: str) -> dict[str, tuple[str, str]]:
+    """label -> (value the lock implies now, what a difference means)."""
+    target = lock.target(target_name)
+    return {
+        LOCK_DIGEST: (engine_lock_digest(lock), "built from another engine lock"),
+        UPSTREAM_COMMIT: (lock.upstream.commit, "built against another upstream pin"),
+        SERIES_DIGEST: (series_digest, "built with another patch series"),
+        CUDA_ARCHITECTURES: (target.cuda.architectures if target.cuda else "",
+                             "built for other CUDA architectures"),
+        MIN_DRIVER: (target.cuda.min_driver if target.cuda else "", "minimum driver differs"),
+    }
+
+
+def source_drift(lock: Lock, labels: dict[str, str]) -> list[Drift]:
+    """A stand-in image must name a stand-in of this lock with the same sdist digest."""
+    try:
+        identity = json.loads(labels.get(SOURCE_IDENTITY, ""))
+    except json.JSONDecodeError:
+        return [Drift(SOURCE_IDENTITY, labels.get(SOURCE_IDENTITY), "a JSON identity",
+                      "source identity missing or unreadable")]
+    kind = identity.get("kind")
+    if kind == "stand-in":
+        stand_in = lock.stand_ins.get(str(identity.get("name")))
+        expected = stand_in.sdist_sha256 if stand_in else "(no such stand-in in the lock)"
+        if identity.get("sdist_sha256") != expected:
+            return [Drift(SOURCE_IDENTITY, str(identity.get("sdist_sha256")), expected,
+                          "built from a stand-in this lock does not pin")]
+    elif kind == "canonical" and identity.get("upstream_commit") != lock.upstream.commit:
+        return [Drift(SOURCE_IDENTITY, str(identity.get("upstream_commit")), lock.upstream.commit,
+                      "built from another upstream commit")]
+    return []
+
+
+def compare(lock: Lock, labels: dict[str, str], series_digest: str) -> list[Drift]:
+    """Every difference between an image's labels and the lock; empty when it matches."""
+    target_name = labels.get(TARGET)
+    if not target_name or target_name not in lock.targets:
+        return [Drift(TARGET, target_name, " | ".join(sorted(lock.targets)),
+                      "not an engine image of this lock (no known target label)")]
+    drifts = [
+        Drift(label, labels.get(label), expected, meaning)
+        for label, (expected, meaning) in lock_view(lock, target_name, series_digest).items()
+        if labels.get(label) != expected
+    ]
+    return drifts + source_drift(lock, labels)

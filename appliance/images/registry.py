@@ -1,0 +1,154 @@
+"""Publishing engine images to a registry and pulling them back by digest, checked against the lock.
+
+`push` tags a local engine image that matches the lock into `REGISTRY/moe-expert-cache`,
+pushes it and records `REGISTRY/moe-expert-cache@sha256:...` in the lock's
+`published_images`. `pull` accepts only such digest references, checks the pulled image's
+labels against the lock and removes it again if they differ.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.engine.lock import Lock, write_lock
+from appliance.host.docker import docker_client
+from appliance.images import labels as L
+from appliance.images.build import InspectReport, drift_message, inspect_image, local_image
+
+DIGEST_REF_RE = re.compile(r"^(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")
+
+
+@dataclass(frozen=True)
+class Published:
+    target: str
+    reference: str
+    tag: str
+    local_tag: str
+
+
+def engine_images_for(client: Any, lock: Lock, target: str) -> list[Any]:
+    """Local images labelled for `target` and built from this lock."""
+    found = client.images.list(filters={"label": [f"{L.TARGET}={target}",
+                                                  f"{L.LOCK_DIGEST}={L.engine_lock_digest(lock)}"]})
+    return sorted(found, key=lambda image: image.attrs.get("Created", ""), reverse=True)
+
+
+def choose_local_image(client: Any, lock: Lock, target: str, image_ref: str | None) -> str:
+    if image_ref:
+        return image_ref
+    candidates = engine_images_for(client, lock, target)
+    tagged = [tag for image in candidates for tag in image.tags
+              if tag.startswith(f"{L.IMAGE_REPOSITORY}:")]
+    if not tagged:
+        raise ApplianceError(f"no local {target} image built from this lock: run "
+                             f"`appliance image build --target {target}` first")
+    canonical = [t for t in tagged if "-standin-" not in t and "-local-" not in t]
+    return (canonical or tagged)[0]
+
+
+def push_image(lock: Lock, target: str, registry: str, image_ref: str | None = None,
+               record: bool = True) -> Published:
+    """Push the target's image to `registry`, record its manifest digest in the lock."""
+    lock.target(target)
+    client = docker_client()
+    local_tag = choose_local_image(client, lock, target, image_ref)
+    report = inspect_image(lock, local_tag, client)
+    if not report.matches:
+        raise IntegrityError(drift_message(report) + "; refusing to publish it")
+    remote_repo = f"{registry.rstrip('/')}/{L.IMAGE_REPOSITORY}"
+    remote_tag = local_tag.split(":", 1)[1]
+    image = client.images.get(local_tag)
+    image.tag(remote_repo, remote_tag)
+    try:
+        digest = _push(client, remote_repo, remote_tag, registry)
+    except ApplianceError:
+        client.images.remove(f"{remote_repo}:{remote_tag}")  # leave nothing half-published
+        raise
+    reference = f"{remote_repo}@{digest}"
+    if record:
+        raw = dict(lock.raw)
+        published = dict(raw.get("published_images") or {})
+        published[target] = {
+            "reference": reference,
+            "tag": f"{remote_repo}:{remote_tag}",
+            "lock_digest": L.engine_lock_digest(lock),
+            "source": report.labels.get(L.SOURCE_NAME, ""),
+            "image_id": image.id,
+        }
+        raw["published_images"] = published
+        write_lock(raw, lock.path)
+    return Published(target, reference, f"{remote_repo}:{remote_tag}", local_tag)
+
+
+def _push(client: Any, repo: str, tag: str, registry: str) -> str:
+    """Push repo:tag; the manifest digest the registry answered with."""
+    import docker.errors
+
+    digest = None
+    try:
+        for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise ApplianceError(f"push to {registry} failed: {chunk['error']} "
+                                     "(is the registry running and reachable?)")
+            digest = chunk.get("aux", {}).get("Digest", digest)
+    except docker.errors.APIError as exc:
+        raise ApplianceError(f"push to {registry} failed: {exc.explanation or exc}") from None
+    if not digest:
+        raise ApplianceError(f"push to {registry} reported no manifest digest")
+    return str(digest)
+
+
+def published_reference(lock: Lock, target: str) -> str:
+    lock.target(target)
+    entry = lock.published_images.get(target)
+    if not entry:
+        raise ApplianceError(f"the lock names no published image for {target}: build it with "
+                             f"`appliance image build --target {target}`, or push one")
+    reference = entry.get("reference") if isinstance(entry, dict) else entry
+    if not isinstance(reference, str) or not DIGEST_REF_RE.match(reference):
+        raise ConfigError(f"{lock.path}: published_images.{target}: {reference!r} is not a "
+                          "REGISTRY/REPO@sha256:<64 hex> reference (pull is by digest only)")
+    return reference
+
+
+def pull_image(lock: Lock, target: str) -> InspectReport:
+    """Pull the lock's image for `target` by digest; keep it only if its labels match the lock."""
+    import docker.errors
+
+    reference = published_reference(lock, target)
+    client = docker_client()
+    try:
+        for chunk in client.api.pull(reference, stream=True, decode=True):
+            if "error" in chunk:
+                raise ApplianceError(f"pull of {reference} failed: {chunk['error']}")
+    except docker.errors.APIError as exc:
+        raise ApplianceError(f"pull of {reference} failed: {exc.explanation or exc}") from None
+    image = local_image(client, reference)
+    digest = DIGEST_REF_RE.match(reference).group("digest")  # type: ignore[union-attr]
+    if image is None or not any(d.endswith(digest) for d in image.attrs.get("RepoDigests", [])):
+        raise IntegrityError(f"pulled image does not carry digest {digest}: refused")
+    report = inspect_image(lock, reference, client)
+    labelled_target = report.labels.get(L.TARGET)
+    if labelled_target != target:
+        report.drifts.append(L.Drift(L.TARGET, labelled_target, target, "an image for another target"))
+    if not report.matches:
+        client.images.remove(reference, force=True)
+        raise IntegrityError(drift_message(report) + f"; pulled {reference} refused and removed")
+    identity = _label_identity(report.labels)
+    experimental = [name for name in report.labels.get(L.EXPERIMENTAL, "").split(",") if name]
+    local_tag = L.image_tag(lock, target, identity, experimental,
+                            report.labels.get(L.SERIES_DIGEST, ""))
+    repo, tag = local_tag.split(":", 1)
+    image.tag(repo, tag)
+    report.ref = local_tag
+    return report
+
+
+def _label_identity(labels: dict[str, str]) -> dict[str, Any]:
+    try:
+        value = json.loads(labels.get(L.SOURCE_IDENTITY, "{}"))
+    except json.JSONDecodeError:
+        value = {}
+    return value if isinstance(value, dict) else {}

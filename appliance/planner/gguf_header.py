@@ -1,0 +1,204 @@
+"""Read a GGUF header (metadata and tensor infos) without touching the weights.
+
+The header is read front to back from a byte source in fixed-size chunks, so a source is asked
+for no more than the header plus one chunk: a whole file, a partial file that holds only the
+header, or a URL read with HTTP range requests (`appliance.planner.remote`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from appliance.core.errors import ApplianceError
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+CHUNK = 1 << 20
+KEEP_ARRAY_MAX = 4096  # numeric arrays up to this length are kept (per-layer values)
+
+# value type ids of the GGUF format: (struct code, size)
+SCALARS: dict[int, tuple[str, int]] = {
+    0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
+    6: ("f", 4), 7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8),
+}
+STRING, ARRAY = 8, 9
+
+
+class ByteSource(Protocol):
+    """Something that hands out bytes by offset: a file or a URL."""
+
+    name: str
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Up to `size` bytes at `offset`; fewer only at the end of the source."""
+        ...
+
+    def total_size(self) -> int | None:
+        """Size of the whole GGUF if known (a partial local file does not know it)."""
+        ...
+
+
+class FileSource:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = str(path)
+        self.bytes_read = 0
+        try:
+            self._handle = open(path, "rb")  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise ApplianceError(f"cannot open {path}: {exc.strerror}") from exc
+
+    def read(self, offset: int, size: int) -> bytes:
+        self._handle.seek(offset)
+        data = self._handle.read(size)
+        self.bytes_read += len(data)
+        return data
+
+    def total_size(self) -> int | None:
+        return self.path.stat().st_size
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """A metadata array that was not kept (strings, or too long): its element type and length."""
+
+    item_type: int
+    count: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # ggml order: ne[0] first
+    type_id: int
+    offset: int  # relative to the start of the data section
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    source: str
+    version: int
+    metadata: dict[str, Any]
+    tensors: list[TensorInfo]
+    alignment: int
+    data_offset: int  # absolute file offset of the tensor data section
+    file_size: int | None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    @property
+    def arch(self) -> str:
+        return str(self.metadata.get("general.architecture", "unknown"))
+
+
+class _Cursor:
+    """Sequential reader over the growing prefix of a source."""
+
+    def __init__(self, source: ByteSource, chunk: int) -> None:
+        self.source, self.chunk = source, chunk
+        self.buf = bytearray()
+        self.pos = 0
+        self.what = "the file header"
+
+    def need(self, n: int) -> memoryview:
+        while len(self.buf) < self.pos + n:
+            more = self.source.read(len(self.buf), max(self.chunk, self.pos + n - len(self.buf)))
+            if not more:
+                raise ApplianceError(
+                    f"{self.source.name}: truncated GGUF header: it ends at byte {len(self.buf)} "
+                    f"while reading {self.what}; get the complete file (or at least its header)")
+            self.buf += more
+        view = memoryview(self.buf)[self.pos:self.pos + n]
+        self.pos += n
+        return view
+
+    def scalar(self, code: str, size: int) -> Any:
+        return struct.unpack("<" + code, self.need(size))[0]
+
+    def u32(self) -> int:
+        return int(self.scalar("I", 4))
+
+    def u64(self) -> int:
+        return int(self.scalar("Q", 8))
+
+    def string(self) -> str:
+        n = self.u64()
+        if n > 1 << 30:
+            raise ApplianceError(f"{self.source.name}: corrupt GGUF header: string of {n} bytes "
+                                 f"while reading {self.what}")
+        return bytes(self.need(n)).decode("utf-8", errors="replace")
+
+    def skip_string(self) -> None:
+        self.need(self.u64())
+
+    def value(self, vtype: int) -> Any:
+        if vtype in SCALARS:
+            return self.scalar(*SCALARS[vtype])
+        if vtype == STRING:
+            return self.string()
+        if vtype == ARRAY:
+            item_type, count = self.u32(), self.u64()
+            if item_type in SCALARS and count <= KEEP_ARRAY_MAX:
+                code, size = SCALARS[item_type]
+                return list(struct.unpack(f"<{count}{code}", self.need(size * count)))
+            if item_type in SCALARS:
+                self.need(SCALARS[item_type][1] * count)
+            elif item_type == STRING:
+                for _ in range(count):
+                    self.skip_string()
+            else:
+                raise ApplianceError(f"{self.source.name}: unsupported GGUF array of type "
+                                     f"{item_type} while reading {self.what}")
+            return ArrayInfo(item_type, count)
+        raise ApplianceError(f"{self.source.name}: unknown GGUF value type {vtype} while "
+                             f"reading {self.what}: not a GGUF file this tool understands")
+
+
+def read_header(source: ByteSource, chunk: int = CHUNK) -> GGUFHeader:
+    """Parse magic, metadata and tensor infos; never reads tensor data."""
+    cur = _Cursor(source, chunk)
+    magic = bytes(cur.need(4))
+    if magic != GGUF_MAGIC:
+        raise ApplianceError(f"{source.name}: not a GGUF file (magic {magic!r}, expected "
+                             f"{GGUF_MAGIC!r})")
+    version = cur.u32()
+    if version not in (2, 3):
+        raise ApplianceError(f"{source.name}: GGUF version {version} is not supported (2 or 3)")
+    n_tensors, n_kv = cur.u64(), cur.u64()
+    if n_tensors > 1 << 24 or n_kv > 1 << 24:
+        raise ApplianceError(f"{source.name}: corrupt GGUF header ({n_tensors} tensors, "
+                             f"{n_kv} metadata keys)")
+    metadata: dict[str, Any] = {}
+    for i in range(n_kv):
+        cur.what = f"metadata entry {i + 1} of {n_kv}"
+        key = cur.string()
+        metadata[key] = cur.value(cur.u32())
+    tensors = []
+    for i in range(n_tensors):
+        cur.what = f"tensor info {i + 1} of {n_tensors}"
+        name = cur.string()
+        n_dims = cur.u32()
+        if n_dims > 4:
+            raise ApplianceError(f"{source.name}: corrupt tensor info for {name!r} "
+                                 f"({n_dims} dimensions)")
+        shape = tuple(cur.u64() for _ in range(n_dims))
+        tensors.append(TensorInfo(name, shape, cur.u32(), cur.u64()))
+    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+    data_offset = (cur.pos + alignment - 1) // alignment * alignment
+    return GGUFHeader(source.name, version, metadata, tensors, alignment, data_offset,
+                      source.total_size())
+
+
+def read_header_file(path: Path) -> GGUFHeader:
+    source = FileSource(path)
+    try:
+        return read_header(source)
+    finally:
+        source.close()

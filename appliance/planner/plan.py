@@ -1,0 +1,284 @@
+"""A conservative startup plan for llama.cpp: which bytes go to the GPU, which stay in RAM,
+which must be demand-mapped from storage, the arguments that realize it, and the decode
+ceiling the storage tier imposes.
+
+The model side is exact (GGUF accounting); the engine side (compute buffers, runtime overhead)
+is estimated with the constants below, each stated in the plan. llama.cpp placement facts this
+relies on: the token embedding table always stays on the CPU; `--n-cpu-moe N` keeps the routed
+experts of layers 0..N-1 in host memory; `-ngl K` offloads the last K layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from appliance.core.errors import ApplianceError
+from appliance.core.units import format_size
+from appliance.planner.accounting import Accounting
+
+GiB = 1 << 30
+MiB = 1 << 20
+CUDA_CONTEXT_BYTES = 768 * MiB  # CUDA context, cuBLAS workspace, allocator slack on the GPU
+CUDA_HOST_BYTES = 1 * GiB  # CUDA runtime, driver and pinned staging buffers in host memory
+PROCESS_BYTES = 32 * MiB  # llama.cpp binary, libraries, tokenizer tables, threads (CPU build)
+VRAM_MARGIN = 0.05  # of the VRAM limit kept free
+RAM_MARGIN = 0.05  # of the RAM limit kept free (page tables, kernel, other processes)
+
+VERDICTS = {
+    "fits_in_vram": "fits in VRAM",
+    "fits_in_ram_plus_vram": "fits in RAM plus VRAM",
+    "oversubscribed": "oversubscribed (demand mmap required)",
+    "does_not_start": "does not start",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    ram_bytes: int
+    vram_bytes: int = 0
+    ctx: int = 4096
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    ssd_gbps: float = 7.0  # GB/s sequential-ish read of the model's storage
+    pcie_gbps: float = 25.0  # GB/s host to GPU (PCIe 4.0 x16 effective)
+    ram_gbps: float = 60.0  # GB/s host memory read bandwidth (dual-channel DDR5)
+    hit_rate: float | None = None  # measured expert-cache hit rate from a trace replay
+
+
+@dataclass
+class BudgetLine:
+    tier: str  # "vram" or "ram"
+    item: str
+    bytes: int
+    note: str = ""
+
+
+@dataclass
+class Roofline:
+    routed_bytes_per_token: int  # routed expert bytes per token in host memory tiers
+    dense_host_bytes_per_token: int
+    page_cache_bytes: int  # host memory left for model file pages
+    expert_bytes_on_host: int
+    uniform_hit_rate: float  # page-cache hit rate if experts were used uniformly
+    # decode ceilings in tokens/s; None where that tier moves no bytes per token
+    ssd_cold_tps: float | None  # every routed byte from storage
+    ssd_uniform_tps: float | None
+    ssd_measured_tps: float | None
+    pcie_tps: float | None  # if host experts were streamed to the GPU instead
+    ram_tps: float | None  # host-resident experts read from RAM
+
+
+@dataclass
+class Plan:
+    model: str
+    arch: str
+    limits: Limits
+    verdict: str
+    verdict_text: str
+    reason: str
+    gpu_layers: int
+    cpu_moe_layers: int  # routed experts of layers 0..N-1 kept in host memory
+    demand_mmap: bool
+    args: list[str]
+    env: dict[str, str]
+    budget: list[BudgetLine]
+    vram_total: int
+    ram_anon: int
+    ram_file: int  # model file pages that must or may stay resident
+    ram_min_file: int  # smallest resident set of file pages that still runs
+    groups: dict[str, int]
+    tensor_data_bytes: int
+    roofline: Roofline | None
+    assumptions: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compute_buffer_bytes(acc: Accounting, n_ubatch: int) -> int:
+    """Estimate of one backend's compute buffer: a ubatch of f32 activations through the widest
+    parts of the graph (logits, residual stream temporaries, MoE intermediates)."""
+    f = acc.facts
+    return n_ubatch * 4 * (f.vocab + 16 * f.embedding + 3 * f.experts_used * f.expert_ff)
+
+
+def _layer_sets(acc: Accounting) -> tuple[dict[int, int], dict[int, int]]:
+    """Per-layer non-routed bytes that follow -ngl, and routed bytes."""
+    dense: dict[int, int] = {}
+    for t in acc.tensors:
+        if t.layer >= 0 and t.group != "routed_experts":
+            dense[t.layer] = dense.get(t.layer, 0) + t.nbytes
+    return dense, dict(acc.routed_by_layer)
+
+
+def _cache_bytes(acc: Accounting, ctx: int, layers: set[int]) -> int:
+    f = acc.facts
+    kv = sum(f.head_count_kv[i] * (f.key_length + f.value_length) * 2
+             for i in f.attention_layers if i in layers) * ctx
+    n_rec = len(f.recurrent_layers) or 1
+    rec = f.recurrent_state_bytes * sum(1 for i in f.recurrent_layers if i in layers) // n_rec
+    return kv + rec
+
+
+def make_plan(acc: Accounting, limits: Limits) -> Plan:
+    if limits.ram_bytes <= 0:
+        raise ApplianceError("--ram must be more than 0")
+    f = acc.facts
+    layers = f.layers + f.nextn_layers
+    all_layers = set(range(layers))
+    dense, routed = _layer_sets(acc)
+    embd = acc.groups["embeddings"]
+    output = acc.groups["output"] + acc.groups["other"]
+    compute = compute_buffer_bytes(acc, min(limits.n_ubatch, limits.ctx))
+    vram_budget = int(limits.vram_bytes * (1 - VRAM_MARGIN))
+    use_gpu = limits.vram_bytes > 0
+
+    gpu_layers, cpu_moe = 0, layers
+    vram_lines: list[BudgetLine] = []
+    if use_gpu:
+        gpu_fixed = CUDA_CONTEXT_BYTES + compute + output
+        all_dense = sum(dense.values())
+        cache_all = _cache_bytes(acc, limits.ctx, all_layers)
+        if gpu_fixed + all_dense + cache_all <= vram_budget:
+            gpu_layers = layers
+            room = vram_budget - gpu_fixed - all_dense - cache_all
+            cpu_moe = 0
+            for layer in range(layers - 1, -1, -1):  # experts of the top layers go first
+                if routed.get(layer, 0) > room:
+                    cpu_moe = layer + 1
+                    break
+                room -= routed.get(layer, 0)
+        else:
+            room = vram_budget - gpu_fixed
+            for layer in range(layers - 1, -1, -1):
+                need = dense.get(layer, 0) + _cache_bytes(acc, limits.ctx, {layer})
+                if need > room:
+                    break
+                room -= need
+                gpu_layers += 1
+            cpu_moe = layers
+    gpu_set = set(range(layers - gpu_layers, layers))
+    host_set = all_layers - gpu_set
+    experts_gpu = sum(routed.get(i, 0) for i in gpu_set if i >= cpu_moe)
+    experts_host = acc.groups["routed_experts"] - experts_gpu
+    dense_gpu = sum(dense.get(i, 0) for i in gpu_set)
+    dense_host = sum(dense.get(i, 0) for i in host_set)
+    output_on_gpu = use_gpu and gpu_layers == layers
+    if use_gpu:
+        vram_lines = [
+            BudgetLine("vram", "weights: layers (attention, SSM, shared experts, routers)",
+                       dense_gpu, f"{gpu_layers} of {layers} layers"),
+            BudgetLine("vram", "weights: routed experts", experts_gpu,
+                       f"layers {cpu_moe}..{layers - 1}" if experts_gpu else "none"),
+            BudgetLine("vram", "weights: output head", output if output_on_gpu else 0),
+            BudgetLine("vram", "KV cache + recurrent state",
+                       _cache_bytes(acc, limits.ctx, gpu_set), f"ctx {limits.ctx}, f16 K/V"),
+            BudgetLine("vram", "compute buffer (estimate)", compute,
+                       f"ubatch {min(limits.n_ubatch, limits.ctx)}"),
+            BudgetLine("vram", "CUDA context and workspace (estimate)", CUDA_CONTEXT_BYTES),
+        ]
+    vram_total = sum(line.bytes for line in vram_lines)
+
+    host_compute = compute if not use_gpu or gpu_layers < layers else compute // 8
+    anon_lines = [
+        BudgetLine("ram", "process and runtime (estimate)",
+                   PROCESS_BYTES + (CUDA_HOST_BYTES if use_gpu else 0), "anonymous"),
+        BudgetLine("ram", "host compute buffer (estimate)", host_compute, "anonymous"),
+        BudgetLine("ram", "KV cache + recurrent state (host layers)",
+                   _cache_bytes(acc, limits.ctx, host_set), "anonymous"),
+    ]
+    ram_anon = sum(line.bytes for line in anon_lines)
+    file_dense = embd + dense_host + (0 if output_on_gpu else output)
+    file_lines = [
+        BudgetLine("ram", "file pages: embeddings, host layers, output", file_dense, "mmap"),
+        BudgetLine("ram", "file pages: routed experts in host memory", experts_host, "mmap"),
+    ]
+    ram_file = file_dense + experts_host
+    max_expert = max(acc.expert_bytes_by_layer.values(), default=0)
+    ram_min_file = file_dense + (f.experts_used * max_expert if experts_host else 0)
+    ram_budget = int(limits.ram_bytes * (1 - RAM_MARGIN))
+
+    if use_gpu and vram_total > limits.vram_bytes:
+        verdict = "does_not_start"
+        reason = (f"even with every routed expert in host memory the GPU needs "
+                  f"{format_size(vram_total)}, over the {format_size(limits.vram_bytes)} limit by "
+                  f"{format_size(vram_total - limits.vram_bytes)}")
+    elif ram_anon + ram_file <= ram_budget:
+        verdict = ("fits_in_vram" if use_gpu and experts_host == 0 and gpu_layers == layers
+                   else "fits_in_ram_plus_vram")
+        reason = (f"host needs {format_size(ram_anon + ram_file)} of "
+                  f"{format_size(ram_budget)} usable")
+    elif ram_anon + ram_min_file <= ram_budget:
+        verdict = "oversubscribed"
+        reason = (f"host-side model bytes ({format_size(ram_file)}) exceed the "
+                  f"{format_size(ram_budget - ram_anon)} left after anonymous memory: "
+                  "experts are paged in from storage on demand")
+    else:
+        verdict = "does_not_start"
+        short = ram_anon + ram_min_file - ram_budget
+        reason = (f"the smallest working set ({format_size(ram_anon + ram_min_file)}: anonymous "
+                  f"memory, non-expert weights and one token's experts of one layer) exceeds the "
+                  f"usable RAM ({format_size(ram_budget)}) by {format_size(short)}")
+
+    demand = verdict == "oversubscribed"
+    args = ["-m", acc.source, "-c", str(limits.ctx), "-b", str(limits.n_batch),
+            "-ub", str(min(limits.n_ubatch, limits.ctx)), "-ngl", str(gpu_layers)]
+    if use_gpu and gpu_layers == layers and 0 < cpu_moe < layers:
+        args += ["--n-cpu-moe", str(cpu_moe)]
+    elif use_gpu and experts_host == acc.groups["routed_experts"] and gpu_layers:
+        args += ["--cpu-moe"]
+    if use_gpu:
+        args += ["-fa", "on"]
+    if demand:
+        args += ["--no-repack"]
+    env = {"LLAMA_MMAP_DEMAND": "1"} if demand else {}
+
+    page_cache = max(ram_budget - ram_anon - file_dense, 0)
+    routed_host_per_token = sum(b * f.experts_used for layer, b in
+                                acc.expert_bytes_by_layer.items()
+                                if layer in host_set or layer < cpu_moe)
+    roofline = None
+    if routed_host_per_token:
+        hit = min(1.0, page_cache / experts_host) if experts_host else 1.0
+        dense_per_token = file_dense - embd
+
+        def tps(gbps: float, per_token: float) -> float | None:
+            return round(gbps * 1e9 / per_token, 4) if per_token > 0 else None
+
+        roofline = Roofline(
+            routed_bytes_per_token=routed_host_per_token,
+            dense_host_bytes_per_token=dense_per_token, page_cache_bytes=page_cache,
+            expert_bytes_on_host=experts_host, uniform_hit_rate=hit,
+            ssd_cold_tps=tps(limits.ssd_gbps, routed_host_per_token),
+            ssd_uniform_tps=tps(limits.ssd_gbps, routed_host_per_token * (1 - hit)),
+            ssd_measured_tps=(tps(limits.ssd_gbps, routed_host_per_token * (1 - limits.hit_rate))
+                              if limits.hit_rate is not None else None),
+            pcie_tps=tps(limits.pcie_gbps, routed_host_per_token),
+            ram_tps=tps(limits.ram_gbps, routed_host_per_token + dense_per_token))
+    return Plan(
+        model=acc.source, arch=f.arch, limits=limits, verdict=verdict,
+        verdict_text=VERDICTS[verdict], reason=reason, gpu_layers=gpu_layers,
+        cpu_moe_layers=cpu_moe if use_gpu else layers, demand_mmap=demand, args=args, env=env,
+        budget=vram_lines + anon_lines + file_lines, vram_total=vram_total, ram_anon=ram_anon,
+        ram_file=ram_file, ram_min_file=ram_min_file, groups=dict(acc.groups),
+        tensor_data_bytes=acc.tensor_data_bytes, roofline=roofline,
+        assumptions={
+            "cuda_context_bytes": CUDA_CONTEXT_BYTES, "cuda_host_bytes": CUDA_HOST_BYTES,
+            "process_bytes": PROCESS_BYTES, "vram_margin": VRAM_MARGIN,
+            "ram_margin": RAM_MARGIN, "kv_cache_type": "f16",
+            "compute_buffer": "n_ubatch x 4 B x (vocab + 16 embd + 3 used x expert width)",
+        })
+
+
+def predicted_peak_bytes(acc: Accounting, ram_bytes: int, ctx: int = 4096,
+                         n_ubatch: int = 512, prompt_tokens: int | None = None) -> int:
+    """Predicted cgroup memory peak of a CPU-only llama.cpp run of this model under `ram_bytes`:
+    anonymous memory plus every weight page the run maps in, capped by the limit (file pages
+    beyond it are reclaimed rather than charged). The compute buffer is touched only as far as
+    the largest batch actually decoded, so a known prompt length narrows it. For the runner's
+    predicted-versus-measured table."""
+    touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
+    plan = make_plan(acc, Limits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx,
+                                 n_ubatch=max(touched_ubatch, 1)))
+    return min(ram_bytes, plan.ram_anon + plan.ram_file)

@@ -1,0 +1,344 @@
+"""Run a profile: one container per trial, cold page cache, exact limits, everything recorded.
+
+Run directory (the bundle layout; `appliance.attest.bundle` signs it afterwards):
+
+    RUN/run.json                      status complete|incomplete|failed, profile, times, version
+    RUN/inputs/{profile.yaml,lock.json,schedule.json,model.json}
+    RUN/trials/NNN-<variant>-r<repeat>/{trial.json,stdout.txt,stderr.txt,timing.json,
+                                        output.txt,trace.moetrace,cgroup.json}
+    RUN/results.json                  statistics over the trials (appliance.runs.stats)
+    RUN/plots/*.png
+
+Every file is written under a temporary name and renamed. A trial that is OOM-killed or fails
+is recorded with its logs and the run goes on; Ctrl-C stops the running container, records
+what was collected and marks the run incomplete.
+"""
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from rich.console import Console
+
+from appliance import __version__
+from appliance.core import atomic
+from appliance.host import pagecache
+from appliance.host.cgroups import read_accounting
+from appliance.runs import stats
+from appliance.runs.model_files import CheckedModel
+from appliance.runs.plan import (
+    ENGINE_OUTPUTS,
+    EXIT_FILE,
+    ContainerSettings,
+    Engine,
+    Trial,
+    container_spec,
+)
+from appliance.runs.profile import Profile
+
+POLL_S = 0.05
+LABEL = "org.moe-appliance.run"
+Finalizer = Callable[[Path], None]
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class RunContext:
+    """What every trial of one run shares."""
+
+    client: docker.DockerClient
+    profile: Profile
+    engine: Engine
+    model: CheckedModel
+    settings: ContainerSettings
+    run_dir: Path
+    run_id: str
+    console: Console
+    trial_timeout_s: float | None = None
+    trial_records: list[dict[str, Any]] = field(default_factory=list)
+
+
+class TrialInterrupted(Exception):
+    """Ctrl-C arrived during a trial; the partial trial record travels with it."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__("interrupted")
+        self.record = record
+
+
+def _read_exit_file(results: Path) -> tuple[int, float] | None:
+    """(engine exit status, engine wall seconds) from the wrapper, or None if it never wrote."""
+    try:
+        status, start_ns, end_ns = (results / EXIT_FILE).read_text().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    return int(status), (int(end_ns) - int(start_ns)) / 1e9
+
+
+def _wait_for_engine(container: Any, results: Path, timeout_s: float | None) -> bool:
+    """Until the wrapper reports the engine's exit, or the container itself is gone.
+    False when the engine was still running after timeout_s (the caller stops it)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    polls = 0
+    while not (results / EXIT_FILE).exists():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_S)
+        polls += 1
+        if polls % 20 == 0:
+            container.reload()
+            if container.status not in ("created", "running"):
+                return True
+    return True
+
+
+def _collect(container: Any, record: dict[str, Any]) -> None:
+    """cgroup (while the container lives), then stop it, then state and logs."""
+    container.reload()
+    pid = container.attrs["State"]["Pid"]
+    if container.status == "running" and pid:
+        try:
+            record["cgroup"] = read_accounting(pid)
+        except (FileNotFoundError, ProcessLookupError, KeyError) as exc:
+            record["cgroup_error"] = f"cgroup unreadable: {exc}"
+    else:
+        record["cgroup_error"] = "container exited before its cgroup could be read"
+    if container.status == "running":
+        container.kill()
+    container.wait()
+    container.reload()
+    state = container.attrs["State"]
+    record["container_exit_code"] = state["ExitCode"]
+    record["oom_killed"] = bool(state["OOMKilled"]) or \
+        bool(record.get("cgroup", {}).get("oom_kills"))
+    record["stdout"] = container.logs(stdout=True, stderr=False)
+    record["stderr"] = container.logs(stdout=False, stderr=True)
+
+
+def _status(record: dict[str, Any]) -> str:
+    if record.get("interrupted"):
+        return "interrupted"
+    if record.get("oom_killed"):
+        return "oom-killed"
+    if "timed_out_after_s" in record:
+        return "timed-out"
+    if record.get("exit_code") == 0:
+        return "ok"
+    return "failed"
+
+
+def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
+    """Outputs and logs into the trial directory, trial.json last; the scratch dir goes."""
+    trial_dir = ctx.run_dir / "trials" / trial.name
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bool] = {}
+    for stream in ("stdout", "stderr"):
+        if stream in record:
+            atomic.write_bytes(trial_dir / f"{stream}.txt", record.pop(stream))
+        files[f"{stream}.txt"] = (trial_dir / f"{stream}.txt").exists()
+    for name in ENGINE_OUTPUTS:
+        if (results / name).is_file():
+            atomic.move_into(results / name, trial_dir / name)
+        files[name] = (trial_dir / name).exists()
+    if "cgroup" in record:
+        atomic.write_json(trial_dir / "cgroup.json", record["cgroup"])
+    files["cgroup.json"] = (trial_dir / "cgroup.json").exists()
+    record["files"] = files
+    record["status"] = _status(record)
+    atomic.write_json(trial_dir / "trial.json", record)
+    for leftover in results.iterdir():
+        leftover.unlink()
+    results.rmdir()
+
+
+def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
+    """One container from eviction to removal; returns the trial.json record."""
+    results = ctx.run_dir / ".scratch" / trial.name
+    results.mkdir(parents=True)  # the container runs as this user, so it can write here
+    name = f"appliance-{ctx.run_id}-{trial.index:03d}"
+    spec = container_spec(ctx.profile, ctx.engine, trial, ctx.settings, results, name,
+                          {LABEL: ctx.run_id, f"{LABEL}.trial": trial.name})
+    record: dict[str, Any] = {
+        "index": trial.index, "variant": trial.variant.name, "repeat": trial.repeat,
+        "container": {k: spec[k] for k in ("name", "command", "environment", "mem_limit",
+                                           "memswap_limit", "network_mode", "read_only")},
+        "image": ctx.engine.image,
+        "model_device": ctx.settings.block_device.key if ctx.settings.block_device else None,
+    }
+    container = None
+    try:
+        if ctx.profile.schedule.cold_cache:
+            record["residency_before_evict"] = pagecache.residency(ctx.model.path).as_dict()
+            record["residency_at_start"] = \
+                pagecache.evict_and_measure(ctx.model.path).as_dict()
+        record["started_utc"] = utc_now()
+        started = time.monotonic()
+        container = ctx.client.containers.run(**spec)
+        if not _wait_for_engine(container, results, ctx.trial_timeout_s):
+            record["timed_out_after_s"] = ctx.trial_timeout_s
+        record["host_wall_s"] = round(time.monotonic() - started, 6)
+        record["ended_utc"] = utc_now()
+        exited = _read_exit_file(results)
+        if exited is not None:
+            record["exit_code"], record["engine_wall_s"] = exited
+        _collect(container, record)
+        if exited is None:
+            record["exit_code"] = record["container_exit_code"]
+    except docker.errors.DockerException as exc:
+        record["error"] = str(exc).splitlines()[0]
+        record.setdefault("oom_killed", False)
+        record.setdefault("exit_code", None)
+    except KeyboardInterrupt:
+        record["interrupted"] = True
+        record.setdefault("ended_utc", utc_now())
+        _stop_after_interrupt(ctx, name, record)
+        _write_trial(ctx, trial, results, record)
+        raise TrialInterrupted(record) from None
+    finally:
+        _remove(ctx.client, name)
+    _write_trial(ctx, trial, results, record)
+    return record
+
+
+def _stop_after_interrupt(ctx: RunContext, name: str, record: dict[str, Any]) -> None:
+    try:
+        container = ctx.client.containers.get(name)
+    except docker.errors.NotFound:
+        record["oom_killed"] = False
+        return
+    pid = container.attrs["State"]["Pid"]
+    if container.status == "running" and pid:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, KeyError):
+            record["cgroup"] = read_accounting(pid)
+    if container.status == "running":
+        container.kill()
+    container.wait()
+    container.reload()
+    record["container_exit_code"] = container.attrs["State"]["ExitCode"]
+    record["oom_killed"] = bool(container.attrs["State"]["OOMKilled"])
+    record["stdout"] = container.logs(stdout=True, stderr=False)
+    record["stderr"] = container.logs(stdout=False, stderr=True)
+
+
+def _remove(client: docker.DockerClient, name: str) -> None:
+    with contextlib.suppress(docker.errors.NotFound):
+        client.containers.get(name).remove(force=True)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_dir: Path
+    status: str
+    trials: list[dict[str, Any]]
+    results: dict[str, Any]
+    plots: list[Path]
+
+
+def write_inputs(run_dir: Path, profile: Profile, lock_raw: dict[str, Any],
+                 schedule: dict[str, Any], model: CheckedModel) -> None:
+    inputs = run_dir / "inputs"
+    atomic.write_text(inputs / "profile.yaml", profile.source_text)
+    atomic.write_json(inputs / "lock.json", lock_raw)
+    atomic.write_json(inputs / "schedule.json", schedule)
+    atomic.write_json(inputs / "model.json", {
+        **model.manifest(),
+        "pinned_bytes": profile.model.bytes,
+        "pinned_sha256": profile.model.sha256,
+        "source": profile.model.source,
+        "synth": profile.model.synth,
+    })
+
+
+def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
+    s = profile.schedule
+    return {
+        "profile": profile.name, "repeats": max(t.repeat for t in trials), "order": s.order,
+        "n_predict": s.n_predict, "prompt": s.prompt, "seed": s.seed, "cold_cache": s.cold_cache,
+        "trace": profile.trace,
+        "variants": [{"name": v.name, "env": v.env, "args": list(v.args)}
+                     for v in profile.variants],
+        "trials": [t.name for t in trials],
+    }
+
+
+def _run_record(ctx: RunContext, status: str, started: str, trials: list[Trial],
+                extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": status, "profile": ctx.profile.name, "started_utc": started,
+        "ended_utc": utc_now(), "appliance_version": __version__, "trial_count": len(trials),
+        "trials_recorded": len(ctx.trial_records), "run_id": ctx.run_id,
+        "engine": ctx.engine.identity(), "model_digest_status": ctx.model.digest_status,
+        "limits": {"memory_bytes": ctx.profile.limits.memory,
+                   "memswap_bytes": ctx.profile.limits.memswap},
+        "cgroup_version": ctx.settings.cgroup_version,
+        "trial_timeout_s": ctx.trial_timeout_s, **extra,
+    }
+
+
+def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
+                extra: dict[str, Any], finalize: Finalizer | None = None) -> RunOutcome:
+    """Every trial in order, then statistics, plots and the optional finalize hook.
+
+    `finalize(run_dir)` runs last, for complete and incomplete runs alike (the lead wires
+    `appliance.attest.bundle.finalize_bundle` here so every run directory gets signed).
+    """
+    started = utc_now()
+    ctx.run_dir.mkdir(parents=True)
+    write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials),
+                 ctx.model)
+    atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, "incomplete", started, trials,
+                                                            extra))
+    status = "complete"
+    try:
+        for trial in trials:
+            ctx.console.print(f"trial {trial.name}: evicting model, starting container")
+            try:
+                record = run_trial(ctx, trial)
+            except TrialInterrupted as stop:
+                ctx.trial_records.append(stop.record)
+                raise KeyboardInterrupt from None
+            ctx.trial_records.append(record)
+            ctx.console.print(_trial_line(record))
+    except KeyboardInterrupt:
+        status = "incomplete"
+        ctx.console.print("[red]interrupted[/red]: container stopped, run marked incomplete")
+    except BaseException:
+        atomic.write_json(ctx.run_dir / "run.json",
+                          _run_record(ctx, "failed", started, trials, extra))
+        raise
+    finally:
+        scratch = ctx.run_dir / ".scratch"
+        if scratch.is_dir() and not any(scratch.iterdir()):
+            scratch.rmdir()
+    results = stats.summarize(ctx.run_dir, [v.name for v in ctx.profile.variants],
+                              ctx.profile.schedule.n_predict)
+    atomic.write_json(ctx.run_dir / "results.json", results)
+    from appliance.runs import plots as run_plots  # matplotlib loads only when a run has plots to draw
+
+    plots = run_plots.write_plots(ctx.run_dir, results, ctx.profile.limits.memory)
+    atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, status, started, trials, extra))
+    if finalize is not None:
+        finalize(ctx.run_dir)
+    return RunOutcome(ctx.run_dir, status, ctx.trial_records, results, plots)
+
+
+def _trial_line(record: dict[str, Any]) -> str:
+    status = record["status"]
+    colour = {"ok": "green", "oom-killed": "red", "failed": "red"}.get(status, "yellow")
+    wall = record.get("engine_wall_s")
+    peak = record.get("cgroup", {}).get("peak_bytes")
+    parts = [f"  [{colour}]{status}[/{colour}] exit {record.get('exit_code')}"]
+    if wall is not None:
+        parts.append(f"wall {wall:.3f} s")
+    if peak is not None:
+        parts.append(f"peak {peak / 2**20:.1f} MiB")
+    return ", ".join(parts)

@@ -1,0 +1,120 @@
+"""Model files: found by name in the models directory, checked by size and then by sha256.
+
+Hashing a 17 GB file takes minutes, so digests are cached under APPLIANCE_CACHE keyed by the
+file's real path, size, mtime and inode: a second run of an unchanged file hashes nothing.
+The models directory is only ever read.
+"""
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+from appliance.core import atomic
+from appliance.core.digests import sha256_file
+from appliance.core.errors import ApplianceError, IntegrityError
+from appliance.core.paths import cache_dir
+from appliance.runs.profile import ModelManifest, format_size
+
+# How a model's digest was established, recorded in inputs/model.json.
+VERIFIED = "verified"          # sha256 computed (or cached) and equal to the pinned one
+UNPINNED = "unpinned"          # the profile pins no sha256: the computed one is recorded
+SKIPPED = "skipped"            # --skip-digest-check: nothing hashed, size checked only
+
+
+@dataclass(frozen=True)
+class CheckedModel:
+    path: Path
+    file: str
+    bytes: int
+    sha256: str | None
+    digest_status: str
+    digest_from_cache: bool
+
+    def manifest(self) -> dict[str, object]:
+        """inputs/model.json: what was checked, without the host path."""
+        record = asdict(self)
+        record.pop("path")
+        return record
+
+
+def digest_cache_path() -> Path:
+    return cache_dir() / "model-digests.json"
+
+
+def _cache_key(path: Path, stat: os.stat_result) -> str:
+    return f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}"
+
+
+def _load_cache() -> dict[str, str]:
+    try:
+        data = json.loads(digest_cache_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cached_sha256(path: Path, show_progress: bool = True) -> tuple[str, bool]:
+    """(sha256, came from cache) for a file, hashing only when size/mtime/inode changed."""
+    real = path.resolve()
+    stat = real.stat()
+    key = _cache_key(real, stat)
+    cache = _load_cache()
+    if key in cache:
+        return cache[key], True
+    if show_progress:
+        columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                   TimeRemainingColumn())
+        with Progress(*columns, transient=True) as progress:
+            task = progress.add_task(f"sha256 {real.name}", total=stat.st_size)
+            digest = sha256_file(real, lambda n: progress.advance(task, n))
+    else:
+        digest = sha256_file(real)
+    # Drop this file's stale entries and those of files that no longer exist.
+    cache = {k: v for k, v in _load_cache().items()
+             if not k.startswith(f"{real}|") and Path(k.split("|", 1)[0]).exists()}
+    cache[key] = digest
+    atomic.write_json(digest_cache_path(), cache)
+    return digest, False
+
+
+def missing_model_message(manifest: ModelManifest, models_dir: Path) -> str:
+    size = f"{manifest.bytes:,} bytes" if manifest.bytes is not None else "size not pinned"
+    digest = f"sha256 {manifest.sha256}" if manifest.sha256 else "sha256 not pinned"
+    where = f"get it from: {manifest.source}"
+    if manifest.synth:
+        where = ("create it with: appliance model synth "
+                 f"{models_dir / manifest.file} {' '.join(manifest.synth_args())}")
+    return f"model {manifest.file} not found in {models_dir} (expected {size}, {digest}); {where}"
+
+
+def locate_model(manifest: ModelManifest, models_dir: Path) -> tuple[Path, int]:
+    """The model's path and size; refuses a missing file or one of the wrong size."""
+    if not models_dir.is_dir():
+        raise ApplianceError(f"models directory {models_dir} does not exist: pass --models DIR")
+    path = models_dir / manifest.file
+    if not path.is_file():
+        raise ApplianceError(missing_model_message(manifest, models_dir))
+    size = path.stat().st_size
+    if manifest.bytes is not None and size != manifest.bytes:
+        raise IntegrityError(f"model {path} has {size:,} bytes, the profile pins "
+                             f"{manifest.bytes:,} ({format_size(manifest.bytes)}): wrong or "
+                             f"incomplete file; get it from: {manifest.source}")
+    return path, size
+
+
+def check_model(manifest: ModelManifest, models_dir: Path, skip_digest: bool = False,
+                show_progress: bool = True) -> CheckedModel:
+    """Size first (cheap), then sha256 unless skipped; refuses a missing or different file."""
+    path, size = locate_model(manifest, models_dir)
+    if skip_digest:
+        return CheckedModel(path, manifest.file, size, None, SKIPPED, False)
+    digest, from_cache = cached_sha256(path, show_progress)
+    if manifest.sha256 is None:
+        return CheckedModel(path, manifest.file, size, digest, UNPINNED, from_cache)
+    if digest != manifest.sha256:
+        raise IntegrityError(f"model {path} has sha256 {digest}, the profile pins "
+                             f"{manifest.sha256}: refusing to run a different file")
+    return CheckedModel(path, manifest.file, size, digest, VERIFIED, from_cache)

@@ -1,0 +1,176 @@
+"""The trial plan of a run and the exact `docker run` parameters of each trial.
+
+Everything here is pure: no Docker calls, so `appliance run --dry-run` prints exactly what a
+real run would start. The engine command line is built in one place (`Engine.argv`); the
+runner wraps it in a small shell that records the engine's exit status and times and then
+keeps the container alive, so its cgroup can be read after the engine has exited.
+"""
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from appliance.host.cgroups import BLKIO_UNLIMITED_BPS, BlockDevice
+from appliance.runs.profile import Profile, Variant
+
+MODELS_MOUNT = "/models"
+RESULTS_MOUNT = "/results"
+SCRATCH_TMPFS = {"/tmp": "rw,size=16m,mode=1777"}  # tmpfs pages count against the limit
+EXIT_FILE = ".engine-exit"
+# Runs the engine, records "status start_ns end_ns", then idles until the runner has read
+# the cgroup and kills the container (the idle bound only matters if the runner died).
+WRAPPER = (
+    's=$(date +%s%N); "$@"; rc=$?; e=$(date +%s%N); '
+    f'echo "$rc $s $e" > {RESULTS_MOUNT}/{EXIT_FILE}.tmp && '
+    f'mv {RESULTS_MOUNT}/{EXIT_FILE}.tmp {RESULTS_MOUNT}/{EXIT_FILE}; exec sleep 86400'
+)
+# Files the engine writes under RESULTS_MOUNT, kept in the trial directory under these names.
+ENGINE_OUTPUTS = ("timing.json", "output.txt", "trace.moetrace")
+
+
+class Engine(Protocol):
+    """What the runner starts in each trial: an image and a command line per variant."""
+
+    @property
+    def image(self) -> str: ...
+
+    def argv(self, profile: Profile, variant: Variant) -> list[str]: ...
+
+    def env(self, profile: Profile, variant: Variant) -> dict[str, str]: ...
+
+    def identity(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LlamaMoeTraceEngine:
+    """The patched llama.cpp tool `llama-moe-trace` in the engine image."""
+
+    image: str
+
+    def argv(self, profile: Profile, variant: Variant) -> list[str]:
+        """Greedy decoding of exactly n_predict tokens (EOS ignored), so every variant and
+        repeat does the same work; the schedule's seed is recorded, greedy needs none."""
+        s = profile.schedule
+        argv = ["llama-moe-trace", "-m", f"{MODELS_MOUNT}/{profile.model.file}",
+                "-p", s.prompt, "-n", str(s.n_predict), "--ignore-eos",
+                "--timings", f"{RESULTS_MOUNT}/timing.json",
+                "--text", f"{RESULTS_MOUNT}/output.txt"]
+        if profile.model.sha256:
+            argv += ["--model-sha256", profile.model.sha256]
+        if profile.trace:
+            argv += ["-o", f"{RESULTS_MOUNT}/trace.moetrace"]
+        else:
+            argv += ["--no-trace"]
+        return argv + list(profile.engine_args) + list(variant.args)
+
+    def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
+        return dict(variant.env)
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "llama-moe-trace", "image": self.image}
+
+
+@dataclass(frozen=True)
+class CommandEngine:
+    """Any command per variant in any image: exercises limits, mounts and accounting without
+    the engine (the model is at /models/<file>, outputs go under /results)."""
+
+    image: str
+    commands: dict[str, list[str]]
+
+    def argv(self, profile: Profile, variant: Variant) -> list[str]:
+        return list(self.commands[variant.name])
+
+    def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
+        return dict(variant.env)
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "command", "image": self.image, "commands": self.commands}
+
+
+@dataclass(frozen=True)
+class Trial:
+    index: int  # 1-based position in the run order
+    variant: Variant
+    repeat: int  # 1-based
+
+    @property
+    def name(self) -> str:
+        return f"{self.index:03d}-{self.variant.name}-r{self.repeat}"
+
+
+def trial_plan(profile: Profile, repeats: int | None = None) -> list[Trial]:
+    """Variants x repeats; interleaved runs every variant once per round (A B A B ...)."""
+    count = repeats if repeats is not None else profile.schedule.repeats
+    if profile.schedule.order == "interleaved":
+        pairs = [(r, v) for r in range(1, count + 1) for v in profile.variants]
+    else:
+        pairs = [(r, v) for v in profile.variants for r in range(1, count + 1)]
+    return [Trial(i, v, r) for i, (r, v) in enumerate(pairs, start=1)]
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """Host facts that shape every trial's container."""
+
+    models_dir: Path
+    block_device: BlockDevice | None
+    cgroup_version: int
+    gpu_device_ids: tuple[str, ...] | None  # None: no GPU request
+    user: str = f"{os.getuid()}:{os.getgid()}"
+
+
+def container_spec(profile: Profile, engine: Engine, trial: Trial, settings: ContainerSettings,
+                   results_dir: Path, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Keyword arguments for docker-py's `containers.run` for one trial (detached)."""
+    limits = profile.limits
+    spec: dict[str, Any] = {
+        "image": engine.image,
+        "command": ["/bin/sh", "-c", WRAPPER, "engine", *engine.argv(profile, trial.variant)],
+        "environment": engine.env(profile, trial.variant),
+        "name": name,
+        "labels": labels,
+        "detach": True,
+        "user": settings.user,
+        "mem_limit": limits.memory,
+        "memswap_limit": limits.memswap,
+        "network_mode": "none",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "tmpfs": dict(SCRATCH_TMPFS),
+        "volumes": {
+            str(settings.models_dir.resolve()): {"bind": MODELS_MOUNT, "mode": "ro"},
+            str(results_dir.resolve()): {"bind": RESULTS_MOUNT, "mode": "rw"},
+        },
+    }
+    if settings.block_device is not None and settings.cgroup_version == 1:
+        spec["device_read_bps"] = [{"Path": settings.block_device.node,
+                                    "Rate": BLKIO_UNLIMITED_BPS}]
+    if settings.gpu_device_ids is not None:
+        spec["device_requests"] = [{"Driver": "nvidia", "DeviceIDs": list(settings.gpu_device_ids),
+                                    "Capabilities": [["gpu"]]}]
+    return spec
+
+
+def docker_cli_equivalent(spec: dict[str, Any]) -> str:
+    """The `docker run` command line a person would type for the same container."""
+    args = ["docker", "run", "-d", "--name", spec["name"], "--user", spec["user"],
+            "--memory", str(spec["mem_limit"]), "--memory-swap", str(spec["memswap_limit"]),
+            "--network", spec["network_mode"], "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges", "--read-only"]
+    for path, options in spec["tmpfs"].items():
+        args += ["--tmpfs", f"{path}:{options}"]
+    for host, bind in spec["volumes"].items():
+        args += ["-v", f"{host}:{bind['bind']}:{bind['mode']}"]
+    for rule in spec.get("device_read_bps", []):
+        args += ["--device-read-bps", f"{rule['Path']}:{rule['Rate']}"]
+    for request in spec.get("device_requests", []):
+        args += ["--gpus", f"device={','.join(request['DeviceIDs'])}"]
+    for key, value in sorted(spec["environment"].items()):
+        args += ["-e", f"{key}={value}"]
+    for key, value in sorted(spec["labels"].items()):
+        args += ["--label", f"{key}={value}"]
+    return shlex.join(args + [spec["image"], *spec["command"]])

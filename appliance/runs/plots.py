@@ -1,0 +1,75 @@
+"""PNG plots of a run: decode tokens/s per variant with spread, memory and reads per trial."""
+
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+
+from appliance.core import atomic  # noqa: E402
+from appliance.runs.stats import load_trials  # noqa: E402
+
+MIB = 1 << 20
+
+
+def _save(fig: Any, path: Path) -> None:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    atomic.write_bytes(path, buffer.getvalue())
+
+
+def decode_plot(results: dict[str, Any], path: Path) -> bool:
+    """Median decode tokens/s per variant, min-max as error bars, samples as dots."""
+    names = [n for n, v in results["variants"].items() if v["decode_tps"]["n"]]
+    if not names:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for x, name in enumerate(names):
+        d = results["variants"][name]["decode_tps"]
+        ax.bar(x, d["median"], color="#4c72b0", alpha=0.7)
+        ax.errorbar(x, d["median"], yerr=[[d["median"] - d["min"]], [d["max"] - d["median"]]],
+                    color="black", capsize=6)
+        ax.scatter([x] * d["n"], d["samples"], color="black", s=12, zorder=3)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("decode tokens/s (median, min-max)")
+    ax.set_title("Decode throughput per variant")
+    _save(fig, path)
+    return True
+
+
+def trial_resources_plot(run_dir: Path, path: Path, memory_limit: int) -> bool:
+    """Per trial in run order: cgroup peak memory against the limit, and bytes read."""
+    trials = load_trials(run_dir)
+    if not trials:
+        return False
+    labels = [t["dir"] for t in trials]
+    peaks = [(t["cgroup"].get("peak_bytes") or 0) / MIB for t in trials]
+    reads = [sum((t["cgroup"].get("block_read_bytes") or {}).values()) / MIB for t in trials]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, len(trials) * 0.8), 6), sharex=True)
+    colours = ["#c44e52" if t.get("status") != "ok" else "#4c72b0" for t in trials]
+    top.bar(range(len(trials)), peaks, color=colours)
+    top.axhline(memory_limit / MIB, color="black", linestyle="--", label="memory limit")
+    top.set_ylabel("peak memory (MiB)")
+    top.legend(loc="lower right")
+    bottom.bar(range(len(trials)), reads, color=colours)
+    bottom.set_ylabel("block reads (MiB)")
+    bottom.set_xticks(range(len(trials)), labels, rotation=45, ha="right", fontsize=8)
+    top.set_title("Per trial (red: not ok)")
+    fig.tight_layout()
+    _save(fig, path)
+    return True
+
+
+def write_plots(run_dir: Path, results: dict[str, Any], memory_limit: int) -> list[Path]:
+    """Writes RUN/plots/*.png; returns the files written (none when there is nothing to plot)."""
+    plots = run_dir / "plots"
+    written = []
+    if decode_plot(results, plots / "decode_tps.png"):
+        written.append(plots / "decode_tps.png")
+    if trial_resources_plot(run_dir, plots / "trial_resources.png", memory_limit):
+        written.append(plots / "trial_resources.png")
+    return written

@@ -1,0 +1,160 @@
+"""Everything decided before the first trial: profile, model, target, GPU, image, host checks.
+
+`prepare_run` does the checks cheapest first and fails fast with one line, before anything
+is written: a run directory exists only for a run that can start.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from appliance.core.errors import ApplianceError, ConfigError
+from appliance.engine.lock import Lock
+from appliance.host.cgroups import block_device_for, cgroup_version
+from appliance.host.gpu import Gpu, NvmlUnavailable, detect_gpus
+from appliance.images.labels import IMAGE_REPOSITORY, candidate_tags
+from appliance.runs.model_files import CheckedModel, check_model, locate_model
+from appliance.runs.plan import ContainerSettings, Trial, trial_plan
+from appliance.runs.profile import Profile, format_size
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    target: str | None  # None: auto could not be resolved on this host (dry run only)
+    gpu_ids: tuple[str, ...] | None
+    note: str | None
+
+
+def visible_gpus() -> list[Gpu]:
+    """GPUs NVML reports; none where there is no NVIDIA driver."""
+    try:
+        return detect_gpus()
+    except NvmlUnavailable:
+        return []
+
+
+def _target_for(gpu: Gpu, lock: Lock) -> str | None:
+    return next((t.name for t in lock.targets.values()
+                 if t.cuda is not None and t.cuda.compute_capability == gpu.compute_capability),
+                None)
+
+
+def choose_target(profile: Profile, visible: list[Gpu], lock: Lock, dry_run: bool,
+                  gpu_index: int | None = None) -> TargetChoice:
+    """The image target and GPU request: `auto` follows the GPU's compute capability."""
+    if profile.gpu == "none" or (profile.gpu == "optional" and not visible):
+        return TargetChoice("cpu" if profile.target == "auto" else profile.target, None, None)
+    if not visible:
+        message = (f"profile {profile.name} needs an NVIDIA GPU and none is visible here; "
+                   f"`appliance doctor` shows what is missing")
+        if not dry_run:
+            raise ApplianceError(message)
+        target = None if profile.target == "auto" else profile.target
+        return TargetChoice(target, (str(gpu_index or 0),), message)
+    gpu = next((g for g in visible if g.index == (gpu_index or 0)), None)
+    if gpu is None:
+        raise ApplianceError(f"no GPU with index {gpu_index}: visible are "
+                             f"{', '.join(str(g.index) for g in visible)}")
+    fitting = _target_for(gpu, lock)
+    target = fitting if profile.target == "auto" else profile.target
+    if fitting is None or target != fitting:
+        raise ApplianceError(f"GPU {gpu.index} ({gpu.name}, compute capability "
+                             f"{gpu.compute_capability}) fits no image target "
+                             f"{'(sm89 or sm120)' if target is None else target}; "
+                             "`appliance doctor` lists the GPUs and targets")
+    return TargetChoice(target, (str(gpu.index),), None)
+
+
+def image_candidates(target: str, lock: Lock) -> list[str]:
+    """Engine image tags for a target: canonical source first, then each stand-in."""
+    return candidate_tags(lock, target)
+
+
+def find_image(client: docker.DockerClient, candidates: list[str]) -> str:
+    for tag in candidates:
+        try:
+            client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            continue
+        return tag
+    target = candidates[0].split(":", 1)[1].split("-", 1)[0]
+    raise ApplianceError(f"no engine image for target {target} (looked for "
+                         f"{', '.join(candidates)}): build it with `make image-{target}`")
+
+
+def host_memory_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise ApplianceError("cannot read MemTotal from /proc/meminfo")
+
+
+def check_limit_fits_host(profile: Profile) -> None:
+    total = host_memory_bytes()
+    if profile.limits.memory > total:
+        raise ConfigError(f"profile {profile.name}: limits.memory "
+                          f"{format_size(profile.limits.memory)} exceeds this host's "
+                          f"{format_size(total)} of RAM, so the limit would not bind")
+
+
+def default_run_dir(profile: Profile) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path("runs") / f"{profile.name}-{stamp}"
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    profile: Profile
+    model: CheckedModel
+    choice: TargetChoice
+    image: str
+    image_checked: bool
+    settings: ContainerSettings
+    trials: list[Trial]
+    run_dir: Path
+
+
+def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int | None,
+                out: Path | None, dry_run: bool, skip_digest: bool, image: str | None,
+                gpu_index: int | None, client_factory: Any,
+                show_progress: bool = True) -> tuple[PreparedRun, Any]:
+    """All checks, cheapest first. Returns the prepared run and a Docker client (None in a
+    dry run); `client_factory()` connects (or raises the "Docker down" error)."""
+    if repeats is not None and repeats < 1:
+        raise ConfigError("--repeats must be at least 1")
+    run_dir = out if out is not None else default_run_dir(profile)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ApplianceError(f"{run_dir} already exists and is not empty: choose another --out")
+    locate_model(profile.model, models_dir)
+    if run_dir.resolve().is_relative_to(models_dir.resolve()):
+        raise ApplianceError(f"--out {run_dir} is inside the models directory, which is "
+                             "never written to: choose another --out")
+    choice = choose_target(profile, visible_gpus(), lock, dry_run, gpu_index)
+    client = None
+    if not dry_run:
+        check_limit_fits_host(profile)
+        client = client_factory()
+    if image is None and choice.target is not None:
+        candidates = image_candidates(choice.target, lock)
+        image = candidates[0] if dry_run else find_image(client, candidates)
+    elif image is None:
+        image = f"{IMAGE_REPOSITORY}:<sm89|sm120>-{lock.digest[:12]}"
+    elif client is not None:
+        find_image(client, [image])
+    model = check_model(profile.model, models_dir, skip_digest=skip_digest,
+                        show_progress=show_progress)
+    settings = ContainerSettings(models_dir=models_dir, block_device=block_device_for(model.path),
+                                 cgroup_version=cgroup_version(), gpu_device_ids=choice.gpu_ids)
+    prepared = PreparedRun(profile, model, choice, image, not dry_run, settings,
+                           trial_plan(profile, repeats), run_dir)
+    return prepared, client
+
+
+def stand_in_of(image: str, lock: Lock) -> str | None:
+    """The stand-in an image tag names (its last dash-separated part), if any."""
+    suffix = image.rsplit("-", 1)[-1]
+    return suffix if suffix in lock.stand_ins else None

@@ -1,0 +1,119 @@
+"""What `appliance run` prints: the trial plan (dry run) and the summary after a run."""
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from appliance.runs.model_files import SKIPPED, UNPINNED
+from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
+from appliance.runs.prepare import PreparedRun
+from appliance.runs.profile import format_size
+
+MIB = 1 << 20
+
+
+def planned_specs(prepared: PreparedRun, engine: Engine, run_id: str) -> list[dict[str, Any]]:
+    """The docker-py `containers.run` arguments of every trial, in run order."""
+    specs = []
+    for trial in prepared.trials:
+        results = prepared.run_dir / ".scratch" / trial.name
+        specs.append(container_spec(prepared.profile, engine, trial, prepared.settings, results,
+                                    f"appliance-{run_id}-{trial.index:03d}",
+                                    {"org.moe-appliance.run": run_id}))
+    return specs
+
+
+def digest_line(prepared: PreparedRun) -> str:
+    model = prepared.model
+    if model.digest_status == SKIPPED:
+        return "sha256 NOT CHECKED (--skip-digest-check): this run is not verified"
+    if model.digest_status == UNPINNED:
+        return (f"sha256 {model.sha256} (the profile pins no digest: pin this one in a copy "
+                "of the profile)")
+    cached = ", from the digest cache" if model.digest_from_cache else ""
+    return f"sha256 {model.sha256} verified{cached}"
+
+
+def print_header(console: Console, prepared: PreparedRun) -> None:
+    p, limits = prepared.profile, prepared.profile.limits
+    console.print(f"[bold]profile[/bold] {p.name}: {p.description}")
+    console.print(f"model       {prepared.model.path} ({prepared.model.bytes:,} bytes)")
+    style = "bold red" if prepared.model.digest_status != "verified" else "green"
+    console.print(f"            [{style}]{digest_line(prepared)}[/{style}]", highlight=False)
+    target = prepared.choice.target or "auto (unresolved: no GPU visible)"
+    console.print(f"target      {target}; image {prepared.image}"
+                  f"{'' if prepared.image_checked else ' (not checked in a dry run)'}")
+    swap = "no swap" if limits.swap == 0 else f"swap {format_size(limits.swap)}"
+    console.print(f"memory      limit {format_size(limits.memory)} ({limits.memory} bytes), "
+                  f"memory+swap {format_size(limits.memswap)} ({swap})")
+    console.print(f"model mount {prepared.settings.models_dir} -> /models (read-only)")
+    gpu = prepared.settings.gpu_device_ids
+    console.print("GPU request " + (f"nvidia device {','.join(gpu)} (capabilities gpu)"
+                                    if gpu is not None else "none"))
+    device = prepared.settings.block_device
+    console.print("block reads " + (f"counted on {device.node} ({device.key})" if device
+                                    else "not countable (the model is not on a block device)"))
+    if prepared.choice.note:
+        console.print(f"[bold red]note[/bold red]        {prepared.choice.note}")
+
+
+def print_plan(console: Console, prepared: PreparedRun, specs: list[dict[str, Any]]) -> None:
+    table = Table(title=f"trial plan ({prepared.profile.schedule.order}, "
+                        f"{len(prepared.trials)} trials)")
+    for column in ("trial", "variant", "repeat", "env", "cold cache"):
+        table.add_column(column)
+    for trial in prepared.trials:
+        env = " ".join(f"{k}={v}" for k, v in sorted(trial.variant.env.items())) or "-"
+        table.add_row(trial.name, trial.variant.name, str(trial.repeat), env,
+                      "evict + check" if prepared.profile.schedule.cold_cache else "no")
+    console.print(table)
+    seen = set()
+    for trial, spec in zip(prepared.trials, specs, strict=True):
+        if trial.variant.name in seen:
+            continue
+        seen.add(trial.variant.name)
+        console.print(f"[bold]docker run[/bold] for variant {trial.variant.name}:")
+        console.print(docker_cli_equivalent(spec), highlight=False, soft_wrap=True)
+
+
+def _cell(stat: dict[str, Any], scale: float = 1.0, digits: int = 3) -> str:
+    if not stat.get("n"):
+        return "-"
+    flag = " !" if stat["outliers"] else ""
+    return (f"{stat['median'] / scale:.{digits}f} "
+            f"[{stat['min'] / scale:.{digits}f}-{stat['max'] / scale:.{digits}f}]{flag}")
+
+
+def print_summary(console: Console, results: dict[str, Any], run_dir: Path, status: str,
+                  plots: list[Path]) -> None:
+    table = Table(title="median [min-max] per variant (! = MAD outlier among the samples)")
+    for column in ("variant", "ok/trials", "wall s", "prefill tok/s", "decode tok/s",
+                   "peak MiB", "read MiB", "read B/token"):
+        table.add_column(column)
+    for name, v in results["variants"].items():
+        table.add_row(name, f"{v['counts']['ok']}/{len(v['trials'])}", _cell(v["wall_s"]),
+                      _cell(v["prefill_tps"], digits=2), _cell(v["decode_tps"], digits=2),
+                      _cell(v["peak_bytes"], MIB, 1), _cell(v["block_read_bytes"], MIB, 1),
+                      _cell(v["bytes_read_per_token"], 1, 0))
+    console.print(table)
+    for ratio in results["ratios"]:
+        parts = [f"{metric} {m['median']:.3f}x [{m['min']:.3f}-{m['max']:.3f}]"
+                 for metric, m in ratio["metrics"].items()
+                 if metric in ("wall_s", "decode_tps", "block_read_bytes")]
+        console.print(f"{ratio['numerator']} / {ratio['denominator']} (pairwise, by round): "
+                      + (", ".join(parts) or "no complete pairs"))
+    identity = results["byte_identity"]
+    if identity["all_identical"]:
+        console.print(f"[green]generated texts byte-identical at matched length[/green] "
+                      f"({len(identity['comparisons'])} comparisons)")
+    else:
+        for finding in identity["findings"]:
+            console.print(f"[bold red]finding:[/bold red] {finding}")
+    bad = {d: s for d, s in results["statuses"].items() if s != "ok"}
+    for trial, trial_status in bad.items():
+        console.print(f"[red]{trial}: {trial_status}[/red] (logs in trials/{trial}/)")
+    console.print(f"run {status}: {run_dir}")
+    for plot in plots:
+        console.print(f"plot: {plot}")

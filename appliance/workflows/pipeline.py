@@ -1,0 +1,257 @@
+"""Whole-pipeline verbs: execute a profile as a sealed bundle, the demo, and reproductions.
+
+`execute_profile` is what `appliance run` does after parsing. `demo` and `reproduce` chain the
+parts a new user would otherwise run by hand: a verified source, the engine image, the
+model, the run, bundle verification, the paging check and the evidence comparison.
+"""
+
+import functools
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from appliance.attest.bundle import finalize_bundle, verdict, verify_bundle
+from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
+from appliance.attest.provenance import gpu_facts
+from appliance.core import atomic
+from appliance.core.errors import ApplianceError
+from appliance.core.paths import cache_dir
+from appliance.core.units import parse_size
+from appliance.engine.lock import Lock
+from appliance.engine.source import fetch_source
+from appliance.evidence.findings import compare, find_finding
+from appliance.host.docker import docker_client
+from appliance.images.build import build_image
+from appliance.models.shapes import SynthSpec
+from appliance.models.synth import synthesize
+from appliance.runs.execute import RunContext, RunOutcome, execute_run
+from appliance.runs.plan import LlamaMoeTraceEngine
+from appliance.runs.prepare import prepare_run, stand_in_of
+from appliance.runs.profile import Profile, load_profile
+from appliance.runs.report import print_header, print_summary
+from appliance.runs.stats import load_trials, trial_metrics
+from appliance.workflows.repro import preflight
+
+FALLBACK_STAND_IN = "b10229"
+
+
+def signing_key(key: Path | None, unsigned: bool) -> Path | None:
+    """The key to sign with: --key, else the default key when one exists, else none."""
+    if unsigned:
+        return None
+    if key is not None:
+        return key
+    return existing_default_key()
+
+
+def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Console, *,
+                    image: str | None = None, out: Path | None = None,
+                    repeats: int | None = None, key: Path | None = None,
+                    unsigned: bool = False, trial_timeout: float | None = None,
+                    skip_digest: bool = False, gpu_index: int | None = None) -> RunOutcome:
+    """Run every trial of profile and seal the run directory as a (signed) bundle."""
+    prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
+                                   dry_run=False, skip_digest=skip_digest, image=image,
+                                   gpu_index=gpu_index, client_factory=docker_client)
+    print_header(console, prepared)
+    stand_in = stand_in_of(prepared.image, lock)
+    if stand_in is not None:
+        console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
+                      f"canonical pin {lock.upstream.release}[/bold yellow]")
+    ctx = RunContext(client, profile, LlamaMoeTraceEngine(prepared.image), prepared.model,
+                     prepared.settings, prepared.run_dir, secrets.token_hex(6), console,
+                     trial_timeout_s=trial_timeout)
+    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned), docker_client=client)
+
+    def finalize(run_dir: Path) -> None:
+        write_paging_analysis(run_dir, prepared.model.path, profile)
+        seal(run_dir)
+
+    outcome = execute_run(ctx, prepared.trials, lock.raw,
+                          {"target": prepared.choice.target, "stand_in": stand_in,
+                           "image_id": client.images.get(prepared.image).id},
+                          finalize=finalize)
+    print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
+    return outcome
+
+
+def choose_source(lock: Lock, requested: str, console: Console) -> str:
+    """`auto`: the canonical pin when reachable, else the b10229 stand-in, said loudly."""
+    if requested != "auto":
+        return requested
+    try:
+        fetch_source(lock, "canonical")
+        return "canonical"
+    except ApplianceError as exc:
+        console.print(f"[bold yellow]canonical source not available ({exc}).\n"
+                      f"BUILDING FROM THE {FALLBACK_STAND_IN} STAND-IN (llama.cpp release "
+                      f"{lock.stand_ins[FALLBACK_STAND_IN].release}), NOT THE CANONICAL PIN "
+                      f"{lock.upstream.release}; every label and bundle says so.[/bold yellow]")
+        return FALLBACK_STAND_IN
+
+
+def ensure_engine_image(lock: Lock, target: str, source: str, console: Console) -> str:
+    console.print(f"engine image for [bold]{target}[/bold] from source [bold]{source}[/bold] "
+                  "(a first build compiles llama.cpp: several minutes)")
+    with console.status("building engine image"):
+        built = build_image(lock, target, source)
+    state = "reused (inputs unchanged)" if built.reused else f"built in {built.seconds:.0f} s"
+    console.print(f"image {built.tag} {state}")
+    return built.tag
+
+
+def ensure_synth_model(profile: Profile, models_dir: Path, console: Console) -> Path:
+    """Synthesize the profile's model into models_dir unless it is there already."""
+    synth = profile.model.synth
+    path = models_dir / profile.model.file
+    if path.exists() or not synth:
+        return path
+    spec = SynthSpec(arch=str(synth["arch"]), size_bytes=parse_size(str(synth["size"])),
+                     experts=int(synth["experts"]), used=int(synth["used"]),
+                     layers=int(synth["layers"]), skew=float(synth["skew"]),
+                     seed=int(synth["seed"]), expert_type=str(synth.get("type", "f16")))
+    console.print(f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
+                  f"skew {synth['skew']}, seed {synth['seed']})")
+    models_dir.mkdir(parents=True, exist_ok=True)
+    result = synthesize(spec, path)
+    console.print(f"model {path.name}: {result.size_bytes} bytes, sha256 {result.sha256}")
+    return path
+
+
+def paging_rows(run_dir: Path, model_path: Path, memory_limit: int,
+                n_predict: int) -> list[dict[str, Any]]:
+    """Per trial with a trace and a block-read count: bytes read against the LRU prediction."""
+    from appliance.runs.paging import predicted_cold_read  # numba loads only for this analysis
+
+    rows = []
+    for trial in load_trials(run_dir):
+        trace = run_dir / "trials" / trial["dir"] / "trace.moetrace"
+        measured = trial_metrics(trial, n_predict)["block_read_bytes"]
+        if not trace.exists() or not measured:
+            continue
+        anon = int(trial["cgroup"].get("anon_bytes") or 0)
+        prediction = predicted_cold_read(trace, model_path, memory_limit, anon)
+        rows.append({"trial": trial["dir"], "variant": trial["variant"],
+                     "measured_read_bytes": int(measured), **prediction,
+                     "ratio": measured / prediction["predicted_read_bytes"]})
+    return rows
+
+
+def write_paging_analysis(run_dir: Path, model_path: Path, profile: Profile) -> None:
+    """analysis/paging.json, inside the bundle: measured reads against the LRU prediction."""
+    if not profile.trace or not profile.schedule.cold_cache:
+        return
+    try:
+        rows: Any = paging_rows(run_dir, model_path, profile.limits.memory,
+                                profile.schedule.n_predict)
+    except ApplianceError as exc:  # an analysis that cannot run must not block the seal
+        rows = {"error": str(exc)}
+    atomic.write_json(run_dir / "analysis" / "paging.json", {"lru_prediction": rows})
+
+
+@dataclass
+class PipelineReport:
+    run_dir: Path
+    bundle_verdict: str
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    paging: list[dict[str, Any]] = field(default_factory=list)
+
+
+def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
+                       console: Console) -> PipelineReport:
+    pubkey = None
+    if key is not None:
+        pubkey = key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
+    checks = verify_bundle(outcome.run_dir, pubkey)
+    report = PipelineReport(outcome.run_dir, verdict(checks))
+    console.print(f"bundle verification: [bold]{report.bundle_verdict}[/bold] "
+                  f"({sum(c.status == 'pass' for c in checks)}/{len(checks)} checks pass)")
+    for finding_id in profile.evidence:
+        try:
+            finding = find_finding(finding_id)
+        except ApplianceError as exc:
+            report.comparisons.append({"evidence": finding_id, "verdict": "not comparable",
+                                       "reasons": [str(exc)]})
+            continue
+        report.comparisons.append(compare(outcome.run_dir, finding, pubkey).as_dict())
+    return report
+
+
+def read_paging_analysis(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "analysis" / "paging.json"
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text())["lru_prediction"]
+    return rows if isinstance(rows, list) else []
+
+
+def print_report(report: PipelineReport, console: Console) -> None:
+    if report.paging:
+        table = Table(title="bytes read per cold trial vs an LRU replay of its own trace")
+        for column in ("trial", "measured MiB", "LRU-predicted MiB", "ratio", "capacity (experts)",
+                       "distinct experts"):
+            table.add_column(column)
+        for row in report.paging:
+            table.add_row(str(row["trial"]), f"{row['measured_read_bytes'] / 2**20:.1f}",
+                          f"{row['predicted_read_bytes'] / 2**20:.1f}", f"{row['ratio']:.2f}",
+                          str(row["capacity_experts"]), str(row["distinct_experts"]))
+        console.print(table)
+    if report.comparisons:
+        table = Table(title="comparison with evidence/")
+        for column in ("evidence", "verdict", "why"):
+            table.add_column(column)
+        for item in report.comparisons:
+            table.add_row(item["evidence"], item["verdict"], "; ".join(item.get("reasons") or []))
+        console.print(table)
+    console.print(f"bundle: {report.run_dir}  (verify: appliance bundle verify {report.run_dir})")
+
+
+def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None = None,
+         models_dir: Path | None = None, repeats: int | None = None) -> PipelineReport:
+    """The whole pipeline at miniature scale on the cpu image (profile tiny-oversub)."""
+    profile = load_profile("tiny-oversub")
+    models_dir = models_dir or cache_dir() / "models" / "demo"
+    tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console)
+    ensure_synth_model(profile, models_dir, console)
+    key = signing_key(None, unsigned=False)
+    if key is None:
+        console.print("no signing key (make one with `appliance keys init`): the bundle is "
+                      "sealed unsigned and says so")
+    outcome = execute_profile(profile, models_dir, lock, console, image=tag, out=out,
+                              repeats=repeats, key=key)
+    report = verify_and_compare(outcome, profile, key, console)
+    report.paging = read_paging_analysis(outcome.run_dir)
+    print_report(report, console)
+    if outcome.status != "complete":
+        raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)
+    return report
+
+
+def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | None,
+              source: str = "auto", out_root: Path | None = None, key: Path | None = None,
+              repeats: int | None = None) -> list[PipelineReport]:
+    """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
+    profiles = preflight(lock, target, gpu_facts(), models_dir)
+    key = signing_key(key, unsigned=False)
+    if key is None:
+        raise ApplianceError("a reproduction is signed: make a key with `appliance keys init` "
+                             "(kept outside the repository), or pass --key")
+    tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console)
+    reports = []
+    for name in profiles:
+        profile = load_profile(name)
+        directory = models_dir or cache_dir() / "models" / "demo"
+        ensure_synth_model(profile, directory, console)
+        out = out_root / name if out_root is not None else None
+        outcome = execute_profile(profile, directory, lock, console, image=tag, out=out,
+                                  repeats=repeats, key=key)
+        report = verify_and_compare(outcome, profile, key, console)
+        report.paging = read_paging_analysis(outcome.run_dir)
+        print_report(report, console)
+        reports.append(report)
+    return reports

@@ -1,0 +1,66 @@
+"""Reproduction targets: what `make repro-<target>` runs, and what it needs before building.
+
+The preflight runs before any image build so that a machine that cannot run a target's
+schedule (no GPU of the target's compute capability, a driver older than the lock's minimum,
+no model directory) stops at once with what is needed.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from appliance.core.errors import ApplianceError
+from appliance.engine.lock import Lock, Target
+from appliance.host.gpu import driver_satisfies
+
+REPRO_PROFILES: dict[str, tuple[str, ...]] = {
+    "cpu": ("tiny-oversub",),
+    "sm89": ("qwen35-8g", "qwen3-30b-16"),
+    "sm120": ("qwen35-8g", "qwen3-30b-16"),
+}
+REPRO_TARGETS_BY_CC = {"8.9": "sm89", "12.0": "sm120"}
+
+
+def gpu_problem(target: Target, gpus: list[dict[str, Any]]) -> str | None:
+    """Why these GPUs cannot run target, or None when they can (or it needs none)."""
+    cuda = target.cuda
+    if cuda is None:
+        return None
+    wanted = cuda.compute_capability
+    if not gpus:
+        return (f"target {target.name} needs an NVIDIA GPU of compute capability {wanted} and "
+                "NVML finds no GPU here (driver missing or no device): run on such a machine; "
+                "`appliance doctor` shows what this one has")
+    matching = [g for g in gpus if g.get("compute_capability") == wanted]
+    if not matching:
+        found = ", ".join(f"{g.get('name')} (compute capability {g.get('compute_capability')})"
+                          for g in gpus)
+        fits = sorted({REPRO_TARGETS_BY_CC[cc] for g in gpus
+                       if (cc := str(g.get("compute_capability"))) in REPRO_TARGETS_BY_CC})
+        hint = f"; this machine fits repro-{fits[0]}" if fits else ""
+        return f"target {target.name} needs compute capability {wanted}, found {found}{hint}"
+    driver = str(matching[0].get("driver_version") or "")
+    if not driver_satisfies(driver, cuda.min_driver):
+        return (f"target {target.name} needs NVIDIA driver {cuda.min_driver} or newer for "
+                f"CUDA {cuda.version}, found {driver or 'unknown'}: update the driver")
+    return None
+
+
+
+def preflight(lock: Lock, target_name: str, gpus: list[dict[str, Any]],
+              models_dir: Path | None) -> list[str]:
+    """The profiles target_name reproduces, after checking this machine can run them."""
+    if target_name not in REPRO_PROFILES:
+        raise ApplianceError(f"no reproduction for target {target_name!r}: choose one of "
+                             f"{', '.join(REPRO_PROFILES)}")
+    target = lock.target(target_name)
+    problem = gpu_problem(target, gpus)
+    if problem is not None:
+        raise ApplianceError(f"repro-{target_name}: {problem}")
+    if target.cuda is not None:
+        if models_dir is None:
+            raise ApplianceError(f"repro-{target_name} runs "
+                                 f"{' and '.join(REPRO_PROFILES[target_name])} on real models: "
+                                 "pass MODELS=DIR (the directory holding their GGUF files)")
+        if not models_dir.is_dir():
+            raise ApplianceError(f"MODELS={models_dir} is not a directory")
+    return list(REPRO_PROFILES[target_name])

@@ -1,0 +1,334 @@
+"""Evidence files: the published numbers exactly, schema rules, and bundle comparisons."""
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.attest.bundle import finalize_bundle
+from appliance.attest.dsse import init_keys
+from appliance.core.errors import ConfigError
+from appliance.core.jsonschema_lite import UnsupportedSchema, validate
+from appliance.evidence.findings import (
+    NOT_COMPARABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Finding,
+    claimed_evidence,
+    compare,
+    draft_finding,
+    evidence_dir,
+    find_finding,
+    load_finding,
+    load_findings,
+    load_schema,
+    parse_bytes,
+    validate_finding,
+)
+from tests.conftest import run_cli
+from tests.fake_run import MODEL, make_run, results
+
+PUBLISHED = {
+    "qwen35-35b-a3b-8g-demand-mmap": {"wall_s": {"baseline": 828.3091, "demand-mmap": 100.9432},
+                                      "decode_tps": {"baseline": 0.1595, "demand-mmap": 1.8929}},
+    "qwen3-30b-a3b-16-oversubscription-gate": {
+        "wall_s": {"baseline": 90.096, "demand-mmap": 33.175},
+        "decode_tps": {"baseline": 0.23, "demand-mmap": 1.99}},
+    "gpu-hot-cpu-miss-expert-cache-rejected": {
+        "hit_rate": {"gpu-hot-cache": 0.493},
+        "decode_tps": {"cpu-moe": 20.795, "gpu-hot-cache": 17.305, "auto": 26.015}},
+    "qwen35-122b-a10b-64g-5090d-plan": {},
+}
+
+
+def miniature_finding(**changes: Any) -> dict[str, Any]:
+    """A reproduction finding scoped exactly like tests.fake_run's default run."""
+    raw: dict[str, Any] = {
+        "schema_version": 1, "id": "tiny-oversub-demand-mmap", "title": "tiny oversub",
+        "origin": "reproduction", "status": "measured", "summary": "miniature demand mmap",
+        "bundle_digest": "ab" * 32, "profile": "tiny-oversub",
+        "scope": {
+            "model": {"name": "tiny-moe", "quantization": None, "file": MODEL["file"],
+                      "bytes": MODEL["bytes"], "sha256": MODEL["sha256"]},
+            "engine": {"name": "llama.cpp", "commit": None, "release": "b10229",
+                       "modification": "demand mmap"},
+            "target": "cpu", "hardware": {"gpu": None, "gpu_memory_bytes": None,
+                                          "ram_bytes": None},
+            "memory_limit_bytes": 209715200, "swap_bytes": 0, "n_predict": 32, "repeats": 3,
+            "statistic": "median", "controlled": ["cold page cache"], "not_controlled": [],
+            "unknown": [],
+        },
+        "variants": {"baseline": "plain mmap", "demand-mmap": "demand mmap"},
+        "metrics": [{"name": "wall_s", "unit": "s", "values": {"baseline": 40.0,
+                                                                "demand-mmap": 10.0}}],
+        "claims": [
+            {"metric": "wall_s", "baseline": "baseline", "treatment": "demand-mmap",
+             "direction": "lower", "ratio": 0.25, "tolerance": 0.25},
+            {"metric": "decode_tps", "baseline": "baseline", "treatment": "demand-mmap",
+             "direction": "higher", "ratio": 4.0, "tolerance": 0.25},
+            {"metric": "prefill_tps", "baseline": "baseline", "treatment": "demand-mmap",
+             "direction": "lower", "ratio": None, "tolerance": 0},
+        ],
+        "byte_identity": {"claimed": True, "between": ["baseline", "demand-mmap"],
+                          "scope": "matched length"},
+    }
+    for key, value in changes.items():
+        raw[key] = value
+    return raw
+
+
+def as_finding(raw: dict[str, Any]) -> Finding:
+    assert validate_finding(raw, load_schema()) == []
+    return Finding(id=raw["id"], path=Path(f"{raw['id']}.json"), raw=raw)
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return init_keys(tmp_path_factory.mktemp("keys")).private
+
+
+def sealed_run(root: Path, key: Path, **kwargs: Any) -> Path:
+    run = make_run(root, **kwargs)
+    finalize_bundle(run, key)
+    return run
+
+
+def test_published_findings_carry_the_exact_numbers() -> None:
+    findings = {f.id: f for f in load_findings() if f.raw["origin"] == "published"}
+    assert set(findings) == set(PUBLISHED)
+    for finding_id, metrics in PUBLISHED.items():
+        raw = findings[finding_id].raw
+        assert raw["origin"] == "published"
+        assert {m["name"]: m["values"] for m in raw["metrics"]} == metrics
+
+
+def test_published_scope() -> None:
+    qwen35 = find_finding("qwen35-35b-a3b-8g-demand-mmap").raw
+    assert qwen35["scope"]["model"]["sha256"] == (
+        "6aec31ed654fbf12f9950c98bab0a09faea433ffdc4b3acfeb55a1f050e3e444")
+    assert qwen35["scope"]["model"]["bytes"] == 17821719168
+    assert qwen35["scope"]["memory_limit_bytes"] == 8 * 1024**3
+    assert qwen35["scope"]["n_predict"] == 128
+    assert qwen35["byte_identity"]["claimed"] is True
+    prefill = [c for c in qwen35["claims"] if c["metric"] == "prefill_tps"]
+    assert prefill == [{"metric": "prefill_tps", "baseline": "baseline",
+                        "treatment": "demand-mmap", "direction": "lower", "ratio": None,
+                        "tolerance": 0}]
+    assert find_finding("qwen3-30b-a3b-16-oversubscription-gate").scope["n_predict"] == 16
+    cache = find_finding("gpu-hot-cpu-miss-expert-cache-rejected").raw
+    assert cache["status"] == "rejected" and len(cache["rejected_because"]) == 2
+    assert cache["byte_identity"]["claimed"] is False
+    plan = find_finding("qwen35-122b-a10b-64g-5090d-plan").raw
+    assert plan["status"] == "plan-unverified" and plan["claims"] == []
+    assert plan["scope"]["hardware"]["ram_bytes"] == 64 * 1024**3
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r.pop("scope"), "missing field 'scope'"),
+    (lambda r: r.update(extra=1), "unknown field 'extra'"),
+    (lambda r: r.update(bundle_digest=None), "a reproduction must name the bundle"),
+    (lambda r: r.update(bundle_digest="xyz"), "does not match"),
+    (lambda r: r["claims"][0].update(ratio=0.5), "disagrees with the metric values"),
+    (lambda r: r["claims"][0].update(direction="higher"), "contradicts direction"),
+    (lambda r: r["claims"][1].update(treatment="nope"), "variant 'nope' is not in variants"),
+    (lambda r: r["scope"].update(n_predict=True), "expected integer or null, got bool"),
+    (lambda r: r.update(status="rejected"), "must say why"),
+])
+def test_invalid_findings_are_refused_with_the_field(edit: Any, message: str) -> None:
+    raw = miniature_finding()
+    edit(raw)
+    errors = validate_finding(raw, load_schema())
+    assert any(message in e for e in errors), errors
+
+
+def test_finding_file_must_be_named_by_its_id(tmp_path: Path) -> None:
+    shutil.copytree(evidence_dir() / "schema", tmp_path / "schema")
+    (tmp_path / "other-name.json").write_text(json.dumps(miniature_finding()))
+    with pytest.raises(ConfigError, match="must equal the file name"):
+        load_finding(tmp_path / "other-name.json")
+
+
+def test_validator_refuses_keywords_it_does_not_check() -> None:
+    with pytest.raises(UnsupportedSchema, match="oneOf"):
+        validate({}, {"oneOf": [{"type": "object"}]})
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("8GiB") == 8589934592
+    assert parse_bytes("256 MiB") == 268435456
+    assert parse_bytes(1024) == 1024
+    assert parse_bytes("eight") is None
+    assert parse_bytes(True) is None
+
+
+def test_matching_run_reproduces(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key)
+    result = compare(run, as_finding(miniature_finding()))
+    assert result.verdict == REPRODUCED, result
+    assert [c.holds for c in result.claims] == [True, True, True, True]
+    assert "observed ratio 0.25 vs claimed 0.25" in result.claims[0].reason
+
+
+def test_ratio_outside_tolerance_is_not_reproduced(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key, result=results(
+        {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
+        {"wall_s": 30.0, "decode_tps": 8.0, "prefill_tps": 40.0}))
+    result = compare(run, as_finding(miniature_finding()))
+    assert result.verdict == NOT_REPRODUCED
+    assert result.claims[0].holds is False
+    assert "observed ratio 0.75 vs claimed 0.25 (+200.0%" in result.claims[0].reason
+
+
+def test_wrong_direction_is_not_reproduced(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key, result=results(
+        {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
+        {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 60.0}))
+    result = compare(run, as_finding(miniature_finding()))
+    assert result.verdict == NOT_REPRODUCED
+    assert "not lower than the baseline" in result.claims[2].reason
+
+
+def test_lost_byte_identity_is_not_reproduced(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key, result=results(
+        {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
+        {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 40.0}, identical=False))
+    result = compare(run, as_finding(miniature_finding()))
+    assert result.verdict == NOT_REPRODUCED
+    assert any("byte identity: outputs different, the evidence says identical" in r
+               for r in result.reasons)
+
+
+def test_another_model_file_is_not_comparable(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key, model={**MODEL, "sha256": "cd" * 32})
+    result = compare(run, as_finding(miniature_finding()))
+    assert result.verdict == NOT_COMPARABLE
+    assert result.reasons[0].startswith("another model file")
+
+
+def test_another_gpu_is_not_comparable(tmp_path: Path, key: Path) -> None:
+    raw = miniature_finding()
+    raw["scope"]["hardware"]["gpu"] = "NVIDIA GeForce RTX 5090"
+    result = compare(sealed_run(tmp_path, key), as_finding(raw))
+    assert result.verdict == NOT_COMPARABLE
+    assert "another GPU: the evidence was measured on NVIDIA GeForce RTX 5090" in \
+        result.reasons[0]
+
+
+def test_another_memory_limit_is_not_comparable(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key, memory_limit=512 * 1024**2)
+    result = compare(run, as_finding(miniature_finding()))
+    assert result.verdict == NOT_COMPARABLE
+    assert "another memory_limit_bytes: the run used 536870912" in result.reasons[0]
+
+
+def test_incomplete_or_tampered_bundle_is_not_comparable(tmp_path: Path, key: Path) -> None:
+    incomplete = sealed_run(tmp_path / "a", key, status="incomplete")
+    result = compare(incomplete, as_finding(miniature_finding()))
+    assert result.verdict == NOT_COMPARABLE and "bundle is incomplete" in result.reasons[0]
+    tampered = sealed_run(tmp_path / "b", key)
+    (tampered / "results.json").write_text(json.dumps(results(
+        {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
+        {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 40.0})) + " ")
+    result = compare(tampered, as_finding(miniature_finding()))
+    assert result.verdict == NOT_COMPARABLE and "file-digests" in result.reasons[0]
+
+
+def test_plan_and_foreign_published_evidence_are_not_comparable(tmp_path: Path,
+                                                                key: Path) -> None:
+    run = sealed_run(tmp_path, key)
+    plan = compare(run, find_finding("qwen35-122b-a10b-64g-5090d-plan"))
+    assert plan.verdict == NOT_COMPARABLE and "plan" in plan.reasons[0]
+    qwen = compare(run, find_finding("qwen35-35b-a3b-8g-demand-mmap"))
+    assert qwen.verdict == NOT_COMPARABLE and qwen.reasons[0].startswith("another model file")
+
+
+def test_missing_metric_is_not_comparable(tmp_path: Path, key: Path) -> None:
+    raw = copy.deepcopy(miniature_finding())
+    raw["variants"]["auto"] = "automatic placement"
+    raw["claims"].append({"metric": "decode_tps", "baseline": "baseline", "treatment": "auto",
+                          "direction": "higher", "ratio": None, "tolerance": 0})
+    result = compare(sealed_run(tmp_path, key), as_finding(raw))
+    assert result.verdict == NOT_COMPARABLE
+    assert "no median decode_tps for 'baseline' and 'auto'" in result.reasons[-1]
+
+
+def test_claimed_evidence_comes_from_the_profile(tmp_path: Path) -> None:
+    assert claimed_evidence(make_run(tmp_path)) == ["tiny-oversub-demand-mmap"]
+
+
+def test_cli_list_show_and_compare(tmp_path: Path, key: Path) -> None:
+    listed = run_cli("evidence", "list", "--json", check=True)
+    assert {e["id"] for e in json.loads(listed.stdout)} == {f.id for f in load_findings()}
+    assert set(PUBLISHED) <= {f.id for f in load_findings()}
+    shown = run_cli("evidence", "show", "qwen35-35b-a3b-8g-demand-mmap", check=True)
+    assert "wall_s (s): baseline 828.3091, demand-mmap 100.9432" in shown.stdout
+    missing = run_cli("evidence", "show", "nope")
+    assert missing.returncode == 2 and "no evidence 'nope'" in missing.stderr
+    run = sealed_run(tmp_path, key)
+    compared = run_cli("evidence", "compare", str(run), "--evidence",
+                       "qwen35-35b-a3b-8g-demand-mmap", "--json")
+    assert compared.returncode == 1
+    report = json.loads(compared.stdout)
+    assert report[0]["verdict"] == NOT_COMPARABLE
+    assert "1 of 1 not reproduced or not comparable" in compared.stderr
+
+
+def test_run_without_recorded_limit_is_not_comparable(tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path)
+    record = json.loads((run / "run.json").read_text())
+    del record["limits"]
+    (run / "run.json").write_text(json.dumps(record))
+    (run / "inputs" / "profile.yaml").write_text("name: tiny-oversub\n")
+    finalize_bundle(run, key)
+    result = compare(run, as_finding(miniature_finding()))
+    assert result.verdict == NOT_COMPARABLE
+    assert result.reasons == [
+        "the run does not record memory_limit_bytes (the evidence used 209715200)",
+        "the run does not record swap_bytes (the evidence used 0)"]
+
+
+def test_draft_from_a_bundle_reproduces_itself(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key)
+    raw = draft_finding(run, "tiny-oversub-demand-mmap", "tiny oversub", "miniature")
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert raw["bundle_digest"] == manifest["bundle_digest"]
+    assert raw["scope"]["model"]["sha256"] == MODEL["sha256"]
+    assert raw["scope"]["engine"]["source"] == "stand-in b10229"
+    assert raw["scope"]["memory_limit_bytes"] == 209715200
+    assert raw["scope"]["swap_bytes"] == 0 and raw["scope"]["repeats"] == 3
+    assert raw["scope"]["unknown"] == []
+    assert [(c["metric"], c["direction"], c["ratio"]) for c in raw["claims"]] == [
+        ("wall_s", "lower", 0.25), ("decode_tps", "higher", 4.0), ("prefill_tps", "lower", 0.8)]
+    assert raw["byte_identity"]["claimed"] is True
+    assert compare(run, as_finding(raw)).verdict == REPRODUCED
+
+
+def test_draft_refuses_an_incomplete_run(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path, key, status="incomplete")
+    with pytest.raises(ConfigError, match="the bundle is incomplete"):
+        draft_finding(run, "x", "x", "x")
+
+
+def test_cli_draft_writes_a_loadable_finding(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path / "run", key)
+    shutil.copytree(evidence_dir() / "schema", tmp_path / "ev" / "schema")
+    out = tmp_path / "ev" / "tiny-oversub-demand-mmap.json"
+    run_cli("evidence", "draft", str(run), "--id", out.stem, "--title", "tiny",
+            "--out", str(out), check=True)
+    assert load_finding(out).raw["origin"] == "reproduction"
+    again = run_cli("evidence", "draft", str(run), "--id", out.stem, "--title", "tiny",
+                    "--out", str(out))
+    assert again.returncode == 1 and "exists" in again.stderr
+
+
+def test_curves_need_two_numbers_per_point() -> None:
+    raw = miniature_finding()
+    raw["curves"] = [{"name": "replay", "x": "capacity (experts)", "y": "hit rate",
+                      "series": {"lru": [[8, 0.4], [16, 0.7, 1]]}}]
+    assert validate_finding(raw, load_schema()) == [
+        "curves[0].series.lru[1]: allows at most 2 items"]
+    raw["curves"][0]["series"]["lru"][1] = [16, 0.7]
+    assert validate_finding(raw, load_schema()) == []

@@ -1,0 +1,93 @@
+"""Image labels against the lock: what matches, what drifts, and what the tag says."""
+
+import copy
+import json
+
+from appliance.engine.lock import load_lock, parse_lock
+from appliance.images import labels as L
+
+STAND_IN_IDENTITY = {
+    "kind": "stand-in", "name": "b10229", "package": "xllamacpp", "version": "2026.8.10229",
+    "upstream_release": "b10229", "tree_digest": "ab" * 32, "canonical": False,
+    "fetched_at": "2026-11-29T12:00:00+00:00",
+}
+
+
+def _inputs(lock, identity=None, series="11" * 32):  # type: ignore[no-untyped-def]
+    identity = identity or dict(STAND_IN_IDENTITY,
+                                sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)
+    return L.BuildInputs(
+        lock_digest=L.engine_lock_digest(lock), target=lock.target("cpu"), identity=identity,
+        series_digest=series, experimental=(), dockerfile_sha256="22" * 32,
+        build_base_id="sha256:" + "33" * 32, runtime_base_id="sha256:" + "44" * 32,
+        build_args={"TOOLS": "llama-moe-trace llama-completion llama-bench"})
+
+
+def test_labels_of_a_build_match_the_lock_they_came_from() -> None:
+    lock = load_lock()
+    labels = L.expected_labels(lock, _inputs(lock), "2026-11-29T12:00:00Z")
+    assert L.compare(lock, labels, "11" * 32) == []
+    assert json.loads(labels[L.SOURCE_IDENTITY])["name"] == "b10229"
+    assert "fetched_at" not in labels[L.SOURCE_IDENTITY]
+
+
+def test_another_series_is_drift() -> None:
+    lock = load_lock()
+    labels = L.expected_labels(lock, _inputs(lock), "2026-11-29T12:00:00Z")
+    drifts = L.compare(lock, labels, "99" * 32)
+    assert [(d.label, d.in_image, d.expected) for d in drifts] == [
+        (L.SERIES_DIGEST, "11" * 32, "99" * 32)]
+
+
+def test_a_stand_in_the_lock_does_not_pin_is_drift() -> None:
+    lock = load_lock()
+    identity = dict(STAND_IN_IDENTITY, sdist_sha256="55" * 32)
+    labels = L.expected_labels(lock, _inputs(lock, identity), "2026-11-29T12:00:00Z")
+    (drift,) = L.compare(lock, labels, "11" * 32)
+    assert drift.label == L.SOURCE_IDENTITY and drift.in_image == "55" * 32
+
+
+def test_an_image_without_engine_labels_is_not_an_engine() -> None:
+    (drift,) = L.compare(load_lock(), {"maintainer": "someone"}, "11" * 32)
+    assert drift.label == L.TARGET and "not an engine image" in drift.meaning
+
+
+def test_publishing_does_not_change_the_engine_lock_digest_but_targets_do() -> None:
+    lock = load_lock()
+    raw = copy.deepcopy(lock.raw)
+    raw["published_images"] = {"cpu": {"reference": "registry/x@sha256:" + "0" * 64}}
+    published = parse_lock(raw, lock.path)
+    assert L.engine_lock_digest(published) == L.engine_lock_digest(lock)
+    raw["targets"]["cpu"]["cmake_args"] = [*raw["targets"]["cpu"]["cmake_args"], "-DX=1"]
+    assert L.engine_lock_digest(parse_lock(raw, lock.path)) != L.engine_lock_digest(lock)
+
+
+def test_inputs_digest_ignores_fetch_time_but_not_the_tree() -> None:
+    lock = load_lock()
+    first = _inputs(lock).digest()
+    later = _inputs(lock, dict(STAND_IN_IDENTITY, fetched_at="2030-01-01T00:00:00+00:00",
+                               sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)).digest()
+    other_tree = _inputs(lock, dict(STAND_IN_IDENTITY, tree_digest="cd" * 32,
+                                    sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)).digest()
+    assert first == later != other_tree
+
+
+def test_tags_name_the_target_lock_and_non_canonical_sources() -> None:
+    lock = load_lock()
+    digest12 = L.engine_lock_digest(lock)[:12]
+    assert L.image_tag(lock, "sm120", {"kind": "canonical"}) == f"moe-expert-cache:sm120-{digest12}"
+    assert L.image_tag(lock, "cpu", STAND_IN_IDENTITY) == (
+        f"moe-expert-cache:cpu-{digest12}-standin-b10229")
+    assert L.image_tag(lock, "cpu", {"kind": "local", "tree_digest": "ef" * 32},
+                       ["prefetch"], "12345678" * 8) == (
+        f"moe-expert-cache:cpu-{digest12}-local-{'ef' * 6}-exp-12345678")
+
+
+def test_candidate_tags_put_the_canonical_source_first() -> None:
+    lock = load_lock()
+    digest12 = L.engine_lock_digest(lock)[:12]
+    assert L.candidate_tags(lock, "cpu") == [
+        f"moe-expert-cache:cpu-{digest12}",
+        f"moe-expert-cache:cpu-{digest12}-standin-b10229",
+        f"moe-expert-cache:cpu-{digest12}-standin-b10068",
+    ]

@@ -1,0 +1,131 @@
+"""`appliance plan`: exact byte totals, verdicts and arguments, reference plans from evidence/."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gguf import GGUFReader
+
+from appliance.planner.accounting import account_file
+from appliance.planner.plan import Limits, make_plan, predicted_peak_bytes
+from appliance.planner.reference_plans import write_reference_plans
+from tests.conftest import REPO, run_cli
+from tests.models import tiny_model
+
+PLANS = REPO / "evidence" / "plans"
+MiB = 1 << 20
+
+
+def plan_json(model: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    result = run_cli("plan", str(model), "--json", *args)
+    return result.returncode, json.loads(result.stdout), result.stderr
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe"])
+def test_group_totals_add_up_to_the_tensor_data_in_the_file(arch: str) -> None:
+    model = tiny_model(arch)
+    code, doc, _ = plan_json(model, "--ram", "1GiB", "--vram", "0")
+    assert code == 0
+    groups = doc["plan"]["groups"]
+    reader = GGUFReader(model)
+    assert sum(groups.values()) == sum(int(t.n_bytes) for t in reader.tensors)
+    data_start = min(t.data_offset for t in reader.tensors)
+    padding = doc["accounting"]["padding_bytes"]
+    assert sum(groups.values()) + padding == model.stat().st_size - data_start
+    assert groups["routed_experts"] > 0.9 * sum(groups.values())
+
+
+def test_cpu_only_verdicts_follow_the_ram_limit() -> None:
+    model = tiny_model("qwen3moe")
+    size = model.stat().st_size
+    code, roomy, _ = plan_json(model, "--ram", "1GiB", "--vram", "0")
+    assert code == 0 and roomy["plan"]["verdict"] == "fits_in_ram_plus_vram"
+    assert roomy["plan"]["env"] == {} and "--no-repack" not in roomy["plan"]["args"]
+    assert roomy["plan"]["ram_file"] == size - roomy["accounting"]["header_bytes"] \
+        - roomy["accounting"]["padding_bytes"]
+
+    code, tight, _ = plan_json(model, "--ram", "96MiB", "--vram", "0")
+    assert code == 0 and tight["plan"]["verdict"] == "oversubscribed"
+    assert tight["plan"]["env"] == {"LLAMA_MMAP_DEMAND": "1"}
+    assert "--no-repack" in tight["plan"]["args"]
+    roof = tight["plan"]["roofline"]
+    assert roof["routed_bytes_per_token"] == tight["accounting"]["routed_bytes_per_token"]
+    assert roof["ssd_cold_tps"] == pytest.approx(7e9 / roof["routed_bytes_per_token"], rel=1e-6)
+    assert 0 < roof["uniform_hit_rate"] < 1
+
+    code, none, stderr = plan_json(model, "--ram", "40MiB", "--vram", "0")
+    assert code == 1 and none["plan"]["verdict"] == "does_not_start"
+    assert stderr.startswith("error: plan: does not start: the smallest working set")
+    assert "exceeds the usable RAM (38.00 MiB) by" in stderr
+
+
+def test_gpu_plans_place_top_layers_experts_first() -> None:
+    acc = account_file(tiny_model("qwen3moe"))
+    layer_experts = acc.routed_by_layer[3]
+    whole = make_plan(acc, Limits(ram_bytes=4 << 30, vram_bytes=4 << 30))
+    assert whole.verdict == "fits_in_vram"
+    assert "-ngl" in whole.args and whole.args[whole.args.index("-ngl") + 1] == "4"
+    assert "--n-cpu-moe" not in whole.args and "--cpu-moe" not in whole.args
+    # room for the fixed part and roughly two layers of experts
+    fixed = whole.vram_total - acc.groups["routed_experts"]
+    two_layers = int((fixed + 2.5 * layer_experts) / 0.95)
+    part = make_plan(acc, Limits(ram_bytes=4 << 30, vram_bytes=two_layers))
+    assert part.verdict == "fits_in_ram_plus_vram"
+    assert part.args[part.args.index("--n-cpu-moe") + 1] == "2"
+    assert part.vram_total <= two_layers
+    vram_experts = next(b.bytes for b in part.budget if b.item == "weights: routed experts")
+    assert vram_experts == acc.routed_by_layer[2] + acc.routed_by_layer[3]
+
+
+def test_predicted_peak_is_anonymous_plus_file_pages_capped_by_the_limit() -> None:
+    acc = account_file(tiny_model("qwen35moe"))
+    roomy = predicted_peak_bytes(acc, 1 << 30, ctx=4096)
+    plan = make_plan(acc, Limits(ram_bytes=1 << 30, vram_bytes=0, ctx=4096))
+    assert roomy == plan.ram_anon + plan.ram_file
+    assert roomy > acc.tensor_data_bytes
+    assert predicted_peak_bytes(acc, 48 * MiB, ctx=4096) == 48 * MiB
+    short = predicted_peak_bytes(acc, 1 << 30, ctx=4096, prompt_tokens=46)
+    assert acc.tensor_data_bytes < short < roomy  # a short prompt touches less compute buffer
+    assert predicted_peak_bytes(acc, 1 << 30, ctx=4096, prompt_tokens=600) == roomy
+
+
+def reference_inputs() -> list[Path]:
+    return sorted(PLANS.glob("*.input.json"))
+
+
+@pytest.mark.parametrize("input_path", reference_inputs(), ids=lambda p: p.name)
+def test_reference_plans_reproduce_from_evidence_inputs(input_path: Path, tmp_path: Path) -> None:
+    written = write_reference_plans(input_path, tmp_path, tmp_path / "skeletons")
+    assert written
+    for path in written:
+        committed = PLANS / path.name
+        assert committed.exists(), f"{committed.name} not committed: run make reference-plans"
+        assert path.read_bytes() == committed.read_bytes(), path.name
+        assert path.read_text().startswith(("UNVERIFIED", '{\n  "accounting"'))
+    for path in written:
+        if path.suffix == ".json":
+            doc = json.loads(path.read_text())
+            assert doc["label"].startswith("UNVERIFIED")
+            groups = doc["plan"]["groups"]
+            assert sum(groups.values()) == doc["tensor_data_bytes"]
+            assert "/" not in doc["plan"]["model"]  # no host paths in evidence
+
+
+def test_qwen35_122b_reference_prints_verdict_and_roofline() -> None:
+    text = (PLANS / "qwen35-122b-a10b.64gib-rtx5090d-32gb.plan.txt").read_text()
+    assert "verdict: fits in RAM plus VRAM" in text
+    assert "--n-cpu-moe" in text
+    assert "decode roofline" in text and "every expert byte read:" in text
+    doc = json.loads((PLANS / "qwen35-122b-a10b.64gib-rtx5090d-32gb.plan.json").read_text())
+    assert doc["plan"]["limits"]["ram_bytes"] == 64 << 30
+    assert doc["plan"]["limits"]["vram_bytes"] == 32 << 30
+    assert doc["plan"]["vram_total"] <= 32 << 30
+
+
+def test_qwen35_35b_reference_is_close_to_the_published_file_size() -> None:
+    doc = json.loads((PLANS / "qwen35-35b-a3b-ud-iq4_nl.8gib-cpu-only.plan.json").read_text())
+    assert doc["known_file_size"] == 17_821_719_168
+    assert 0 <= doc["size_vs_known"] < 0.01  # the assumed recipe errs slightly large
+    assert doc["plan"]["verdict"] == "oversubscribed"
+    assert doc["plan"]["env"] == {"LLAMA_MMAP_DEMAND": "1"}

@@ -1,0 +1,111 @@
+"""Release check: passes on this repository, fails on a tree with weights, home paths, tokens."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from appliance.attest.bundle import Check
+from appliance.release.check import release_check
+from tests.conftest import REPO, run_cli
+
+# Assembled at run time so that this file itself stays publishable.
+FAKE_GITHUB_TOKEN = "gh" + "p_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+HOME_PATH = "/" + "home/alice/models/qwen.gguf"
+PRIVATE_ADDRESS = ".".join(["192", "168", "1", "20"])
+
+
+def git_tree(root: Path, files: dict[str, bytes]) -> Path:
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    subprocess.run(["git", "-C", str(root), "add", "-f", "."], check=True)
+    return root
+
+
+def by_name(checks: list[Check]) -> dict[str, Check]:
+    return {c.name: c for c in checks}
+
+
+def test_repository_passes() -> None:
+    checks = release_check(REPO)
+    assert [c.name for c in checks if c.status != "pass"] == []
+    count = len(list((REPO / "evidence").glob("*.json")))
+    assert by_name(checks)["evidence-valid"].reason.startswith(f"{count} evidence files valid")
+
+
+def test_cli_passes_on_repository() -> None:
+    result = run_cli("release-check", check=True)
+    assert result.stdout.count("PASS") == 7
+
+
+def test_tree_with_gguf_home_path_and_token_fails(tmp_path: Path) -> None:
+    tree = git_tree(tmp_path / "tree", {
+        "README.md": b"clean\n",
+        "models/tiny.gguf": b"GGUF\x03\x00\x00\x00" + bytes(64),
+        "docs/setup.md": f"Put the model at {HOME_PATH} first.\n".encode(),
+        "config/ci.env": f"GITHUB_TOKEN={FAKE_GITHUB_TOKEN}\n".encode(),
+    })
+    result = run_cli("release-check", "--root", str(tree), "--json")
+    assert result.returncode == 1
+    assert "release check failed: no-model-weights, no-home-paths, no-credentials" in \
+        result.stderr
+    report = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert report["no-model-weights"]["files"] == ["models/tiny.gguf"]
+    assert report["no-home-paths"]["reason"] == (
+        f"home-directory paths: docs/setup.md:1 ({HOME_PATH[:11]})")
+    assert report["no-credentials"]["reason"] == (
+        "credentials or tokens: config/ci.env:1 (GitHub token)")
+    assert report["no-raw-traces"]["status"] == "pass"
+
+
+def test_gguf_found_by_magic_under_another_name(tmp_path: Path) -> None:
+    tree = git_tree(tmp_path / "tree", {"data/blob.dat": b"GGUF\x03\x00\x00\x00" + bytes(32)})
+    assert by_name(release_check(tree))["no-model-weights"].files == ["data/blob.dat"]
+
+
+def test_traces_size_and_private_addresses(tmp_path: Path) -> None:
+    tree = git_tree(tmp_path / "tree", {
+        "runs/a.moetrace": b"MOETRACE" + bytes(16),
+        "big.txt": b"x" * 2048,
+        "notes.md": f"registry at {PRIVATE_ADDRESS}:5000, loopback 127.0.0.1 is fine, "
+                    "version 10.0.1 is not an address\n".encode(),
+    })
+    checks = by_name(release_check(tree, max_bytes=1024))
+    assert checks["no-raw-traces"].files == ["runs/a.moetrace"]
+    assert checks["file-size"].reason == "files over 1024 bytes: big.txt (2048 bytes)"
+    assert checks["no-private-addresses"].reason == (
+        f"private network addresses: notes.md:1 ({PRIVATE_ADDRESS})")
+
+
+@pytest.mark.parametrize("line, kind", [
+    ("-----BEGIN " + "PRIVATE KEY-----", "private key"),
+    ("key = AKIA" + "ABCDEFGHIJKLMNOP", "AWS access key"),
+    ("HF=hf_" + "a" * 34, "Hugging Face token"),
+    ('password: "' + "correct-horse-battery" + '"', "assigned secret"),
+])
+def test_credential_kinds(tmp_path: Path, line: str, kind: str) -> None:
+    tree = git_tree(tmp_path / "tree", {"leak.txt": (line + "\n").encode()})
+    assert by_name(release_check(tree))["no-credentials"].reason == (
+        f"credentials or tokens: leak.txt:1 ({kind})")
+
+
+def test_invalid_evidence_fails(tmp_path: Path) -> None:
+    files = {"evidence/schema/finding-v1.json":
+             (REPO / "evidence" / "schema" / "finding-v1.json").read_bytes()}
+    files["evidence/broken.json"] = json.dumps({"schema_version": 1, "id": "broken"}).encode()
+    tree = git_tree(tmp_path / "tree", files)
+    check = by_name(release_check(tree))["evidence-valid"]
+    assert check.status == "fail"
+    assert check.reason.startswith("evidence/broken.json: (top level): missing field")
+
+
+def test_not_a_git_checkout(tmp_path: Path) -> None:
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    tmp_path.mkdir()
+    result = run_cli("release-check", "--root", str(tmp_path))
+    assert result.returncode == 1 and "not a git checkout" in result.stderr

@@ -1,0 +1,133 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from appliance.core.errors import ConfigError
+from appliance.runs.plan import trial_plan
+from appliance.runs.profile import (
+    PROFILES_DIR,
+    builtin_profiles,
+    format_size,
+    load_profile,
+    parse_size,
+)
+from tests.conftest import run_cli
+
+GIB = 1 << 30
+
+
+def test_builtins_are_the_three_profiles_of_the_issue() -> None:
+    assert builtin_profiles() == ["qwen3-30b-16", "qwen35-8g", "tiny-oversub"]
+
+
+def test_qwen35_8g_is_the_published_experiment() -> None:
+    p = load_profile("qwen35-8g")
+    assert p.model.file == "Qwen3.5-35B-A3B-UD-IQ4_NL.gguf"
+    assert p.model.bytes == 17_821_719_168
+    assert p.model.sha256 == "6aec31ed654fbf12f9950c98bab0a09faea433ffdc4b3acfeb55a1f050e3e444"
+    assert (p.limits.memory, p.limits.swap, p.limits.memswap) == (8 * GIB, 0, 8 * GIB)
+    assert (p.target, p.gpu) == ("auto", "required")
+    assert [v.name for v in p.variants] == ["baseline", "demand-mmap"]
+    assert p.variant("demand-mmap").env == {"LLAMA_MMAP_DEMAND": "1"}
+    assert p.variant("baseline").env == {}
+    assert (p.schedule.n_predict, p.schedule.repeats, p.schedule.order) == (128, 3, "interleaved")
+    assert p.schedule.cold_cache is True
+
+
+def test_qwen3_30b_16_leaves_the_digest_unpinned_and_says_so() -> None:
+    p = load_profile("qwen3-30b-16")
+    assert p.model.sha256 is None and not p.model.pinned
+    assert p.schedule.n_predict == 16
+    assert "not pinned" in p.source_text and "not pinned" in p.description
+
+
+def test_tiny_oversub_records_synth_parameters_and_oversubscribes_twice() -> None:
+    p = load_profile("tiny-oversub")
+    assert (p.target, p.gpu) == ("cpu", "none")
+    synth = p.model.synth
+    assert synth is not None
+    assert set(synth) >= {"arch", "size", "experts", "used", "layers", "skew", "seed", "type"}
+    assert parse_size(synth["size"]) == 2 * p.limits.memory
+    args = p.model.synth_args()
+    assert args[:2] == ["--arch", "qwen3moe"] and "--skew" in args and len(args) == 16
+    assert load_profile("qwen35-8g").model.synth_args() == []
+    assert [v.name for v in p.variants][:2] == ["baseline", "demand-mmap"]
+
+
+def test_interleaved_plan_alternates_variants_per_round() -> None:
+    names = [t.name for t in trial_plan(load_profile("qwen35-8g"))]
+    assert names == ["001-baseline-r1", "002-demand-mmap-r1", "003-baseline-r2",
+                     "004-demand-mmap-r2", "005-baseline-r3", "006-demand-mmap-r3"]
+    assert len(trial_plan(load_profile("qwen35-8g"), repeats=1)) == 2
+
+
+def _write(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+    raw = yaml.safe_load((PROFILES_DIR / "tiny-oversub.yaml").read_text())
+    edit(raw)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_user_file_is_accepted_by_path(tmp_path: Path) -> None:
+    path = _write(tmp_path, lambda r: r.update(name="mine"))
+    profile = load_profile(str(path))
+    assert profile.name == "mine" and profile.source_path == path
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda r: r.update(colour="blue"), "colour: unknown key"),
+    (lambda r: r["model"].update(checksum="x"), "model.checksum: unknown key"),
+    (lambda r: r["variants"][0].update(extra=1), "variants[0].extra: unknown key"),
+    (lambda r: r["schedule"].update(warmup=1), "schedule.warmup: unknown key"),
+    (lambda r: r["model"].update(sha256="ABC"), "model.sha256"),
+    (lambda r: r["schedule"].update(order="random"), "schedule.order"),
+    (lambda r: r["schedule"].update(repeats=0), "schedule.repeats: must be at least 1"),
+    (lambda r: r["limits"].update(memory="lots"), "limits.memory"),
+    (lambda r: r["variants"].append(r["variants"][0]), "appears twice"),
+    (lambda r: r["variants"][1]["env"].update(LLAMA_MMAP_DEMAND=1), "must be strings"),
+    (lambda r: r.update(gpu="required"), "a cpu target cannot require a GPU"),
+    (lambda r: r["model"].update(file="../escape.gguf"), "plain file name"),
+])
+def test_bad_profiles_are_refused_naming_the_field(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(_write(tmp_path, edit)))
+    assert message in str(info.value)
+    assert str(tmp_path / "p.yaml") in str(info.value)
+
+
+def test_impossible_limit_names_the_number_the_engine_needs(tmp_path: Path) -> None:
+    path = _write(tmp_path, lambda r: r["limits"].update(memory="32MiB"))
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(path))
+    assert "32 MiB is impossible" in str(info.value)
+    assert "64 MiB (67108864 bytes)" in str(info.value)
+
+
+def test_cli_refuses_an_unknown_key_with_exit_2_and_one_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, lambda r: r.update(colour="blue"))
+    result = run_cli("run", str(path), "--models", str(tmp_path), "--dry-run")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "colour: unknown key" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_profile_name_lists_the_builtins(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="qwen35-8g, tiny-oversub"):
+        load_profile("no-such-profile")
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("8GiB", 8 * GIB), ("200MiB", 200 << 20), ("0", 0), (4096, 4096), ("1.5GiB", 3 * GIB // 2),
+    ("2GB", 2_000_000_000),
+])
+def test_sizes_parse(text: object, value: int) -> None:
+    assert parse_size(text) == value
+
+
+def test_sizes_format_for_people() -> None:
+    assert format_size(8 * GIB) == "8 GiB"
+    assert format_size(200 << 20) == "200 MiB"
+    assert format_size(17_821_719_168) == "16.6 GiB"

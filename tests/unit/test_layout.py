@@ -1,0 +1,103 @@
+"""The package layout: stages import only earlier stages, nothing imports the CLI, no cycles."""
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "appliance"
+# The one-way flow, earliest first. A module may import its own stage and any earlier one.
+STAGES = ["core", "engine", "host", "models", "trace", "images", "planner", "runs", "attest",
+          "evidence", "release", "workflows", "cluster", "cli"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every appliance module a file imports, at any depth (lazy imports count too)."""
+    found: set[str] = set()
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("appliance"))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if not base.startswith("appliance"):
+                continue
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if _is_module(candidate) else base)
+    return found
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (REPO / rel).with_suffix(".py").is_file() or (REPO / rel / "__init__.py").is_file()
+
+
+def stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_no_module_directly_under_the_package() -> None:
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in {"__init__.py", "__main__.py"})
+    assert loose == []
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} <= set(STAGES)
+
+
+def test_no_stage_imports_a_later_stage_and_nothing_imports_the_cli() -> None:
+    problems = []
+    for module, deps in graph().items():
+        here = stage_of(module)
+        for dep in deps:
+            there = stage_of(dep)
+            if there == "cli" and here != "cli" and module != "appliance.__main__":
+                problems.append(f"{module} imports the CLI ({dep})")
+            elif here and there and STAGES.index(there) > STAGES.index(here):
+                problems.append(f"{module} ({here}) imports later stage {dep} ({there})")
+    assert problems == []
+
+
+def test_import_graph_has_no_cycle() -> None:
+    deps = {m: {d for d in ds if d != m} for m, ds in graph().items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(deps.get(node, ())):
+            if nxt not in deps:
+                continue
+            if state.get(nxt) == 1:
+                cycles.append(trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for module in sorted(deps):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_the_checker_sees_violations(tmp_path: Path) -> None:
+    """The walker resolves relative and lazy imports, so the rules above are not vacuous."""
+    sample = PACKAGE / "core" / "errors.py"
+    assert imports_of(sample) == set()
+    deps = graph()
+    assert "appliance.engine.lock" in deps["appliance.engine.source"]
+    assert "appliance.runs.plots" in deps["appliance.runs.execute"]  # imported inside a function
+    assert stage_of("appliance.cli.plan") == "cli"
