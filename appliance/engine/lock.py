@@ -1,12 +1,12 @@
 """The engine lock: the pinned llama.cpp source, its stand-ins, the patch series and targets.
 
-`engine/llama.cpp.lock.json` is the source of truth. This module loads it, validates every
-field it relies on (one-line errors naming the file and field) and computes its canonical
-digest, which identifies an engine build.
+`engine/llama.cpp.lock.json` is the source of truth. This module reads it strictly
+(appliance.core.strict_load), validates it against `appliance/schemas/lock.schema.json`
+(one-line errors naming the file and the field's JSON pointer), builds the records below from
+the validated data and computes its canonical digest, which identifies an engine build.
 """
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,11 +14,11 @@ from typing import Any
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.paths import default_lock_path
+from appliance.core.strict_load import load_json
+from appliance.core.validation import validate
 
 SCHEMA_VERSION = 1
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_LOCK_BYTES = 1 << 20
 PATCH_STATUSES = ("active", "experimental", "rejected")
 
 
@@ -62,6 +62,7 @@ class Target:
     build_base: str
     runtime_base: str
     base_digest: str | None
+    build_base_digest: str | None
     cmake_args: tuple[str, ...]
     cuda: CudaSpec | None
 
@@ -103,143 +104,49 @@ def lock_digest(raw: dict[str, Any]) -> str:
     return sha256_bytes(canonical_json({k: v for k, v in raw.items() if k != "published_images"}))
 
 
-class _Fields:
-    """Typed access to one JSON object, raising one-line errors that name file and field."""
-
-    def __init__(self, path: Path, where: str, value: Any) -> None:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: {where or 'top level'}: expected an object")
-        self.path, self.where, self.value = path, where, value
-
-    def _name(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{self.path}: {self._name(key)}: {problem}")
-
-    def get(self, key: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
-        if key not in self.value:
-            if optional:
-                return None
-            raise self.fail(key, "missing field")
-        item = self.value[key]
-        if item is None and optional:
-            return None
-        if not isinstance(item, kind) or isinstance(item, bool) and kind is not bool:
-            raise self.fail(key, f"expected {getattr(kind, '__name__', kind)}, got {type(item).__name__}")
-        return item
-
-    def text(self, key: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
-        item: str = self.get(key, str)
-        if pattern is not None and not pattern.match(item):
-            raise self.fail(key, f"{item!r} is not {what or 'well formed'}")
-        return item
-
-    def child(self, key: str, optional: bool = False) -> "_Fields":
-        item = self.get(key, dict, optional=optional)
-        return _Fields(self.path, self._name(key), item if item is not None else {})
+def _upstream(raw: dict[str, Any]) -> Upstream:
+    return Upstream(name=raw["name"], repository=raw["repository"], commit=raw["commit"],
+                    release=raw["release"])
 
 
-def _parse_upstream(f: _Fields) -> Upstream:
-    return Upstream(
-        name=f.text("name"),
-        repository=f.text("repository"),
-        commit=f.text("commit", COMMIT_RE, "a 40-hex-digit git commit"),
-        release=f.text("release"),
-    )
+def _stand_in(name: str, raw: dict[str, Any]) -> StandIn:
+    return StandIn(name=name, package=raw["package"], version=raw["version"],
+                   release=raw["release"], relation=raw["relation"],
+                   sdist_sha256=raw["sdist_sha256"], tree=raw["tree"])
 
 
-def _parse_stand_in(name: str, f: _Fields) -> StandIn:
-    if not NAME_RE.match(name):
-        raise ConfigError(f"{f.path}: {f.where}: {name!r} is not a valid stand-in name")
-    return StandIn(
-        name=name,
-        package=f.text("package"),
-        version=f.text("version"),
-        release=f.text("release"),
-        relation=f.text("relation"),
-        sdist_sha256=f.text("sdist_sha256", SHA256_RE, "a lowercase 64-hex-digit sha256"),
-        tree=f.text("tree"),
-    )
-
-
-def _parse_patches(f: _Fields) -> dict[str, tuple[PatchEntry, ...]]:
-    out: dict[str, tuple[PatchEntry, ...]] = {}
-    for status in PATCH_STATUSES:
-        items = f.get(status, list)
-        entries = []
-        for index, item in enumerate(items):
-            pf = _Fields(f.path, f"{f.where}.{status}[{index}]", item)
-            entries.append(
-                PatchEntry(
-                    file=pf.text("file"),
-                    sha256=pf.text("sha256", SHA256_RE, "a lowercase 64-hex-digit sha256"),
-                    status=status,
-                )
-            )
-        out[status] = tuple(entries)
-    return out
-
-
-def _parse_target(name: str, f: _Fields) -> Target:
-    cuda_raw = f.get("cuda", dict, optional=True)
-    cuda = None
-    if cuda_raw is not None:
-        cf = _Fields(f.path, f"{f.where}.cuda", cuda_raw)
-        cuda = CudaSpec(
-            version=cf.text("version"),
-            architectures=cf.text("architectures"),
-            min_driver=cf.text("min_driver"),
-            compute_capability=cf.text("compute_capability"),
-        )
-    args = f.get("cmake_args", list)
-    if not all(isinstance(a, str) for a in args):
-        raise f.fail("cmake_args", "expected a list of strings")
-    digest = f.get("base_digest", str, optional=True)
-    if digest is not None and not re.match(r"^sha256:[0-9a-f]{64}$", digest):
-        raise f.fail("base_digest", f"{digest!r} is not of the form sha256:<64 hex digits>")
+def _target(name: str, raw: dict[str, Any]) -> Target:
+    cuda = raw.get("cuda")
     return Target(
         name=name,
-        build_base=f.text("build_base"),
-        runtime_base=f.text("runtime_base"),
-        base_digest=digest,
-        cmake_args=tuple(args),
-        cuda=cuda,
+        build_base=raw["build_base"],
+        runtime_base=raw["runtime_base"],
+        base_digest=raw.get("base_digest"),
+        build_base_digest=raw.get("build_base_digest"),
+        cmake_args=tuple(raw["cmake_args"]),
+        cuda=CudaSpec(**cuda) if cuda is not None else None,
     )
 
 
 def parse_lock(raw: Any, path: Path) -> Lock:
-    top = _Fields(path, "", raw)
-    version = top.get("schema_version", int)
-    if version != SCHEMA_VERSION:
-        raise top.fail("schema_version", f"unsupported version {version} (this tool reads {SCHEMA_VERSION})")
-    stand_ins_f = top.child("stand_ins")
-    targets_f = top.child("targets")
+    """The lock from its JSON data, validated against appliance/schemas/lock.schema.json."""
+    validate(raw, "lock", path)
     return Lock(
         path=path,
         raw=raw,
-        upstream=_parse_upstream(top.child("upstream")),
-        stand_ins={
-            name: _parse_stand_in(name, stand_ins_f.child(name)) for name in stand_ins_f.value
-        },
-        patches=_parse_patches(top.child("patches")),
-        targets={name: _parse_target(name, targets_f.child(name)) for name in targets_f.value},
-        published_images=top.get("published_images", dict, optional=True) or {},
+        upstream=_upstream(raw["upstream"]),
+        stand_ins={name: _stand_in(name, item) for name, item in raw["stand_ins"].items()},
+        patches={status: tuple(PatchEntry(file=p["file"], sha256=p["sha256"], status=status)
+                               for p in raw["patches"][status]) for status in PATCH_STATUSES},
+        targets={name: _target(name, item) for name, item in raw["targets"].items()},
+        published_images=raw.get("published_images") or {},
     )
 
 
 def load_lock(path: Path | None = None) -> Lock:
     path = path or default_lock_path()
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{path}: lock file not found (pass --lock or run from the project checkout)"
-        ) from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    raw = load_json(path, MAX_LOCK_BYTES,
+                    missing="lock file not found (pass --lock or run from the project checkout)")
     return parse_lock(raw, path)
 
 

@@ -1,11 +1,11 @@
 """Evidence: machine-readable findings in evidence/ and the comparison of a run bundle with one.
 
-Each finding is one JSON file valid against evidence/schema/finding-v1.json (spec in
-docs/evidence.md). `compare` decides whether a verified run bundle reproduces a finding:
-the scope must match (model file, GPU, memory limit, tokens), then every claim must hold
-(same direction, ratio treatment/baseline within the stated tolerance) and byte identity must
-be what the finding says. The verdict is reproduced, not reproduced or not comparable, with
-the reasons.
+Each finding is one JSON file valid against appliance/schemas/finding.schema.json (spec in
+docs/evidence.md), read strictly (appliance.core.strict_load). `compare` decides whether a
+verified run bundle reproduces a finding: the scope must match (model file, GPU, memory
+limit, tokens), then every claim must hold (same direction, ratio treatment/baseline within
+the stated tolerance) and byte identity must be what the finding says. The verdict is
+reproduced, not reproduced or not comparable, with the reasons.
 """
 
 import json
@@ -19,10 +19,13 @@ import yaml
 from appliance.attest.bundle import verdict as bundle_verdict
 from appliance.attest.bundle import verify_bundle
 from appliance.core.errors import ConfigError
-from appliance.core.jsonschema_lite import validate
 from appliance.core.paths import repo_root
+from appliance.core.strict_load import load_json
+from appliance.core.validation import load_schema as load_named_schema
+from appliance.core.validation import raise_for, schema_errors
 
-SCHEMA_FILE = "finding-v1.json"
+SCHEMA_NAME = "finding"
+MAX_FINDING_BYTES = 4 << 20
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
 RATIO_CONSISTENCY = 1e-3
 UNITS = {"": 1, "B": 1, "K": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MIB": 1 << 20,
@@ -33,13 +36,9 @@ def evidence_dir() -> Path:
     return repo_root() / "evidence"
 
 
-def load_schema(directory: Path | None = None) -> dict[str, Any]:
-    path = (directory or evidence_dir()) / "schema" / SCHEMA_FILE
-    try:
-        schema: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: evidence schema missing from the checkout") from None
-    return schema
+def load_schema() -> dict[str, Any]:
+    """The findings schema, shipped with the package (appliance/schemas/finding.schema.json)."""
+    return load_named_schema(SCHEMA_NAME)
 
 
 @dataclass(frozen=True)
@@ -64,16 +63,16 @@ def _ratio_problems(raw: dict[str, Any]) -> list[str]:
     problems = []
     values = {m["name"]: m["values"] for m in raw.get("metrics", [])}
     for index, claim in enumerate(raw.get("claims", [])):
-        where = f"claims[{index}]"
+        where = f"/claims/{index}"
         for role in ("baseline", "treatment"):
             if claim[role] not in raw["variants"]:
-                problems.append(f"{where}.{role}: variant {claim[role]!r} is not in variants")
+                problems.append(f"{where}/{role}: variant {claim[role]!r} is not in variants")
         ratio = claim["ratio"]
         if ratio is not None and (ratio < 1) != (claim["direction"] == "lower"):
             problems.append(f"{where}: ratio {ratio} contradicts direction "
                             f"{claim['direction']!r}")
         measured = values.get(claim["metric"], {})
-        if claim["ratio"] is not None and claim["baseline"] in measured and \
+        if claim["ratio"] is not None and measured.get(claim["baseline"]) and \
                 claim["treatment"] in measured:
             actual = measured[claim["treatment"]] / measured[claim["baseline"]]
             if abs(actual / claim["ratio"] - 1) > RATIO_CONSISTENCY:
@@ -82,41 +81,38 @@ def _ratio_problems(raw: dict[str, Any]) -> list[str]:
     return problems
 
 
-def validate_finding(raw: Any, schema: dict[str, Any]) -> list[str]:
-    """Schema violations plus the rules a schema cannot say; [] when the finding is valid."""
-    errors = validate(raw, schema)
+def validate_finding(raw: Any, schema: dict[str, Any] | None = None) -> list[str]:
+    """Schema violations plus the rules a schema cannot say, one line each naming the field's
+    JSON pointer; [] when the finding is valid. `schema` is accepted for callers that loaded
+    it; validation always uses the packaged schema."""
+    errors = schema_errors(raw, SCHEMA_NAME)
     if errors:
         return errors
     if raw["origin"] == "reproduction" and raw["bundle_digest"] is None:
-        errors.append("bundle_digest: a reproduction must name the bundle it came from")
+        errors.append("/bundle_digest: a reproduction must name the bundle it came from")
     if raw["status"] == "rejected" and not raw.get("rejected_because"):
-        errors.append("rejected_because: a rejected finding must say why")
-    for metric in raw["metrics"]:
+        errors.append("/rejected_because: a rejected finding must say why")
+    for index, metric in enumerate(raw["metrics"]):
         unknown = set(metric["values"]) - set(raw["variants"])
         if unknown:
-            errors.append(f"metrics.{metric['name']}: values for unknown variants "
+            errors.append(f"/metrics/{index}/values: values for unknown variants "
                           f"{sorted(unknown)}")
     return errors + _ratio_problems(raw)
 
 
 def load_finding(path: Path, schema: dict[str, Any] | None = None) -> Finding:
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    errors = validate_finding(raw, schema or load_schema(path.parent))
+    raw = load_json(path, MAX_FINDING_BYTES)
+    errors = validate_finding(raw, schema)
     if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ConfigError(f"{path}: {errors[0]}{more}")
+        raise_for(path, errors)
     if raw["id"] != path.stem:
-        raise ConfigError(f"{path}: id {raw['id']!r} must equal the file name {path.stem!r}")
+        raise ConfigError(f"{path}: /id: {raw['id']!r} must equal the file name {path.stem!r}")
     return Finding(id=raw["id"], path=path, raw=raw)
 
 
 def load_findings(directory: Path | None = None) -> list[Finding]:
     directory = directory or evidence_dir()
-    schema = load_schema(directory)
-    return [load_finding(p, schema) for p in sorted(directory.glob("*.json"))]
+    return [load_finding(p) for p in sorted(directory.glob("*.json"))]
 
 
 def find_finding(finding_id: str, directory: Path | None = None) -> Finding:
@@ -408,7 +404,7 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
                           "scope": "generated text at matched length" if identical is not None
                           else "not recorded"},
     }
-    errors = validate_finding(raw, load_schema())
+    errors = validate_finding(raw)
     if errors:
         raise ConfigError(f"{run_dir}: the drafted finding is not valid: {errors[0]}")
     return raw

@@ -68,8 +68,7 @@ def local_image(client: Any, ref: str) -> Any | None:
 
 
 def _recorded_base_digests(lock: Lock, target: Target) -> tuple[str | None, str | None]:
-    raw = lock.raw["targets"][target.name]
-    return raw.get("build_base_digest"), target.base_digest
+    return target.build_base_digest, target.base_digest
 
 
 def resolve_base(client: Any, ref: str, recorded: str | None) -> str:

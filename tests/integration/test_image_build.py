@@ -149,7 +149,7 @@ def test_a_lock_target_missing_a_field_is_a_one_line_error(tmp_path: Path) -> No
     lock_path.write_text(json.dumps(raw))
     result = run_cli("image", "build", "--target", "cpu", "--lock", str(lock_path))
     assert result.returncode == 2
-    assert "targets.cpu.runtime_base: missing field" in result.stderr
+    assert "/targets/cpu/runtime_base: missing field" in result.stderr
 
 
 @pytest.mark.parametrize("builder", ["buildkit", "classic"])

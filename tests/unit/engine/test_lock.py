@@ -32,11 +32,13 @@ def test_digest_ignores_formatting_but_not_content(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
-        (lambda r: r["upstream"].pop("commit"), "upstream.commit: missing field"),
-        (lambda r: r["stand_ins"]["b10229"].update(sdist_sha256="ABC"), "stand_ins.b10229.sdist_sha256"),
-        (lambda r: r["upstream"].update(commit="1234"), "upstream.commit"),
-        (lambda r: r["targets"]["cpu"].update(cmake_args="x"), "targets.cpu.cmake_args"),
-        (lambda r: r.update(schema_version=9), "schema_version: unsupported version 9"),
+        (lambda r: r["upstream"].pop("commit"), "/upstream/commit: missing field"),
+        (lambda r: r["stand_ins"]["b10229"].update(sdist_sha256="ABC"),
+         "/stand_ins/b10229/sdist_sha256: 'ABC' is not a lowercase 64-hex-digit sha256"),
+        (lambda r: r["upstream"].update(commit="1234"), "/upstream/commit"),
+        (lambda r: r["targets"]["cpu"].update(cmake_args="x"),
+         "/targets/cpu/cmake_args: expected array, got string"),
+        (lambda r: r.update(schema_version=9), "/schema_version: unsupported version 9"),
     ],
 )
 def test_malformed_lock_names_file_and_field(tmp_path: Path, edit, field: str) -> None:  # type: ignore[no-untyped-def]

@@ -77,18 +77,20 @@ def test_a_user_file_is_accepted_by_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    (lambda r: r.update(colour="blue"), "colour: unknown key"),
-    (lambda r: r["model"].update(checksum="x"), "model.checksum: unknown key"),
-    (lambda r: r["variants"][0].update(extra=1), "variants[0].extra: unknown key"),
-    (lambda r: r["schedule"].update(warmup=1), "schedule.warmup: unknown key"),
-    (lambda r: r["model"].update(sha256="ABC"), "model.sha256"),
-    (lambda r: r["schedule"].update(order="random"), "schedule.order"),
-    (lambda r: r["schedule"].update(repeats=0), "schedule.repeats: must be at least 1"),
-    (lambda r: r["limits"].update(memory="lots"), "limits.memory"),
+    (lambda r: r.update(colour="blue"), "/colour: unknown field"),
+    (lambda r: r["model"].update(checksum="x"), "/model/checksum: unknown field"),
+    (lambda r: r["variants"][0].update(extra=1), "/variants/0/extra: unknown field"),
+    (lambda r: r["schedule"].update(warmup=1), "/schedule/warmup: unknown field"),
+    (lambda r: r["model"].update(sha256="ABC"), "/model/sha256"),
+    (lambda r: r["schedule"].update(order="random"), "/schedule/order"),
+    (lambda r: r["schedule"].update(repeats=0), "/schedule/repeats: must be at least 1"),
+    (lambda r: r["limits"].update(memory="lots"), "/limits/memory"),
     (lambda r: r["variants"].append(r["variants"][0]), "appears twice"),
-    (lambda r: r["variants"][1]["env"].update(LLAMA_MMAP_DEMAND=1), "must be strings"),
+    (lambda r: r["variants"][1]["env"].update(LLAMA_MMAP_DEMAND=1),
+     "/variants/1/env/LLAMA_MMAP_DEMAND: expected string, got integer"),
     (lambda r: r.update(gpu="required"), "a cpu target cannot require a GPU"),
-    (lambda r: r["model"].update(file="../escape.gguf"), "plain file name"),
+    (lambda r: r["model"].update(file="../escape.gguf"),
+     "/model/file: '../escape.gguf' is not a plain file name"),
 ])
 def test_bad_profiles_are_refused_naming_the_field(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError) as info:
@@ -110,7 +112,7 @@ def test_cli_refuses_an_unknown_key_with_exit_2_and_one_line(tmp_path: Path) -> 
     result = run_cli("run", str(path), "--models", str(tmp_path), "--dry-run")
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
-    assert "colour: unknown key" in result.stderr
+    assert "/colour: unknown field" in result.stderr
     assert "Traceback" not in result.stderr
 
 
