@@ -7,7 +7,7 @@ import click
 lock_option = click.option(
     "--lock",
     "lock_path",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     default=None,
     help="Engine lock file (default: engine/llama.cpp.lock.json in the checkout).",
 )

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from appliance.cli.options import json_option, lock_option
 from appliance.core.errors import ApplianceError
-from appliance.engine.bracket import BracketReport, PatchCheck, bracket_check
+from appliance.engine.bracket import BracketReport, PatchCheck, bracket_check, require_bracket
 from appliance.engine.lock import PATCH_STATUSES, load_lock
 from appliance.engine.patch_dev import export_patches, make_dev_tree, move_patch, repin
 from appliance.engine.patches import apply_series, patches_dir, selected_patches, verified_patch
@@ -110,6 +110,7 @@ def print_report(report: BracketReport) -> None:
 def check(lock_path: Path | None, as_json: bool) -> None:
     """Bracket check: the series applies to every stand-in and touches only identical files."""
     lock = load_lock(lock_path)
+    require_bracket(lock, sorted(lock.stand_ins))
     trees = {name: fetch_source(lock, name) for name in sorted(lock.stand_ins)}
     report = bracket_check(lock, trees)
     if as_json:

@@ -270,8 +270,9 @@ def _yaml_line(exc: yaml.YAMLError, text: str) -> int | None:
 
 def parse_yaml(text: str, path: Path) -> Any:
     """One YAML document read strictly; errors name path and line."""
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        loader = _StrictLoader(text)
         return loader.get_single_data()
     except _Refusal as exc:
         raise ConfigError(f"{path}: line {_yaml_line(exc, text)}: {exc.problem}") from None
@@ -284,7 +285,8 @@ def parse_yaml(text: str, path: Path) -> Any:
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply to read") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml(path: Path, max_bytes: int = MAX_BYTES, missing: str = "file not found") -> Any:

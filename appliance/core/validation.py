@@ -111,7 +111,7 @@ def pointer(parts: Iterable[Any]) -> str:
 
 def _show(value: Any) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _type_name(value: Any) -> str:

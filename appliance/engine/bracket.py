@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.core.errors import ConfigError
 from appliance.engine.lock import Lock
 from appliance.engine.patches import Patch, active_series, find_experimental, git_apply
 from appliance.engine.source import SourceTree
@@ -114,8 +115,17 @@ def check_chain(chain: Sequence[Patch], trees: dict[str, SourceTree]) -> list[Pa
     return checks
 
 
+def require_bracket(lock: Lock, names: Sequence[str]) -> None:
+    """Refuse a check that brackets nothing: it needs a stand-in on each side of the pin."""
+    if len(names) < 2:
+        found = ", ".join(names) or "none"
+        raise ConfigError(f"{lock.path}: /stand_ins: the bracket check needs two stand-ins, one "
+                          f"before and one after the pin (found: {found}); add them to the lock")
+
+
 def bracket_check(lock: Lock, trees: dict[str, SourceTree]) -> BracketReport:
     """Check the active series, then each experimental patch on top of it, against `trees`."""
+    require_bracket(lock, sorted(trees))
     active = active_series(lock)
     report = BracketReport(sorted(trees), check_chain(active, trees), [])
     for entry in lock.patches["experimental"]:

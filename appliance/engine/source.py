@@ -2,7 +2,8 @@
 
 Every source ends up as a tree plus an identity record (kind, what was fetched, its digests).
 Stand-in archives are checked against the lock's sha256 before anything is extracted, and
-cached by that digest; cached trees are re-hashed on every use, so an edited or truncated
+cached under the stand-in's whole declared identity (package, version, sha256, subtree);
+cached trees are re-hashed on every use, so an edited or truncated
 cache entry is detected and repaired from the verified archive (or refetched).
 """
 
@@ -20,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from appliance.core.digests import CHUNK, sha256_file, tree_digest
+from appliance.core.digests import CHUNK, canonical_json, sha256_bytes, sha256_file, tree_digest
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.core.paths import cache_dir
 from appliance.engine.lock import Lock, StandIn
@@ -177,10 +178,26 @@ def _write_identity(entry: Path, identity: dict[str, Any]) -> None:
     tmp.replace(entry / IDENTITY_FILE)
 
 
+def declared_identity(stand_in: StandIn) -> dict[str, str]:
+    """What the lock declares about a stand-in's tree: all of it keys the cache entry."""
+    return {"package": stand_in.package, "version": stand_in.version,
+            "sdist_sha256": stand_in.sdist_sha256, "subtree": stand_in.tree}
+
+
+def stand_in_entry(stand_in: StandIn) -> Path:
+    """The cache entry of a stand-in: named by a digest of its whole declared identity, so an
+    edit of package, version, sha256 or tree in the lock never finds an older tree."""
+    key = sha256_bytes(canonical_json(declared_identity(stand_in)))
+    return sources_dir() / f"stand-in-{stand_in.name}-{key[:16]}"
+
+
 def fetch_stand_in(stand_in: StandIn, progress: Progress | None = None) -> SourceTree:
-    entry = sources_dir() / f"stand-in-{stand_in.name}-{stand_in.sdist_sha256[:16]}"
+    entry = stand_in_entry(stand_in)
     tree = entry / "tree"
     identity = _read_identity(entry)
+    declared = declared_identity(stand_in)
+    if identity and any(identity.get(k) != v for k, v in declared.items()):
+        identity = None
     if identity and tree.is_dir():
         if tree_digest(tree) == identity.get("tree_digest"):
             return SourceTree(tree, identity)
