@@ -22,6 +22,7 @@ SCHEMA_VERSION = 1
 PROFILES_DIR = PACKAGE_DIR / "profiles"
 MAX_PROFILE_BYTES = 1 << 20
 DOCKER_MIN_MEMORY = 6 * 1024 * 1024
+MAX_SIZE = (1 << 63) - 1
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
@@ -129,9 +130,12 @@ def _size(raw: dict[str, Any], key: str, path: Path, default: int | None = None)
     if key not in raw and default is not None:
         return default
     try:
-        return parse_size(raw[key])
+        size = parse_size(raw[key])
     except ValueError as exc:
         raise ConfigError(f"{path}: /limits/{key}: {exc}") from None
+    if size > MAX_SIZE:
+        raise ConfigError(f"{path}: /limits/{key}: {raw[key]!r} is more than {MAX_SIZE} bytes")
+    return size
 
 
 def _limits(raw: dict[str, Any], path: Path) -> Limits:

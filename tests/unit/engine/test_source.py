@@ -169,3 +169,64 @@ def test_unknown_source_name_is_a_clear_error() -> None:
     lock = parse_lock(json.loads(default_lock_path().read_text()), default_lock_path())
     with pytest.raises(ApplianceError, match="unknown source 'b9999': use one of canonical, b10068, b10229"):
         fetch_source(lock, "b9999")
+
+
+def _sdist(path: Path, top: str, trees: dict[str, str]) -> bytes:
+    """A .tar.gz with `top/<subtree>/CMakeLists.txt` holding the given text per subtree."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for subtree, text in trees.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{subtree}/CMakeLists.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(buffer.getvalue())
+    return buffer.getvalue()
+
+
+def test_editing_a_stand_ins_tree_version_or_package_never_returns_the_old_tree(
+    fresh_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same verified archive is served under two versions and two package names."""
+    import hashlib
+
+    root = tmp_path / "index"
+    names = {"fakepkg": ("fakepkg-1.0.tar.gz", "fakepkg-1.1.tar.gz"),
+             "otherpkg": ("otherpkg-1.0.tar.gz",)}
+    data = _sdist(tmp_path / "sdist.tar.gz", "top", {"a": "project(a)\n", "b": "project(b)\n"})
+    for package, files in names.items():
+        (root / package).mkdir(parents=True)
+        for name in files:
+            (root / package / name).write_bytes(data)
+        (root / package / "index.html").write_text("".join(f'<a href="{n}">{n}</a>' for n in files))
+    sha = hashlib.sha256(data).hexdigest()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("APPLIANCE_PACKAGE_INDEX", f"http://127.0.0.1:{server.server_port}/")
+
+    def lock(**changes: str):  # type: ignore[no-untyped-def]
+        entry = {"package": "fakepkg", "version": "1.0", "release": "b1", "relation": "after-pin",
+                 "sdist_sha256": sha, "tree": "a", **changes}
+        return load_lock(lock_with(tmp_path, lambda r: r["stand_ins"].update(fake=entry)))
+
+    try:
+        first = fetch_source(lock(), "fake")
+        assert (first.path / "CMakeLists.txt").read_text() == "project(a)\n"
+        moved = fetch_source(lock(tree="b"), "fake")
+        assert (moved.path / "CMakeLists.txt").read_text() == "project(b)\n"
+        assert moved.identity["subtree"] == "b" and moved.path != first.path
+        newer = fetch_source(lock(version="1.1"), "fake")
+        assert newer.identity["version"] == "1.1" and newer.path not in (first.path, moved.path)
+        assert newer.downloaded_bytes == len(data)  # fetched under its own name, not reused
+        other = fetch_source(lock(package="otherpkg"), "fake")
+        assert other.identity["package"] == "otherpkg"
+        assert other.path not in (first.path, moved.path, newer.path)
+        again = fetch_source(lock(), "fake")
+        assert again.path == first.path and again.downloaded_bytes == 0
+        assert (again.path / "CMakeLists.txt").read_text() == "project(a)\n"
+    finally:
+        server.shutdown()
