@@ -187,17 +187,32 @@ class _Refusal(yaml.MarkedYAMLError):
     """Well-formed YAML this reader refuses."""
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that bounds depth and alias expansion and refuses duplicate or non-string
-    keys, non-finite floats and over-long integers."""
+try:  # libyaml scans and parses about five times faster; composing stays in Python
+    from yaml._yaml import CParser as _Parser
+except ImportError:  # a PyYAML built without libyaml
+    class _Parser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):  # type: ignore[no-redef]
+        def __init__(self, stream: str) -> None:
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+
+
+class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstructor,
+                    yaml.resolver.Resolver):
+    """A safe loader that bounds depth and alias expansion and refuses duplicate or
+    non-string keys, non-finite floats and over-long integers. The Python composer comes
+    first in the MRO, so every node passes compose_node below even over libyaml's parser."""
 
     def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+        _Parser.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
         self._depth = 0
         self._weights: dict[int, int] = {}
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event: Any = self.peek_event()
         if self.check_event(AliasEvent) and event.anchor in self.anchors:
             target = self.anchors[event.anchor]
             if id(target) not in self._weights:
@@ -255,8 +270,10 @@ class _StrictLoader(yaml.SafeLoader):
         return value
 
 
-_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_bounded_int)
-_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_finite_float)
+_StrictLoader.add_constructor(  # type: ignore[type-var]
+    "tag:yaml.org,2002:int", _StrictLoader.construct_bounded_int)
+_StrictLoader.add_constructor(  # type: ignore[type-var]
+    "tag:yaml.org,2002:float", _StrictLoader.construct_finite_float)
 
 
 def _yaml_line(exc: yaml.YAMLError, text: str) -> int | None:

@@ -28,6 +28,7 @@ KEYWORDS = {"type", "const", "enum", "pattern", "minLength", "maxLength", "minim
             "exclusiveMinimum", "properties", "required", "additionalProperties",
             "propertyNames", "minProperties", "maxProperties", "items", "minItems", "maxItems",
             "$ref"}
+MAX_ERRORS = 100
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
               dict: "object", type(None): "null"}
 
@@ -162,8 +163,9 @@ def _lines(error: Any) -> list[str]:
     return [f"{pointer(path)}: {_problem(keyword, error.validator_value, instance, schema)}"]
 
 
-def schema_errors(instance: Any, name: str) -> list[str]:
-    """Every violation of schema NAME by instance, one line each; [] when it is valid.
+def schema_errors(instance: Any, name: str, limit: int = MAX_ERRORS) -> list[str]:
+    """The violations of schema NAME by instance (at most `limit`), one line each; [] when it
+    is valid.
 
     A document that names another `schema_version` than the schema's gets that one line
     only: the rest of it follows another schema.
@@ -174,12 +176,12 @@ def schema_errors(instance: Any, name: str) -> list[str]:
             "schema_version" in instance and instance["schema_version"] != version:
         return [f"/schema_version: unsupported version {_show(instance['schema_version'])} "
                 f"(this tool reads {version})"]
-    lines: list[str] = []
+    lines: dict[str, None] = {}  # insertion-ordered set: one line per problem
     for error in _validator(_schema_text(name)).iter_errors(instance):
-        for line in _lines(error):
-            if line not in lines:
-                lines.append(line)
-    return lines
+        lines.update(dict.fromkeys(_lines(error)[:limit]))
+        if len(lines) >= limit:
+            break
+    return list(lines)[:limit]
 
 
 def validate(instance: Any, name: str, path: Path) -> None:
@@ -190,5 +192,7 @@ def validate(instance: Any, name: str, path: Path) -> None:
 
 
 def raise_for(path: Path, errors: list[str]) -> None:
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    """One ConfigError line: the first error and how many more (counted up to MAX_ERRORS)."""
+    count = f"{len(errors) - 1}" if len(errors) < MAX_ERRORS else f"at least {len(errors) - 1}"
+    more = f" (and {count} more)" if len(errors) > 1 else ""
     raise ConfigError(f"{path}: {errors[0]}{more}")

@@ -25,7 +25,7 @@ from appliance.core.validation import load_schema as load_named_schema
 from appliance.core.validation import raise_for, schema_errors
 
 SCHEMA_NAME = "finding"
-MAX_FINDING_BYTES = 4 << 20
+MAX_FINDING_BYTES = 256 << 10  # published findings are under 4 KiB
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
 RATIO_CONSISTENCY = 1e-3
 UNITS = {"": 1, "B": 1, "K": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MIB": 1 << 20,
@@ -92,8 +92,9 @@ def validate_finding(raw: Any, schema: dict[str, Any] | None = None) -> list[str
         errors.append("/bundle_digest: a reproduction must name the bundle it came from")
     if raw["status"] == "rejected" and not raw.get("rejected_because"):
         errors.append("/rejected_because: a rejected finding must say why")
+    variants = set(raw["variants"])
     for index, metric in enumerate(raw["metrics"]):
-        unknown = set(metric["values"]) - set(raw["variants"])
+        unknown = set(metric["values"]) - variants
         if unknown:
             errors.append(f"/metrics/{index}/values: values for unknown variants "
                           f"{sorted(unknown)}")

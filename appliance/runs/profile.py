@@ -20,7 +20,7 @@ from appliance.core.validation import validate
 
 SCHEMA_VERSION = 1
 PROFILES_DIR = PACKAGE_DIR / "profiles"
-MAX_PROFILE_BYTES = 1 << 20
+MAX_PROFILE_BYTES = 64 << 10  # the built-in profiles are under 2 KiB
 DOCKER_MIN_MEMORY = 6 * 1024 * 1024
 MAX_SIZE = (1 << 63) - 1
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -149,13 +149,13 @@ def _limits(raw: dict[str, Any], path: Path) -> Limits:
 
 
 def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
-    variants: list[Variant] = []
+    variants: dict[str, Variant] = {}
     for index, item in enumerate(items):
-        if any(existing.name == item["name"] for existing in variants):
+        if item["name"] in variants:
             raise ConfigError(f"{path}: /variants/{index}/name: {item['name']!r} appears twice")
-        variants.append(Variant(name=item["name"], env=dict(item.get("env", {})),
-                                args=tuple(item.get("args", []))))
-    return tuple(variants)
+        variants[item["name"]] = Variant(name=item["name"], env=dict(item.get("env", {})),
+                                         args=tuple(item.get("args", [])))
+    return tuple(variants.values())
 
 
 def _check_gpu(raw: dict[str, Any], path: Path) -> None:

@@ -29,10 +29,14 @@ def refused(path: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return result.stderr.strip().removeprefix(f"error: {path}: ")
 
 
-def test_a_lock_nested_200k_deep_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("depth", "problem"), [
+    (200_000, "larger than 262144 bytes, the most this reader accepts"),
+    (100_000, "line 2: nested deeper than 64 levels"),
+])
+def test_a_deeply_nested_lock_is_one_line(tmp_path: Path, depth: int, problem: str) -> None:
     path = tmp_path / "lock.json"
-    path.write_text('{"schema_version": 1,\n "upstream": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    assert refused(path, "engine", "show") == "line 2: nested deeper than 64 levels"
+    path.write_text('{"schema_version": 1,\n "upstream": ' + "[" * depth + "]" * depth + "}")
+    assert refused(path, "engine", "show") == problem
 
 
 def test_a_lock_with_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
