@@ -17,7 +17,6 @@ from appliance.core.paths import default_lock_path
 from appliance.core.strict_load import load_json
 from appliance.core.validation import validate
 
-SCHEMA_VERSION = 1
 MAX_LOCK_BYTES = 256 << 10  # the lock is about 3 KiB
 PATCH_STATUSES = ("active", "experimental", "rejected")
 

@@ -18,7 +18,6 @@ from appliance.core.paths import PACKAGE_DIR
 from appliance.core.strict_load import parse_yaml, read_text
 from appliance.core.validation import validate
 
-SCHEMA_VERSION = 1
 PROFILES_DIR = PACKAGE_DIR / "profiles"
 MAX_PROFILE_BYTES = 64 << 10  # the built-in profiles are under 2 KiB
 DOCKER_MIN_MEMORY = 6 * 1024 * 1024
