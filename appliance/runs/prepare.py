@@ -13,13 +13,14 @@ import docker
 import docker.errors
 
 from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.host.cgroups import block_device_for, cgroup_version
 from appliance.host.gpu import Gpu, NvmlUnavailable, detect_gpus
 from appliance.images.labels import IMAGE_REPOSITORY, candidate_tags
 from appliance.runs.model_files import CheckedModel, check_model, locate_model
 from appliance.runs.plan import ContainerSettings, Trial, trial_plan
-from appliance.runs.profile import Profile, format_size
+from appliance.runs.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,8 @@ def check_limit_fits_host(profile: Profile) -> None:
     total = host_memory_bytes()
     if profile.limits.memory > total:
         raise ConfigError(f"profile {profile.name}: limits.memory "
-                          f"{format_size(profile.limits.memory)} exceeds this host's "
-                          f"{format_size(total)} of RAM, so the limit would not bind")
+                          f"{format_size(profile.limits.memory, trim=True)} exceeds this host's "
+                          f"{format_size(total, trim=True)} of RAM, so the limit would not bind")
 
 
 def default_run_dir(profile: Profile) -> Path:

@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from appliance.core import units
-from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.errors import ConfigError
 from appliance.core.paths import PACKAGE_DIR
+from appliance.core.units import SizeError, format_size, parse_size
 
 SCHEMA_VERSION = 1
 PROFILES_DIR = PACKAGE_DIR / "profiles"
@@ -100,33 +100,6 @@ class Profile:
         raise ConfigError(f"profile {self.name}: no variant {name!r}")
 
 
-def parse_size(value: Any) -> int:
-    """Bytes from an int or a string such as "8GiB", "200MiB", "0"; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{value} is negative")
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a size like 8GiB, 512MiB or a byte count")
-    try:
-        return units.parse_size(value)
-    except ApplianceError:
-        raise ValueError(f"{value!r} is not a size like 8GiB, 512MiB or a byte count") from None
-
-
-def format_size(count: int) -> str:
-    """Binary units for people: 8589934592 -> "8 GiB", 209715200 -> "200 MiB"."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            text = f"{value:.2f}".rstrip("0").rstrip(".")
-            return f"{text} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 class _Section:
     """One mapping of the document: typed fields, unknown keys refused, errors name the path."""
 
@@ -172,7 +145,7 @@ class _Section:
         raw = self.get(key, (int, str), default=default)
         try:
             return parse_size(raw)
-        except ValueError as exc:
+        except SizeError as exc:
             raise self.fail(key, str(exc)) from None
 
     def section(self, key: str, allowed: tuple[str, ...]) -> "_Section":
@@ -246,8 +219,9 @@ def _limits(top: _Section) -> Limits:
                     engine_min_memory=lim.size("engine_min_memory"))
     floor = max(limits.engine_min_memory, DOCKER_MIN_MEMORY)
     if limits.memory < floor:
-        raise lim.fail("memory", f"{format_size(limits.memory)} is impossible: the engine needs "
-                                 f"at least {format_size(floor)} ({floor} bytes) to start")
+        raise lim.fail("memory", f"{format_size(limits.memory, trim=True)} is impossible: the engine "
+                                 f"needs at least {format_size(floor, trim=True)} ({floor} bytes) "
+                                 "to start")
     return limits
 
 

@@ -6,10 +6,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from appliance.core.units import format_size
 from appliance.runs.model_files import SKIPPED, UNPINNED
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
 from appliance.runs.prepare import PreparedRun
-from appliance.runs.profile import format_size
 
 MIB = 1 << 20
 
@@ -45,9 +45,9 @@ def print_header(console: Console, prepared: PreparedRun) -> None:
     target = prepared.choice.target or "auto (unresolved: no GPU visible)"
     console.print(f"target      {target}; image {prepared.image}"
                   f"{'' if prepared.image_checked else ' (not checked in a dry run)'}")
-    swap = "no swap" if limits.swap == 0 else f"swap {format_size(limits.swap)}"
-    console.print(f"memory      limit {format_size(limits.memory)} ({limits.memory} bytes), "
-                  f"memory+swap {format_size(limits.memswap)} ({swap})")
+    swap = "no swap" if limits.swap == 0 else f"swap {format_size(limits.swap, trim=True)}"
+    console.print(f"memory      limit {format_size(limits.memory, trim=True)} ({limits.memory} bytes), "
+                  f"memory+swap {format_size(limits.memswap, trim=True)} ({swap})")
     console.print(f"model mount {prepared.settings.models_dir} -> /models (read-only)")
     gpu = prepared.settings.gpu_device_ids
     console.print("GPU request " + (f"nvidia device {','.join(gpu)} (capabilities gpu)"

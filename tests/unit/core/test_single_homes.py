@@ -1,0 +1,50 @@
+"""Each shared fact has one definition: no module outside its home defines it again."""
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "appliance"
+# name defined (function, class or module-level constant) -> the only module allowed to define it
+HOMES = {
+    "parse_size": "appliance/core/units.py",
+    "format_size": "appliance/core/units.py",
+    "parse_bytes": None,
+    "UNITS": "appliance/core/units.py",
+}
+
+
+def definitions(path: Path) -> set[str]:
+    """Names a module defines at any depth (functions, classes) or at top level (constants)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = {node.name for node in ast.walk(tree)
+             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        found.update(t.id for t in targets if isinstance(t, ast.Name))
+    return found
+
+
+def test_every_shared_fact_is_defined_only_in_its_home() -> None:
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        for name in sorted(definitions(path) & set(HOMES)):
+            if HOMES[name] != rel:
+                problems.append(f"{rel} defines {name} (its home: {HOMES[name] or 'nowhere'})")
+    assert problems == []
+
+
+def test_each_home_defines_its_facts() -> None:
+    for name, home in HOMES.items():
+        if home is not None:
+            assert name in definitions(REPO / home), (name, home)
+
+
+def test_the_walker_sees_nested_and_constant_definitions(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text("X: int = 1\nY = 2\nclass C:\n    def format_size(self): ...\n"
+                      "def f():\n    def cgroup_version(): ...\n")
+    assert definitions(sample) == {"X", "Y", "C", "format_size", "f", "cgroup_version"}
