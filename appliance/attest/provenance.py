@@ -23,6 +23,7 @@ from appliance import __version__
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.engine.lock import lock_digest
+from appliance.host.cgroups import cgroup_version
 from appliance.host.gpu import NvmlUnavailable, detect_gpus
 
 PROVENANCE_FILE = "provenance.json"
@@ -69,11 +70,6 @@ def _read_text(path: Path) -> str | None:
 def _meminfo_bytes(meminfo: str, key: str) -> int | None:
     match = re.search(rf"^{key}:\s+(\d+) kB$", meminfo, re.MULTILINE)
     return int(match.group(1)) * 1024 if match else None
-
-
-def cgroup_version(root: Path = Path("/sys/fs/cgroup")) -> int:
-    """2 when the unified hierarchy is mounted at root (cgroup.controllers exists), else 1."""
-    return 2 if (root / "cgroup.controllers").exists() else 1
 
 
 def cpu_model() -> str:
@@ -194,11 +190,6 @@ def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
     return f"{kind} {name}" if kind != "canonical" and name else kind
 
 
-def engine_lock_digest(lock_raw: dict[str, Any]) -> str:
-    """The image label's lock digest (see appliance.engine.lock.lock_digest)."""
-    return lock_digest(lock_raw)
-
-
 def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
                  run: dict[str, Any]) -> dict[str, Any]:
     """Lock digest, upstream pin, source, patch digests and the active series digest."""
@@ -206,7 +197,7 @@ def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
     active = patches.get("active", [])
     labels = (image or {}).get("labels", {})
     return {
-        "lock_sha256": engine_lock_digest(lock_raw),
+        "lock_sha256": lock_digest(lock_raw),
         "image_lock_digest": labels.get(f"{IMAGE_LABEL_PREFIX}lock-digest"),
         "upstream": lock_raw.get("upstream"),
         "source": source_identity(run, labels),

@@ -107,7 +107,7 @@ def plan_inputs(lock: Lock, target_name: str, source: SourceTree, client: Any,
     if not dockerfile.is_file():
         raise ConfigError(f"{dockerfile} not found: run from the project checkout or set APPLIANCE_ROOT")
     return L.BuildInputs(
-        lock_digest=L.engine_lock_digest(lock),
+        lock_digest=lock.digest,
         target=target,
         identity=source.identity,
         series_digest=series_digest(lock, experimental),

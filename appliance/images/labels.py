@@ -38,11 +38,6 @@ STABLE_IDENTITY_FIELDS = ("kind", "name", "package", "version", "sdist_sha256", 
                           "upstream_release", "repository", "subtree", "tree_digest", "canonical")
 
 
-def engine_lock_digest(lock: Lock) -> str:
-    """The lock's digest (it leaves out `published_images`, so publishing does not drift it)."""
-    return lock.digest
-
-
 def stable_identity(identity: dict[str, Any]) -> dict[str, Any]:
     return {key: identity[key] for key in STABLE_IDENTITY_FIELDS if key in identity}
 
@@ -50,7 +45,7 @@ def stable_identity(identity: dict[str, Any]) -> dict[str, Any]:
 def image_tag(lock: Lock, target: str, identity: dict[str, Any],
               experimental: Sequence[str] = (), series: str = "") -> str:
     """`moe-expert-cache:<target>-<lockdigest12>`, plus the source when it is not canonical."""
-    tag = f"{IMAGE_REPOSITORY}:{target}-{engine_lock_digest(lock)[:12]}"
+    tag = f"{IMAGE_REPOSITORY}:{target}-{lock.digest[:12]}"
     kind = identity.get("kind")
     if kind == "stand-in":
         tag += f"-standin-{identity.get('name')}"
@@ -147,7 +142,7 @@ def lock_view(lock: Lock, target_name: str, series_digest: str) -> dict[str, tup
     """label -> (value the lock implies now, what a difference means)."""
     target = lock.target(target_name)
     return {
-        LOCK_DIGEST: (engine_lock_digest(lock), "built from another engine lock"),
+        LOCK_DIGEST: (lock.digest, "built from another engine lock"),
         UPSTREAM_COMMIT: (lock.upstream.commit, "built against another upstream pin"),
         SERIES_DIGEST: (series_digest, "built with another patch series"),
         CUDA_ARCHITECTURES: (target.cuda.architectures if target.cuda else "",

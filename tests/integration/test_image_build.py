@@ -30,7 +30,7 @@ def test_second_build_is_a_cache_hit(engine_image_cpu: str) -> None:
 
 def test_tag_and_labels_record_every_input(engine_image_cpu: str, docker_client) -> None:  # type: ignore[no-untyped-def]
     lock = load_lock()
-    lock_digest = L.engine_lock_digest(lock)
+    lock_digest = lock.digest
     assert engine_image_cpu == f"moe-expert-cache:cpu-{lock_digest[:12]}-standin-b10229"
     labels = docker_client.images.get(engine_image_cpu).labels
     assert labels["org.opencontainers.image.source"] == lock.upstream.repository
@@ -160,7 +160,7 @@ def test_a_failed_build_shows_the_log_tail_and_leaves_no_tag(engine_image_cpu: s
     raw["targets"]["cpu"]["cmake_args"].append("-DGGML_CUDA=ON")  # no CUDA toolkit in the base
     lock_path = tmp_path / "lock.json"
     lock_path.write_text(json.dumps(raw))
-    tag = f"moe-expert-cache:cpu-{L.engine_lock_digest(load_lock(lock_path))[:12]}-standin-b10229"
+    tag = f"moe-expert-cache:cpu-{load_lock(lock_path).digest[:12]}-standin-b10229"
     result = run_cli("image", "build", "--target", "cpu", "--source", "b10229",
                      "--builder", builder, "--lock", str(lock_path))
     assert result.returncode == 1

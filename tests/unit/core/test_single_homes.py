@@ -3,6 +3,10 @@
 import ast
 from pathlib import Path
 
+from appliance.attest.provenance import engine_facts, host_facts
+from appliance.engine.lock import load_lock
+from appliance.host.cgroups import cgroup_version
+from appliance.images import labels
 from tests.conftest import REPO
 
 PACKAGE = REPO / "appliance"
@@ -12,6 +16,9 @@ HOMES = {
     "format_size": "appliance/core/units.py",
     "parse_bytes": None,
     "UNITS": "appliance/core/units.py",
+    "cgroup_version": "appliance/host/cgroups.py",
+    "lock_digest": "appliance/engine/lock.py",
+    "engine_lock_digest": None,
 }
 
 
@@ -48,3 +55,11 @@ def test_the_walker_sees_nested_and_constant_definitions(tmp_path: Path) -> None
     sample.write_text("X: int = 1\nY = 2\nclass C:\n    def format_size(self): ...\n"
                       "def f():\n    def cgroup_version(): ...\n")
     assert definitions(sample) == {"X", "Y", "C", "format_size", "f", "cgroup_version"}
+
+
+def test_provenance_records_the_facts_of_their_homes() -> None:
+    lock = load_lock()
+    image = {"labels": {labels.LOCK_DIGEST: lock.digest}}
+    facts = engine_facts(lock.raw, image, {})
+    assert facts["lock_sha256"] == facts["image_lock_digest"] == lock.digest
+    assert host_facts()["cgroup_version"] == cgroup_version()

@@ -17,7 +17,7 @@ def _inputs(lock, identity=None, series="11" * 32):  # type: ignore[no-untyped-d
     identity = identity or dict(STAND_IN_IDENTITY,
                                 sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)
     return L.BuildInputs(
-        lock_digest=L.engine_lock_digest(lock), target=lock.target("cpu"), identity=identity,
+        lock_digest=lock.digest, target=lock.target("cpu"), identity=identity,
         series_digest=series, experimental=(), dockerfile_sha256="22" * 32,
         build_base_id="sha256:" + "33" * 32, runtime_base_id="sha256:" + "44" * 32,
         build_args={"TOOLS": "llama-moe-trace llama-completion llama-bench"})
@@ -57,9 +57,9 @@ def test_publishing_does_not_change_the_engine_lock_digest_but_targets_do() -> N
     raw = copy.deepcopy(lock.raw)
     raw["published_images"] = {"cpu": {"reference": "registry/x@sha256:" + "0" * 64}}
     published = parse_lock(raw, lock.path)
-    assert L.engine_lock_digest(published) == L.engine_lock_digest(lock)
+    assert published.digest == lock.digest
     raw["targets"]["cpu"]["cmake_args"] = [*raw["targets"]["cpu"]["cmake_args"], "-DX=1"]
-    assert L.engine_lock_digest(parse_lock(raw, lock.path)) != L.engine_lock_digest(lock)
+    assert parse_lock(raw, lock.path).digest != lock.digest
 
 
 def test_inputs_digest_ignores_fetch_time_but_not_the_tree() -> None:
@@ -74,7 +74,7 @@ def test_inputs_digest_ignores_fetch_time_but_not_the_tree() -> None:
 
 def test_tags_name_the_target_lock_and_non_canonical_sources() -> None:
     lock = load_lock()
-    digest12 = L.engine_lock_digest(lock)[:12]
+    digest12 = lock.digest[:12]
     assert L.image_tag(lock, "sm120", {"kind": "canonical"}) == f"moe-expert-cache:sm120-{digest12}"
     assert L.image_tag(lock, "cpu", STAND_IN_IDENTITY) == (
         f"moe-expert-cache:cpu-{digest12}-standin-b10229")
@@ -85,7 +85,7 @@ def test_tags_name_the_target_lock_and_non_canonical_sources() -> None:
 
 def test_candidate_tags_put_the_canonical_source_first() -> None:
     lock = load_lock()
-    digest12 = L.engine_lock_digest(lock)[:12]
+    digest12 = lock.digest[:12]
     assert L.candidate_tags(lock, "cpu") == [
         f"moe-expert-cache:cpu-{digest12}",
         f"moe-expert-cache:cpu-{digest12}-standin-b10229",
