@@ -23,15 +23,13 @@ from appliance import __version__
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.engine.lock import lock_digest
+from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
 from appliance.host.gpu import NvmlUnavailable, detect_gpus
 
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
 IMAGE_LABEL_PREFIX = "io.moe-appliance."
-# The tools the engine image installs (containers/engine.Dockerfile, TOOLS).
-ENGINE_BINARIES = ("/usr/local/bin/llama-moe-trace", "/usr/local/bin/llama-completion",
-                   "/usr/local/bin/llama-bench")
 RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc", "appliance_version",
               "trial_count", "trials_recorded", "run_id", "target", "stand_in", "image_id",
               "engine", "limits", "model_digest_status", "cgroup_version")
@@ -233,7 +231,7 @@ def collect_provenance(run_dir: Path, host: dict[str, Any],
 
 
 def collect_run_provenance(run_dir: Path, docker_client: Any = None,
-                           binaries: tuple[str, ...] = ENGINE_BINARIES) -> dict[str, Any]:
+                           binaries: tuple[str, ...] = IMAGE_TOOL_PATHS) -> dict[str, Any]:
     """collect_provenance with this host's facts and, given a Docker client, the image the
     run used (run.json image_id), its binaries and libraries resolved inside it."""
     run = _load_json(run_dir / "run.json")

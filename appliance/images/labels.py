@@ -13,6 +13,7 @@ from typing import Any
 
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.engine.lock import Lock, Target
+from appliance.engine.tools import IMAGE_TOOLS
 
 OCI = "org.opencontainers.image"
 OWN = "io.moe-appliance"
@@ -108,8 +109,7 @@ def expected_labels(lock: Lock, inputs: BuildInputs, created: str) -> dict[str, 
         f"{OCI}.created": created,
         f"{OCI}.version": str(identity.get("upstream_release", "local")),
         f"{OCI}.title": f"llama.cpp engine ({target.name})",
-        f"{OCI}.description": "pinned, patched llama.cpp: llama-moe-trace, llama-completion, "
-                              "llama-bench",
+        f"{OCI}.description": f"pinned, patched llama.cpp: {', '.join(IMAGE_TOOLS)}",
         LOCK_DIGEST: inputs.lock_digest,
         UPSTREAM_COMMIT: lock.upstream.commit,
         SOURCE_KIND: str(identity.get("kind")),

@@ -10,8 +10,8 @@ import pytest
 
 from appliance.engine.lock import load_lock
 from appliance.engine.patches import series_digest
+from appliance.engine.tools import IMAGE_TOOLS
 from appliance.images import labels as L
-from appliance.images.build import TOOLS
 from tests.conftest import REPO, run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine, pytest.mark.slow]
@@ -64,7 +64,7 @@ def test_runtime_image_is_small_non_root_and_has_no_compiler(engine_image_cpu: s
     uid = next(word for word in out if word.startswith("uid="))
     assert uid != "uid=0"
     binaries = [word for word in out if not word.startswith(("uid=", "/"))]
-    assert sorted(binaries) == sorted(TOOLS)
+    assert sorted(binaries) == sorted(IMAGE_TOOLS)
     assert [word for word in out if word.startswith("/")] == [], "a compiler or linker is present"
 
 
@@ -73,7 +73,7 @@ def test_selftest_passes_for_every_tool(engine_image_cpu: str) -> None:
     checks = json.loads(result.stdout)
     assert result.returncode == 0, result.stderr
     names = [c["name"] for c in checks]
-    for tool in TOOLS:
+    for tool in IMAGE_TOOLS:
         assert f"{tool} --help" in names and f"{tool} libraries" in names
     assert "non-root user" in names and "no compiler" in names
     assert all(c["ok"] for c in checks), checks

@@ -1,12 +1,16 @@
 """Each shared fact has one definition: no module outside its home defines it again."""
 
 import ast
+import inspect
+import re
 from pathlib import Path
 
-from appliance.attest.provenance import engine_facts, host_facts
+from appliance.attest.provenance import collect_run_provenance, engine_facts, host_facts
 from appliance.engine.lock import load_lock
+from appliance.engine.tools import IMAGE_TOOL_PATHS, IMAGE_TOOLS, LOCAL_TOOLS
 from appliance.host.cgroups import cgroup_version
 from appliance.images import labels
+from appliance.images.build import build_args
 from tests.conftest import REPO
 
 PACKAGE = REPO / "appliance"
@@ -19,6 +23,11 @@ HOMES = {
     "cgroup_version": "appliance/host/cgroups.py",
     "lock_digest": "appliance/engine/lock.py",
     "engine_lock_digest": None,
+    "IMAGE_TOOLS": "appliance/engine/tools.py",
+    "LOCAL_TOOLS": "appliance/engine/tools.py",
+    "TOOLS": None,
+    "TARGETS": "appliance/runs/profile.py",
+    "ENGINE_BINARIES": None,
 }
 
 
@@ -63,3 +72,14 @@ def test_provenance_records_the_facts_of_their_homes() -> None:
     facts = engine_facts(lock.raw, image, {})
     assert facts["lock_sha256"] == facts["image_lock_digest"] == lock.digest
     assert host_facts()["cgroup_version"] == cgroup_version()
+
+
+def test_one_engine_tool_list_for_dockerfile_image_build_provenance_and_local_builds() -> None:
+    dockerfile = (REPO / "containers" / "engine.Dockerfile").read_text()
+    default = re.search(r'^ARG TOOLS="([^"]*)"$', dockerfile, re.MULTILINE)
+    assert default is not None and tuple(default.group(1).split()) == IMAGE_TOOLS
+    assert build_args(load_lock().target("cpu"))["TOOLS"] == " ".join(IMAGE_TOOLS)
+    assert tuple(f"/usr/local/bin/{t}" for t in IMAGE_TOOLS) == IMAGE_TOOL_PATHS
+    assert LOCAL_TOOLS[: len(IMAGE_TOOLS)] == IMAGE_TOOLS and "llama-simple" in LOCAL_TOOLS
+    default_binaries = inspect.signature(collect_run_provenance).parameters["binaries"].default
+    assert default_binaries == IMAGE_TOOL_PATHS
