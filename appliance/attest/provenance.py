@@ -25,7 +25,7 @@ from appliance.core.errors import ApplianceError, ConfigError
 from appliance.engine.lock import lock_digest
 from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
-from appliance.host.gpu import NvmlUnavailable, detect_gpus
+from appliance.host.gpu import visible_gpus
 
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
@@ -76,17 +76,6 @@ def cpu_model() -> str:
     return match.group(1).strip() if match else platform.processor() or platform.machine()
 
 
-def gpu_facts() -> list[dict[str, Any]]:
-    """Name, compute capability, memory, driver and CUDA versions per GPU via NVML; [] without."""
-    try:
-        gpus = detect_gpus()
-    except NvmlUnavailable:
-        return []
-    return [{"index": g.index, "name": g.name, "compute_capability": g.compute_capability,
-             "memory_bytes": g.memory_bytes, "driver_version": g.driver,
-             "cuda_driver_version": g.cuda_driver} for g in gpus]
-
-
 def host_facts(docker_client: Any = None) -> dict[str, Any]:
     """Kernel, cgroup version, CPU, RAM, swap, Docker and GPUs of this machine (no names)."""
     meminfo = _read_text(Path("/proc/meminfo")) or ""
@@ -100,7 +89,7 @@ def host_facts(docker_client: Any = None) -> dict[str, Any]:
         "ram_bytes": _meminfo_bytes(meminfo, "MemTotal"),
         "swap_bytes": _meminfo_bytes(meminfo, "SwapTotal"),
         "docker_version": None,
-        "gpus": gpu_facts(),
+        "gpus": [gpu.record() for gpu in visible_gpus()],
     }
     if docker_client is not None:
         facts["docker_version"] = docker_client.version().get("Version")

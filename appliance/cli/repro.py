@@ -6,9 +6,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from appliance.attest.provenance import gpu_facts
 from appliance.cli.options import lock_option
 from appliance.engine.lock import load_lock
+from appliance.host.gpu import visible_gpus
 from appliance.workflows.pipeline import reproduce
 from appliance.workflows.repro import preflight
 
@@ -25,7 +25,7 @@ def repro_group() -> None:
 @lock_option
 def repro_preflight(target: str, models_dir: Path | None, lock_path: Path | None) -> None:
     """Check, before building anything, that this machine can run TARGET's reproduction."""
-    profiles = preflight(load_lock(lock_path), target, gpu_facts(), models_dir)
+    profiles = preflight(load_lock(lock_path), target, visible_gpus(), models_dir)
     click.echo(f"repro-{target}: this machine can run {', '.join(profiles)}")
 
 

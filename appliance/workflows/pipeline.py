@@ -17,7 +17,6 @@ from rich.table import Table
 
 from appliance.attest.bundle import finalize_bundle, verdict, verify_bundle
 from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
-from appliance.attest.provenance import gpu_facts
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.core.paths import cache_dir
@@ -26,6 +25,7 @@ from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
 from appliance.evidence.findings import compare, find_finding
 from appliance.host.docker import docker_client
+from appliance.host.gpu import visible_gpus
 from appliance.images.build import build_image
 from appliance.models.shapes import SynthSpec
 from appliance.models.synth import synthesize
@@ -236,7 +236,7 @@ def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | N
               source: str = "auto", out_root: Path | None = None, key: Path | None = None,
               repeats: int | None = None) -> list[PipelineReport]:
     """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
-    profiles = preflight(lock, target, gpu_facts(), models_dir)
+    profiles = preflight(lock, target, visible_gpus(), models_dir)
     key = signing_key(key, unsigned=False)
     if key is None:
         raise ApplianceError("a reproduction is signed: make a key with `appliance keys init` "

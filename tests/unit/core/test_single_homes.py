@@ -28,6 +28,11 @@ HOMES = {
     "TOOLS": None,
     "TARGETS": "appliance/runs/profile.py",
     "ENGINE_BINARIES": None,
+    "target_for_capability": "appliance/host/gpu.py",
+    "REPRO_TARGETS_BY_CC": None,
+    "_target_for": None,
+    "visible_gpus": "appliance/host/gpu.py",
+    "gpu_facts": None,
 }
 
 
