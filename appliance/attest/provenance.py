@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from appliance import __version__
+from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.engine.lock import lock_digest
@@ -238,7 +239,7 @@ def collect_run_provenance(run_dir: Path, docker_client: Any = None,
 
 def write_provenance(run_dir: Path, provenance: dict[str, Any]) -> Path:
     path = run_dir / PROVENANCE_FILE
-    path.write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    atomic.write_json(path, provenance)
     return path
 
 

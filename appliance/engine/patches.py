@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file, tree_digest
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.paths import repo_root
@@ -247,6 +248,4 @@ def write_lock_patches(lock_path: Path, patches: dict[str, list[dict[str, str]]]
     parsed = json.loads(new_text)
     if parsed["patches"] != patches:
         raise ConfigError(f"{lock_path}: could not rewrite the patches object safely")
-    tmp = lock_path.with_suffix(".tmp")
-    tmp.write_text(new_text)
-    tmp.replace(lock_path)
+    atomic.write_text(lock_path, new_text)

@@ -6,11 +6,11 @@ planned under the limits each input names. Every output is labelled unverified.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from appliance.core import atomic
 from appliance.core.digests import sha256_file
 from appliance.core.paths import repo_root
 from appliance.core.units import parse_size
@@ -53,11 +53,11 @@ def write_reference_plans(input_path: Path, out_dir: Path, skeleton_dir: Path) -
         }
         base = out_dir / f"{stem}.{spec['name']}"
         json_path = base.with_name(base.name + ".plan.json")
-        json_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        atomic.write_json(json_path, record)
         text = render(acc, plan, "header-only skeleton from the input's published numbers",
                       f"{spec['vram']} given")
         txt_path = base.with_name(base.name + ".plan.txt")
-        txt_path.write_text(f"{LABEL}\n\n{text}\n")
+        atomic.write_text(txt_path, f"{LABEL}\n\n{text}\n")
         written += [json_path, txt_path]
     return written
 

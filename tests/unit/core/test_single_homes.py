@@ -33,6 +33,8 @@ HOMES = {
     "_target_for": None,
     "visible_gpus": "appliance/host/gpu.py",
     "gpu_facts": None,
+    "sha256_file": "appliance/core/digests.py",
+    "_sha256": None,
 }
 
 
