@@ -118,9 +118,9 @@ def synth_cmd(out: Path, layers: int, experts: int, k: int, prompt: int, ubatch:
               decode: int, skew: float, correlation: float, seed: int) -> None:
     """Write a synthetic trace (deterministic by seed) for tests and benchmarks."""
     from appliance.trace.format import write_trace
-    from appliance.trace.synth import SynthSpec, synth_trace
+    from appliance.trace.synth import TraceSynthSpec, synth_trace
 
-    trace = synth_trace(SynthSpec(n_layers=layers, n_experts=experts, k=k, n_prompt=prompt,
+    trace = synth_trace(TraceSynthSpec(n_layers=layers, n_experts=experts, k=k, n_prompt=prompt,
                                   n_ubatch=ubatch, n_decode=decode, skew=skew,
                                   correlation=correlation, seed=seed))
     write_trace(out, trace.header, trace.rows)

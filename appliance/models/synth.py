@@ -15,7 +15,7 @@ from gguf.constants import LlamaFileType
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.models import weights
-from appliance.models.shapes import Layout, SynthSpec, solve_layout
+from appliance.models.shapes import Layout, ModelSynthSpec, solve_layout
 from appliance.models.vocab import Vocab, byte_vocab
 
 SYNTH_FORMAT = 1  # bump when the same spec would produce different bytes
@@ -78,7 +78,7 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
     w.add_uint64("appliance.synth.size_request", spec.size_bytes)
 
 
-def synthesize(spec: SynthSpec, out: Path) -> SynthResult:
+def synthesize(spec: ModelSynthSpec, out: Path) -> SynthResult:
     """Write the model to `out` (via a temporary name, renamed when complete)."""
     vocab = byte_vocab()
     layout = solve_layout(spec, len(vocab.tokens))

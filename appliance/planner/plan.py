@@ -34,7 +34,7 @@ VERDICTS = {
 
 
 @dataclass(frozen=True)
-class Limits:
+class PlanLimits:
     ram_bytes: int
     vram_bytes: int = 0
     ctx: int = 4096
@@ -73,7 +73,7 @@ class Roofline:
 class Plan:
     model: str
     arch: str
-    limits: Limits
+    limits: PlanLimits
     verdict: str
     verdict_text: str
     reason: str
@@ -121,7 +121,7 @@ def _cache_bytes(acc: Accounting, ctx: int, layers: set[int]) -> int:
     return kv + rec
 
 
-def make_plan(acc: Accounting, limits: Limits) -> Plan:
+def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     if limits.ram_bytes <= 0:
         raise ApplianceError("--ram must be more than 0")
     f = acc.facts
@@ -279,6 +279,6 @@ def predicted_peak_bytes(acc: Accounting, ram_bytes: int, ctx: int = 4096,
     the largest batch actually decoded, so a known prompt length narrows it. For the runner's
     predicted-versus-measured table."""
     touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
-    plan = make_plan(acc, Limits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx,
+    plan = make_plan(acc, PlanLimits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx,
                                  n_ubatch=max(touched_ubatch, 1)))
     return min(ram_bytes, plan.ram_anon + plan.ram_file)

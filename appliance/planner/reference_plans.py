@@ -16,7 +16,7 @@ from appliance.core.paths import repo_root
 from appliance.core.units import parse_size
 from appliance.models.skeleton import load_input, write_skeleton
 from appliance.planner.accounting import account_file
-from appliance.planner.plan import Limits, make_plan
+from appliance.planner.plan import PlanLimits, make_plan
 from appliance.planner.render import render
 
 LABEL = ("UNVERIFIED reference plan: computed from a header-only GGUF built from published "
@@ -34,7 +34,7 @@ def write_reference_plans(input_path: Path, out_dir: Path, skeleton_dir: Path) -
     acc.source = f"{stem}.header-only.gguf"  # no host paths in evidence
     written = []
     for spec in doc.get("plans", []):
-        limits = Limits(ram_bytes=parse_size(spec["ram"]), vram_bytes=parse_size(spec["vram"]),
+        limits = PlanLimits(ram_bytes=parse_size(spec["ram"]), vram_bytes=parse_size(spec["vram"]),
                         ctx=int(spec.get("ctx", 4096)))
         plan = make_plan(acc, limits)
         known = doc.get("known_file_size")

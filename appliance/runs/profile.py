@@ -49,7 +49,7 @@ class ModelManifest:
 
 
 @dataclass(frozen=True)
-class Limits:
+class MemoryLimits:
     memory: int
     swap: int
     engine_min_memory: int
@@ -86,7 +86,7 @@ class Profile:
     model: ModelManifest
     target: str
     gpu: str
-    limits: Limits
+    limits: MemoryLimits
     engine_args: tuple[str, ...]
     variants: tuple[Variant, ...]
     schedule: Schedule
@@ -213,9 +213,9 @@ def _schedule(top: _Section) -> Schedule:
     return schedule
 
 
-def _limits(top: _Section) -> Limits:
+def _limits(top: _Section) -> MemoryLimits:
     lim = top.section("limits", ("memory", "swap", "engine_min_memory"))
-    limits = Limits(memory=lim.size("memory"), swap=lim.size("swap", default=0),
+    limits = MemoryLimits(memory=lim.size("memory"), swap=lim.size("swap", default=0),
                     engine_min_memory=lim.size("engine_min_memory"))
     floor = max(limits.engine_min_memory, DOCKER_MIN_MEMORY)
     if limits.memory < floor:

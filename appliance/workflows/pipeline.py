@@ -27,7 +27,7 @@ from appliance.evidence.findings import compare, find_finding
 from appliance.host.docker import docker_client
 from appliance.host.gpu import visible_gpus
 from appliance.images.build import build_image
-from appliance.models.shapes import SynthSpec
+from appliance.models.shapes import ModelSynthSpec
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunContext, RunOutcome, execute_run
 from appliance.runs.plan import LlamaMoeTraceEngine
@@ -111,7 +111,7 @@ def ensure_synth_model(profile: Profile, models_dir: Path, console: Console) -> 
     path = models_dir / profile.model.file
     if path.exists() or not synth:
         return path
-    spec = SynthSpec(arch=str(synth["arch"]), size_bytes=parse_size(str(synth["size"])),
+    spec = ModelSynthSpec(arch=str(synth["arch"]), size_bytes=parse_size(str(synth["size"])),
                      experts=int(synth["experts"]), used=int(synth["used"]),
                      layers=int(synth["layers"]), skew=float(synth["skew"]),
                      seed=int(synth["seed"]), expert_type=str(synth.get("type", "f16")))

@@ -63,19 +63,20 @@ PLAIN_WRITES = {
 }
 
 
+def _is_plain_write(call: ast.Call) -> bool:
+    """A Path.write_text/write_bytes not through atomic, or an os/tempfile rename or mkstemp."""
+    if not isinstance(call.func, ast.Attribute):
+        return False
+    name, owner = call.func.attr, call.func.value
+    owner_name = owner.id if isinstance(owner, ast.Name) else None
+    if name in ("write_text", "write_bytes"):
+        return owner_name != "atomic"
+    return name in ("replace", "rename", "mkstemp") and owner_name in ("os", "tempfile")
+
+
 def _plain_writes(path: Path) -> int:
-    calls = 0
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            name = node.func.attr
-            owner = node.func.value
-            if name in ("write_text", "write_bytes") and not (
-                    isinstance(owner, ast.Name) and owner.id == "atomic"):
-                calls += 1
-            elif name in ("replace", "rename", "mkstemp") and isinstance(owner, ast.Name) \
-                    and owner.id in ("os", "tempfile"):
-                calls += 1
-    return calls
+    tree = ast.parse(path.read_text(), str(path))
+    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call) and _is_plain_write(node))
 
 
 def test_files_that_must_be_whole_go_through_core_atomic() -> None:

@@ -35,6 +35,12 @@ HOMES = {
     "gpu_facts": None,
     "sha256_file": "appliance/core/digests.py",
     "_sha256": None,
+    "SynthSpec": None,
+    "ModelSynthSpec": "appliance/models/shapes.py",
+    "TraceSynthSpec": "appliance/trace/synth.py",
+    "Limits": None,
+    "PlanLimits": "appliance/planner/plan.py",
+    "MemoryLimits": "appliance/runs/profile.py",
 }
 
 
