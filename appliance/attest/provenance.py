@@ -27,10 +27,10 @@ from appliance.engine.lock import lock_digest
 from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
 from appliance.host.gpu import visible_gpus
+from appliance.images import labels as L
 
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
-IMAGE_LABEL_PREFIX = "io.moe-appliance."
 RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc", "appliance_version",
               "trial_count", "trials_recorded", "run_id", "target", "stand_in", "image_id",
               "engine", "limits", "model_digest_status", "cgroup_version")
@@ -151,8 +151,7 @@ def collect_image_provenance(docker_client: Any, image: str, binaries: list[str]
         "reference": image,
         "id": img.id,
         "repo_digests": sorted(img.attrs.get("RepoDigests") or []),
-        "labels": {k: v for k, v in sorted(labels.items()) if k.startswith(("org.opencontainers.",
-                                                                            IMAGE_LABEL_PREFIX))},
+        "labels": L.recorded_labels(labels),
         "binaries": _parse_probe(output, binaries),
     }
 
@@ -171,10 +170,10 @@ def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
     """"canonical" or "stand-in NAME": run.json's stand_in (null: canonical), else the labels."""
     if "stand_in" in run:
         return "canonical" if run["stand_in"] is None else f"stand-in {run['stand_in']}"
-    kind = labels.get(f"{IMAGE_LABEL_PREFIX}source-kind")
+    kind = labels.get(L.SOURCE_KIND)
     if kind is None:
         return None
-    name = labels.get(f"{IMAGE_LABEL_PREFIX}source-name")
+    name = labels.get(L.SOURCE_NAME)
     return f"{kind} {name}" if kind != "canonical" and name else kind
 
 
@@ -186,13 +185,13 @@ def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
     labels = (image or {}).get("labels", {})
     return {
         "lock_sha256": lock_digest(lock_raw),
-        "image_lock_digest": labels.get(f"{IMAGE_LABEL_PREFIX}lock-digest"),
+        "image_lock_digest": labels.get(L.LOCK_DIGEST),
         "upstream": lock_raw.get("upstream"),
         "source": source_identity(run, labels),
         "patches": {status: [{"file": p["file"], "sha256": p["sha256"]} for p in items]
                     for status, items in patches.items()},
         "series_sha256": sha256_bytes(canonical_json([p["sha256"] for p in active])),
-        "image_series_digest": labels.get(f"{IMAGE_LABEL_PREFIX}series-digest"),
+        "image_series_digest": labels.get(L.SERIES_DIGEST),
     }
 
 

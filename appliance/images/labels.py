@@ -1,9 +1,11 @@
 """The labels an engine image carries, what the lock says they should be, and drift between them.
 
-OCI annotations (`org.opencontainers.image.*`) say where the image came from; the project's own
-labels (`io.moe-appliance.*`) pin the engine inputs: lock digest, source identity, series digest,
-target, CUDA architectures and the base images. `inspect` compares an image's labels with what
-the lock and patch series say now.
+Every label key the appliance writes or reads is a constant here. OCI annotations
+(`org.opencontainers.image.*`) say where the image came from; the project's own labels, all
+under the one namespace `io.moe-appliance.`, pin the engine inputs: lock digest, source
+identity, series digest, target, CUDA architectures and the base images. Trial containers carry
+`io.moe-appliance.run` and `io.moe-appliance.run.trial`. `inspect` compares an image's labels
+with what the lock and patch series say now.
 """
 
 import json
@@ -33,6 +35,14 @@ MIN_DRIVER = f"{OWN}.min-driver"
 BUILD_BASE = f"{OWN}.build-base"
 RUNTIME_BASE = f"{OWN}.runtime-base"
 INPUTS_DIGEST = f"{OWN}.inputs-digest"
+# on trial containers, not images
+RUN = f"{OWN}.run"
+RUN_TRIAL = f"{OWN}.run.trial"
+
+
+def recorded_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The OCI and appliance labels of an image, sorted by key (others are the base's business)."""
+    return {k: v for k, v in sorted(labels.items()) if k.startswith((f"{OCI}.", f"{OWN}."))}
 
 # Identity fields that say what the tree is; fetch times and notes are left out on purpose.
 STABLE_IDENTITY_FIELDS = ("kind", "name", "package", "version", "sdist_sha256", "upstream_commit",

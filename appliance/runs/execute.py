@@ -30,6 +30,7 @@ from appliance import __version__
 from appliance.core import atomic
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
+from appliance.images import labels as L
 from appliance.runs import stats
 from appliance.runs.model_files import CheckedModel
 from appliance.runs.plan import (
@@ -43,7 +44,6 @@ from appliance.runs.plan import (
 from appliance.runs.profile import Profile
 
 POLL_S = 0.05
-LABEL = "org.moe-appliance.run"
 Finalizer = Callable[[Path], None]
 
 
@@ -166,7 +166,7 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     results.mkdir(parents=True)  # the container runs as this user, so it can write here
     name = f"appliance-{ctx.run_id}-{trial.index:03d}"
     spec = container_spec(ctx.profile, ctx.engine, trial, ctx.settings, results, name,
-                          {LABEL: ctx.run_id, f"{LABEL}.trial": trial.name})
+                          {L.RUN: ctx.run_id, L.RUN_TRIAL: trial.name})
     record: dict[str, Any] = {
         "index": trial.index, "variant": trial.variant.name, "repeat": trial.repeat,
         "container": {k: spec[k] for k in ("name", "command", "environment", "mem_limit",

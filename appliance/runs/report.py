@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.core.units import format_size
+from appliance.images import labels as L
 from appliance.runs.model_files import SKIPPED, UNPINNED
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
 from appliance.runs.prepare import PreparedRun
@@ -21,7 +22,7 @@ def planned_specs(prepared: PreparedRun, engine: Engine, run_id: str) -> list[di
         results = prepared.run_dir / ".scratch" / trial.name
         specs.append(container_spec(prepared.profile, engine, trial, prepared.settings, results,
                                     f"appliance-{run_id}-{trial.index:03d}",
-                                    {"org.moe-appliance.run": run_id}))
+                                    {L.RUN: run_id}))
     return specs
 
 

@@ -1,10 +1,13 @@
 """Image labels against the lock: what matches, what drifts, and what the tag says."""
 
+import ast
 import copy
 import json
+import re
 
 from appliance.engine.lock import load_lock, parse_lock
 from appliance.images import labels as L
+from tests.conftest import REPO
 
 STAND_IN_IDENTITY = {
     "kind": "stand-in", "name": "b10229", "package": "xllamacpp", "version": "2026.8.10229",
@@ -91,3 +94,26 @@ def test_candidate_tags_put_the_canonical_source_first() -> None:
         f"moe-expert-cache:cpu-{digest12}-standin-b10229",
         f"moe-expert-cache:cpu-{digest12}-standin-b10068",
     ]
+
+
+def _label_values() -> set[str]:
+    return {v for k, v in vars(L).items() if k.isupper() and isinstance(v, str)
+            and v.startswith((f"{L.OWN}.", f"{L.OCI}."))}
+
+
+def test_label_keys_live_only_in_the_labels_module_under_one_namespace() -> None:
+    """No other module spells a label key; docs name only keys the module defines."""
+    spelled = []
+    for path in sorted((REPO / "appliance").rglob("*.py")):
+        if path.name == "labels.py" and path.parent.name == "images":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(
+                    r"\b(io|org)\.(moe-appliance|opencontainers)\.", node.value):
+                spelled.append(f"{path.relative_to(REPO)}: {node.value!r}")
+    assert spelled == []
+    assert all(v.startswith(("io.moe-appliance.", "org.opencontainers.image.")) for v in _label_values())
+    documented = set()
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        documented |= set(re.findall(r"io\.moe-appliance\.[a-z][a-z.-]*[a-z]", doc.read_text()))
+    assert documented and documented <= _label_values(), documented - _label_values()
