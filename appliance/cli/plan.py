@@ -7,7 +7,7 @@ import click
 from appliance.cli.options import json_option
 from appliance.core.errors import ApplianceError
 from appliance.core.units import parse_size
-from appliance.planner.plan import PlanLimits, make_plan
+from appliance.planner.plan import PlanLimits, PlanVerdict, make_plan
 from appliance.planner.remote import stderr_progress
 from appliance.planner.render import load_accounting, render, resolve_vram
 
@@ -43,7 +43,7 @@ def plan_command(model: str, ram_text: str, vram_text: str, ctx: int, ubatch: in
         click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(render(acc, plan, how, vram_note))
-    if plan.verdict == "does_not_start":
+    if plan.verdict is PlanVerdict.DOES_NOT_START:
         raise ApplianceError(f"plan: does not start: {plan.reason}")
 
 

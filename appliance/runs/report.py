@@ -11,6 +11,7 @@ from appliance.images import labels as L
 from appliance.runs.model_files import SKIPPED, UNPINNED
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
 from appliance.runs.prepare import PreparedRun
+from appliance.runs.status import TrialStatus
 
 MIB = 1 << 20
 
@@ -112,7 +113,7 @@ def print_summary(console: Console, results: dict[str, Any], run_dir: Path, stat
     else:
         for finding in identity["findings"]:
             console.print(f"[bold red]finding:[/bold red] {finding}")
-    bad = {d: s for d, s in results["statuses"].items() if s != "ok"}
+    bad = {d: s for d, s in results["statuses"].items() if s != TrialStatus.OK}
     for trial, trial_status in bad.items():
         console.print(f"[red]{trial}: {trial_status}[/red] (logs in trials/{trial}/)")
     console.print(f"run {status}: {run_dir}")

@@ -23,7 +23,7 @@ from appliance.core.paths import cache_dir
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import compare, find_finding
+from appliance.evidence.findings import NOT_COMPARABLE, compare, find_finding
 from appliance.host.docker import docker_client
 from appliance.host.gpu import visible_gpus
 from appliance.images.build import build_image
@@ -35,6 +35,7 @@ from appliance.runs.prepare import prepare_run, stand_in_of
 from appliance.runs.profile import Profile, load_profile
 from appliance.runs.report import print_header, print_summary
 from appliance.runs.stats import load_trials, trial_metrics
+from appliance.runs.status import RunStatus
 from appliance.workflows.repro import preflight
 
 FALLBACK_STAND_IN = "b10229"
@@ -175,7 +176,7 @@ def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
         try:
             finding = find_finding(finding_id)
         except ApplianceError as exc:
-            report.comparisons.append({"evidence": finding_id, "verdict": "not comparable",
+            report.comparisons.append({"evidence": finding_id, "verdict": NOT_COMPARABLE,
                                        "reasons": [str(exc)]})
             continue
         report.comparisons.append(compare(outcome.run_dir, finding, pubkey).as_dict())
@@ -227,7 +228,7 @@ def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None
     report = verify_and_compare(outcome, profile, key, console)
     report.paging = read_paging_analysis(outcome.run_dir)
     print_report(report, console)
-    if outcome.status != "complete":
+    if outcome.status != RunStatus.COMPLETE:
         raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)
     return report
 
