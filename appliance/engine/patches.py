@@ -23,7 +23,7 @@ from typing import Any
 from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file, tree_digest
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
-from appliance.core.paths import repo_root
+from appliance.core.paths import default_patches_dir, patches_override
 from appliance.engine.lock import Lock, PatchEntry
 from appliance.engine.source import SourceTree, ignore_vcs
 
@@ -70,10 +70,14 @@ class PatchedTree:
 
 
 def patches_dir(lock: Lock) -> Path:
-    """`patches/llama.cpp/` of the checkout the lock belongs to (`<root>/engine/<lock>`); for a
-    lock kept elsewhere (a copy edited for an experiment), the project checkout's."""
+    """$APPLIANCE_PATCHES; else `patches/llama.cpp/` of the checkout the lock belongs to
+    (`<root>/engine/<lock>`); for a lock kept elsewhere (a copy edited for an experiment), the
+    project checkout's."""
+    override = patches_override()
+    if override is not None:
+        return override
     beside = lock.path.resolve().parent.parent / "patches" / "llama.cpp"
-    return beside if beside.is_dir() else repo_root() / "patches" / "llama.cpp"
+    return beside if beside.is_dir() else default_patches_dir()
 
 
 def touched_files(patch_text: str) -> list[str]:

@@ -19,7 +19,7 @@ from appliance.attest.bundle import verdict as bundle_verdict
 from appliance.attest.bundle import verify_bundle
 from appliance.core.errors import ConfigError
 from appliance.core.jsonschema_lite import validate
-from appliance.core.paths import repo_root
+from appliance.core.paths import EVIDENCE_ENV, evidence_dir
 from appliance.core.units import size_or_none
 
 SCHEMA_FILE = "finding-v1.json"
@@ -27,16 +27,13 @@ REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "no
 RATIO_CONSISTENCY = 1e-3
 
 
-def evidence_dir() -> Path:
-    return repo_root() / "evidence"
-
-
 def load_schema(directory: Path | None = None) -> dict[str, Any]:
     path = (directory or evidence_dir()) / "schema" / SCHEMA_FILE
     try:
         schema: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: evidence schema missing from the checkout") from None
+        raise ConfigError(f"{path}: evidence schema missing: point {EVIDENCE_ENV} at the "
+                          "repository's evidence/ directory") from None
     return schema
 
 

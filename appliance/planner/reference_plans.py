@@ -12,7 +12,7 @@ from typing import Any
 
 from appliance.core import atomic
 from appliance.core.digests import sha256_file
-from appliance.core.paths import repo_root
+from appliance.core.paths import evidence_dir, repo_root
 from appliance.core.units import parse_size
 from appliance.models.skeleton import load_input, write_skeleton
 from appliance.planner.accounting import account_file
@@ -63,7 +63,7 @@ def write_reference_plans(input_path: Path, out_dir: Path, skeleton_dir: Path) -
 
 
 def main(argv: list[str]) -> None:
-    plans_dir = repo_root() / "evidence" / "plans"
+    plans_dir = evidence_dir() / "plans"
     inputs = [Path(a) for a in argv] or sorted(plans_dir.glob("*.input.json"))
     skeletons = repo_root() / "build" / "skeletons"
     for input_path in inputs:
