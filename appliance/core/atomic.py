@@ -7,6 +7,7 @@ the directory is synced so the rename survives a crash. On any error the tempora
 removed and NAME keeps its old content, or stays absent.
 """
 
+import contextlib
 import json
 import os
 import tempfile
@@ -49,7 +50,8 @@ def replacing_path(path: Path, mode: int | None = None) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_path(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    with contextlib.suppress(OSError):  # some filesystems cannot sync a directory; the file is whole
+        _fsync_path(path.parent, os.O_RDONLY | os.O_DIRECTORY)
 
 
 @contextmanager
