@@ -22,7 +22,7 @@ import numpy as np
 
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, single_item_stream, trace_events
-from appliance.trace.synth import SynthSpec, synth_trace
+from appliance.trace.synth import TraceSynthSpec, synth_trace
 from bench.lcs_oracle import LCS_POLICIES, lcs_misses, make_cache, open_reader, write_oracle_trace
 
 
@@ -47,7 +47,7 @@ def lcs_run(reader, policy: str, capacity: int, n: int) -> tuple[int, float]:  #
 
 
 def warm_up() -> None:
-    small = trace_events(synth_trace(SynthSpec(n_decode=8))).stream
+    small = trace_events(synth_trace(TraceSynthSpec(n_decode=8))).stream
     for policy in kernels.POLICIES:
         our_run(single_item_stream(small), policy, 8)
     kernels.lru_depths(small.ptr, small.items, small.n_objects)
@@ -65,7 +65,7 @@ def main() -> None:
 
     warm_up()
     prompt = min(512, args.tokens // 2)
-    spec = SynthSpec(n_layers=args.layers, n_experts=args.experts, k=args.k, n_prompt=prompt,
+    spec = TraceSynthSpec(n_layers=args.layers, n_experts=args.experts, k=args.k, n_prompt=prompt,
                      n_ubatch=128, n_decode=args.tokens - prompt, skew=1.0, correlation=0.3,
                      seed=2026)
     events = trace_events(synth_trace(spec))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from appliance.core.paths import PACKAGE_DIR, cache_dir
 from appliance.core.units import parse_size
-from appliance.models.shapes import SynthSpec
+from appliance.models.shapes import ModelSynthSpec
 from appliance.models.synth import synthesize
 
 SYNTH_SOURCES = sorted((PACKAGE_DIR / "models").glob("*.py"))
@@ -28,9 +28,9 @@ def synth_source_digest() -> str:
 
 
 def tiny_spec(arch: str, size: str = "64MiB", skew: float = 1.0, seed: int = 0,
-              **kw: object) -> SynthSpec:
-    """The SynthSpec tiny_model() would build; kw: experts, used, layers, expert_type, embd."""
-    return SynthSpec(arch=arch, size_bytes=parse_size(size), skew=skew, seed=seed,
+              **kw: object) -> ModelSynthSpec:
+    """The ModelSynthSpec tiny_model() would build; kw: experts, used, layers, expert_type, embd."""
+    return ModelSynthSpec(arch=arch, size_bytes=parse_size(size), skew=skew, seed=seed,
                      **kw)  # type: ignore[arg-type]
 
 

@@ -26,6 +26,7 @@ from appliance.attest.dsse import (
     verify_envelope,
 )
 from appliance.attest.provenance import PROVENANCE_FILE, collect_run_provenance, write_provenance
+from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 
@@ -129,7 +130,7 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None,
     }
     envelope = envelope_for(make_statement(digests, predicate), signer)
     attestation_bytes = (json.dumps(envelope, indent=2) + "\n").encode()
-    (run_dir / ATTESTATION_FILE).write_bytes(attestation_bytes)
+    atomic.write_bytes(run_dir / ATTESTATION_FILE, attestation_bytes)
     public = signer.public_key if signer is not None else None
     manifest = {
         "manifest_version": MANIFEST_VERSION,
@@ -145,7 +146,7 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None,
             "public_key": {"keyid": public.keyid, **public.to_dict()} if public else None,
         },
     }
-    (run_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    atomic.write_json(run_dir / MANIFEST_FILE, manifest, sort_keys=False)
 
 
 def sealed_digests_match(run_dir: Path) -> list[str]:

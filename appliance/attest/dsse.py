@@ -17,6 +17,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
 
+from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -66,12 +67,9 @@ def init_keys(directory: Path | None = None, force: bool = False) -> KeyPair:
         raise ApplianceError(f"{private} already exists: pass --force to replace the key pair")
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     signer = CryptoSigner.generate_ed25519()
-    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(signer.private_bytes)
-    os.chmod(private, 0o600)
+    atomic.write_bytes(private, signer.private_bytes, mode=0o600)
     key = signer.public_key
-    public.write_text(json.dumps({"keyid": key.keyid, **key.to_dict()}, indent=2) + "\n")
+    atomic.write_json(public, {"keyid": key.keyid, **key.to_dict()}, sort_keys=False)
     return KeyPair(private=private, public=public, keyid=key.keyid)
 
 

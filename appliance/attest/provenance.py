@@ -20,17 +20,17 @@ from typing import Any
 import yaml
 
 from appliance import __version__
+from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.engine.lock import lock_digest
-from appliance.host.gpu import NvmlUnavailable, detect_gpus
+from appliance.engine.tools import IMAGE_TOOL_PATHS
+from appliance.host.cgroups import cgroup_version
+from appliance.host.gpu import visible_gpus
+from appliance.images import labels as L
 
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
-IMAGE_LABEL_PREFIX = "io.moe-appliance."
-# The tools the engine image installs (containers/engine.Dockerfile, TOOLS).
-ENGINE_BINARIES = ("/usr/local/bin/llama-moe-trace", "/usr/local/bin/llama-completion",
-                   "/usr/local/bin/llama-bench")
 RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc", "appliance_version",
               "trial_count", "trials_recorded", "run_id", "target", "stand_in", "image_id",
               "engine", "limits", "model_digest_status", "cgroup_version")
@@ -71,26 +71,10 @@ def _meminfo_bytes(meminfo: str, key: str) -> int | None:
     return int(match.group(1)) * 1024 if match else None
 
 
-def cgroup_version(root: Path = Path("/sys/fs/cgroup")) -> int:
-    """2 when the unified hierarchy is mounted at root (cgroup.controllers exists), else 1."""
-    return 2 if (root / "cgroup.controllers").exists() else 1
-
-
 def cpu_model() -> str:
     cpuinfo = _read_text(Path("/proc/cpuinfo")) or ""
     match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
     return match.group(1).strip() if match else platform.processor() or platform.machine()
-
-
-def gpu_facts() -> list[dict[str, Any]]:
-    """Name, compute capability, memory, driver and CUDA versions per GPU via NVML; [] without."""
-    try:
-        gpus = detect_gpus()
-    except NvmlUnavailable:
-        return []
-    return [{"index": g.index, "name": g.name, "compute_capability": g.compute_capability,
-             "memory_bytes": g.memory_bytes, "driver_version": g.driver,
-             "cuda_driver_version": g.cuda_driver} for g in gpus]
 
 
 def host_facts(docker_client: Any = None) -> dict[str, Any]:
@@ -106,7 +90,7 @@ def host_facts(docker_client: Any = None) -> dict[str, Any]:
         "ram_bytes": _meminfo_bytes(meminfo, "MemTotal"),
         "swap_bytes": _meminfo_bytes(meminfo, "SwapTotal"),
         "docker_version": None,
-        "gpus": gpu_facts(),
+        "gpus": [gpu.record() for gpu in visible_gpus()],
     }
     if docker_client is not None:
         facts["docker_version"] = docker_client.version().get("Version")
@@ -167,8 +151,7 @@ def collect_image_provenance(docker_client: Any, image: str, binaries: list[str]
         "reference": image,
         "id": img.id,
         "repo_digests": sorted(img.attrs.get("RepoDigests") or []),
-        "labels": {k: v for k, v in sorted(labels.items()) if k.startswith(("org.opencontainers.",
-                                                                            IMAGE_LABEL_PREFIX))},
+        "labels": L.recorded_labels(labels),
         "binaries": _parse_probe(output, binaries),
     }
 
@@ -187,16 +170,11 @@ def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
     """"canonical" or "stand-in NAME": run.json's stand_in (null: canonical), else the labels."""
     if "stand_in" in run:
         return "canonical" if run["stand_in"] is None else f"stand-in {run['stand_in']}"
-    kind = labels.get(f"{IMAGE_LABEL_PREFIX}source-kind")
+    kind = labels.get(L.SOURCE_KIND)
     if kind is None:
         return None
-    name = labels.get(f"{IMAGE_LABEL_PREFIX}source-name")
+    name = labels.get(L.SOURCE_NAME)
     return f"{kind} {name}" if kind != "canonical" and name else kind
-
-
-def engine_lock_digest(lock_raw: dict[str, Any]) -> str:
-    """The image label's lock digest (see appliance.engine.lock.lock_digest)."""
-    return lock_digest(lock_raw)
 
 
 def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
@@ -206,14 +184,14 @@ def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
     active = patches.get("active", [])
     labels = (image or {}).get("labels", {})
     return {
-        "lock_sha256": engine_lock_digest(lock_raw),
-        "image_lock_digest": labels.get(f"{IMAGE_LABEL_PREFIX}lock-digest"),
+        "lock_sha256": lock_digest(lock_raw),
+        "image_lock_digest": labels.get(L.LOCK_DIGEST),
         "upstream": lock_raw.get("upstream"),
         "source": source_identity(run, labels),
         "patches": {status: [{"file": p["file"], "sha256": p["sha256"]} for p in items]
                     for status, items in patches.items()},
         "series_sha256": sha256_bytes(canonical_json([p["sha256"] for p in active])),
-        "image_series_digest": labels.get(f"{IMAGE_LABEL_PREFIX}series-digest"),
+        "image_series_digest": labels.get(L.SERIES_DIGEST),
     }
 
 
@@ -242,7 +220,7 @@ def collect_provenance(run_dir: Path, host: dict[str, Any],
 
 
 def collect_run_provenance(run_dir: Path, docker_client: Any = None,
-                           binaries: tuple[str, ...] = ENGINE_BINARIES) -> dict[str, Any]:
+                           binaries: tuple[str, ...] = IMAGE_TOOL_PATHS) -> dict[str, Any]:
     """collect_provenance with this host's facts and, given a Docker client, the image the
     run used (run.json image_id), its binaries and libraries resolved inside it."""
     run = _load_json(run_dir / "run.json")
@@ -260,7 +238,7 @@ def collect_run_provenance(run_dir: Path, docker_client: Any = None,
 
 def write_provenance(run_dir: Path, provenance: dict[str, Any]) -> Path:
     path = run_dir / PROVENANCE_FILE
-    path.write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    atomic.write_json(path, provenance)
     return path
 
 

@@ -1,4 +1,4 @@
-"""CLI: `appliance engine build --local` (the lead registers `build` under the `engine` group)."""
+"""CLI: `appliance engine build --local`, a subcommand of the `engine` group (cli/engine.py)."""
 
 import json
 from pathlib import Path

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from appliance.cli.options import json_option
+from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.evidence.findings import (
     REPRODUCED,
@@ -126,7 +127,7 @@ def evidence_draft(bundle: Path, finding_id: str, title: str, summary: str | Non
         return
     if out.exists():
         raise ApplianceError(f"{out} exists: choose another --out or remove it first")
-    out.write_text(text)
+    atomic.write_text(out, text)
     click.echo(f"wrote {out}: review scope.controlled and the variant descriptions")
 
 

@@ -7,7 +7,7 @@ import click
 
 from appliance.cli.options import json_option
 from appliance.core.units import format_size, parse_size
-from appliance.models.shapes import ARCHES, EXPERT_TYPES, SynthSpec
+from appliance.models.shapes import ARCHES, EXPERT_TYPES, ModelSynthSpec
 from appliance.models.skeleton import write_skeleton
 from appliance.models.synth import synthesize
 
@@ -34,7 +34,7 @@ def model_group() -> None:
 def synth_command(out: Path, arch: str, size_text: str, experts: int, used: int, layers: int,
                   skew: float, seed: int, expert_type: str, as_json: bool) -> None:
     """Write a tiny synthetic MoE GGUF that llama.cpp loads and runs (same seed, same bytes)."""
-    spec = SynthSpec(arch=arch, size_bytes=parse_size(size_text), experts=experts, used=used,
+    spec = ModelSynthSpec(arch=arch, size_bytes=parse_size(size_text), experts=experts, used=used,
                      layers=layers, skew=skew, seed=seed, expert_type=expert_type)
     result = synthesize(spec, out)
     record = {

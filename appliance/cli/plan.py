@@ -7,7 +7,7 @@ import click
 from appliance.cli.options import json_option
 from appliance.core.errors import ApplianceError
 from appliance.core.units import parse_size
-from appliance.planner.plan import Limits, make_plan
+from appliance.planner.plan import PlanLimits, PlanVerdict, make_plan
 from appliance.planner.remote import stderr_progress
 from appliance.planner.render import load_accounting, render, resolve_vram
 
@@ -30,7 +30,7 @@ def plan_command(model: str, ram_text: str, vram_text: str, ctx: int, ubatch: in
                  as_json: bool) -> None:
     """Plan placement and memory for a GGUF (path, header-only file or URL) under limits."""
     vram, vram_note = resolve_vram(vram_text)
-    limits = Limits(ram_bytes=parse_size(ram_text), vram_bytes=vram, ctx=ctx, n_ubatch=ubatch,
+    limits = PlanLimits(ram_bytes=parse_size(ram_text), vram_bytes=vram, ctx=ctx, n_ubatch=ubatch,
                     ssd_gbps=ssd_gbps, pcie_gbps=pcie_gbps, ram_gbps=ram_gbps,
                     hit_rate=hit_rate)
     acc, how = load_accounting(model, progress=None if as_json else stderr_progress)
@@ -43,7 +43,7 @@ def plan_command(model: str, ram_text: str, vram_text: str, ctx: int, ubatch: in
         click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(render(acc, plan, how, vram_note))
-    if plan.verdict == "does_not_start":
+    if plan.verdict is PlanVerdict.DOES_NOT_START:
         raise ApplianceError(f"plan: does not start: {plan.reason}")
 
 

@@ -6,9 +6,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from appliance.attest.provenance import gpu_facts
 from appliance.cli.options import lock_option
 from appliance.engine.lock import load_lock
+from appliance.evidence.findings import REPRODUCED
+from appliance.host.gpu import visible_gpus
 from appliance.workflows.pipeline import reproduce
 from appliance.workflows.repro import preflight
 
@@ -25,7 +26,7 @@ def repro_group() -> None:
 @lock_option
 def repro_preflight(target: str, models_dir: Path | None, lock_path: Path | None) -> None:
     """Check, before building anything, that this machine can run TARGET's reproduction."""
-    profiles = preflight(load_lock(lock_path), target, gpu_facts(), models_dir)
+    profiles = preflight(load_lock(lock_path), target, visible_gpus(), models_dir)
     click.echo(f"repro-{target}: this machine can run {', '.join(profiles)}")
 
 
@@ -53,7 +54,7 @@ def repro_run(target: str, models_dir: Path | None, source: str, out_root: Path 
                         source=source, out_root=out_root, key=key, repeats=repeats)
     verdicts = [c["verdict"] for r in reports for c in r.comparisons]
     if any(r.bundle_verdict != "verified" for r in reports) or \
-            any(v != "reproduced" for v in verdicts):
+            any(v != REPRODUCED for v in verdicts):
         sys.exit(1)
 
 

@@ -16,6 +16,7 @@ from appliance.runs.plan import LlamaMoeTraceEngine
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import load_profile
 from appliance.runs.report import planned_specs, print_header, print_plan
+from appliance.runs.status import RunStatus
 from appliance.workflows.pipeline import execute_profile
 
 
@@ -68,7 +69,7 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
                               repeats=repeats, key=key, unsigned=unsigned,
                               trial_timeout=trial_timeout, skip_digest=skip_digest_check,
                               gpu_index=gpu_index)
-    if outcome.status != "complete":
+    if outcome.status != RunStatus.COMPLETE:
         raise ApplianceError(f"run interrupted: {outcome.run_dir} holds the trials recorded "
                              "so far and is marked incomplete", exit_code=130)
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.trace.names import POLICIES
 
@@ -117,9 +118,9 @@ def synth_cmd(out: Path, layers: int, experts: int, k: int, prompt: int, ubatch:
               decode: int, skew: float, correlation: float, seed: int) -> None:
     """Write a synthetic trace (deterministic by seed) for tests and benchmarks."""
     from appliance.trace.format import write_trace
-    from appliance.trace.synth import SynthSpec, synth_trace
+    from appliance.trace.synth import TraceSynthSpec, synth_trace
 
-    trace = synth_trace(SynthSpec(n_layers=layers, n_experts=experts, k=k, n_prompt=prompt,
+    trace = synth_trace(TraceSynthSpec(n_layers=layers, n_experts=experts, k=k, n_prompt=prompt,
                                   n_ubatch=ubatch, n_decode=decode, skew=skew,
                                   correlation=correlation, seed=seed))
     write_trace(out, trace.header, trace.rows)
@@ -188,7 +189,7 @@ def curves_cmd(trace_path: Path, out: Path, capacity: tuple[str, ...], policy: t
     caps = _capacities(capacity) or default_capacities(setup, scope)
     report = curves_report(setup, trace.header, _policies(policy), caps, scope)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "curves.json").write_text(json.dumps(report, indent=2) + "\n")
+    atomic.write_json(out / "curves.json", report, sort_keys=False)
     paths = plot_curves(report, out)
     click.echo(f"wrote {out / 'curves.json'} and {len(paths)} plots in {out}")
 

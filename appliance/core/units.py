@@ -1,8 +1,16 @@
-"""Byte sizes as users write them ("400MiB", "8GiB", "24GB", "1048576") and as we print them."""
+"""Byte sizes as users write them ("400MiB", "8GiB", "24GB", "1048576") and as we print them.
+
+The one unit table of the appliance. Decimal and binary prefixes mean what the standards say:
+K, KB, M, MB, G, GB, T, TB are powers of 1000 (so "8M" is 8,000,000 bytes), KiB, MiB, GiB,
+TiB are powers of 1024 (so "8MiB" is 8,388,608 bytes). Case does not matter, "B" alone and a
+bare number are bytes. Profiles, the planner, the CLI and the evidence reader all parse sizes
+here; everything printed for people uses binary units.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from appliance.core.errors import ApplianceError
 
@@ -14,25 +22,50 @@ UNITS = {
     "t": 1000**4, "tb": 1000**4, "tib": 1 << 40,
 }
 SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+HINT = "write a number with an optional unit, e.g. 400MiB, 8GiB, 24GB"
 
 
-def parse_size(text: str) -> int:
-    """Bytes in `text`; KB/MB/GB are powers of 1000, KiB/MiB/GiB powers of 1024."""
-    match = SIZE_RE.match(text)
+class SizeError(ApplianceError):
+    """A size that cannot be read; the message says how to write one."""
+
+
+def parse_size(value: str | int) -> int:
+    """Bytes in `value`: a byte count (int, not negative) or text such as "8GiB" or "24GB"."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise SizeError(f"cannot read size {value!r}: {HINT}")
+    if isinstance(value, int):
+        if value < 0:
+            raise SizeError(f"size {value} is negative: {HINT}")
+        return value
+    match = SIZE_RE.match(value)
     unit = match.group(2).lower() if match else ""
     if not match or unit not in UNITS:
-        raise ApplianceError(
-            f"cannot read size {text!r}: write a number with an optional unit, e.g. 400MiB, "
-            "8GiB, 24GB")
+        raise SizeError(f"cannot read size {value!r}: {HINT}")
     return int(float(match.group(1)) * UNITS[unit])
 
 
-def format_size(n: int) -> str:
-    """Binary units with two decimals: 8.00 GiB, 400.00 MiB, 512 B."""
+def size_or_none(value: Any) -> int | None:
+    """parse_size for values read from files that may not hold a size: None instead of an error."""
+    try:
+        return parse_size(value)
+    except SizeError:
+        return None
+
+
+def format_size(n: int, trim: bool = False) -> str:
+    """Binary units with two decimals: 8.00 GiB, 400.00 MiB, 512 B (columns line up).
+
+    With trim, trailing zeros go: 8 GiB, 16.6 GiB (for sizes inside sentences).
+    """
     value = float(abs(n))
+    sign = "-" if n < 0 else ""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":
-            sign = "-" if n < 0 else ""
-            return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.2f} {unit}"
+            if unit == "B":
+                return f"{sign}{value:.0f} {unit}"
+            text = f"{value:.2f}"
+            if trim:
+                text = text.rstrip("0").rstrip(".")
+            return f"{sign}{text} {unit}"
         value /= 1024
     raise AssertionError("unreachable")

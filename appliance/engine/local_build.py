@@ -32,8 +32,8 @@ from appliance.core.paths import cache_dir
 from appliance.engine.lock import Lock
 from appliance.engine.patches import apply_series, digest_of, selected_patches
 from appliance.engine.source import SourceTree, fetch_source
+from appliance.engine.tools import LOCAL_TOOLS
 
-TARGETS = ("llama-moe-trace", "llama-completion", "llama-bench", "llama-simple")
 BASE_CMAKE_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
@@ -80,7 +80,7 @@ def build_key(lock: Lock, source: SourceTree, experimental: Sequence[str] = ()) 
         "source_tree_digest": source.identity.get("tree_digest"),
         "series_digest": digest_of(selected_patches(lock, experimental)),
         "cmake_args": cmake_args(lock, source),
-        "targets": list(TARGETS),
+        "targets": list(LOCAL_TOOLS),
     }))
 
 
@@ -143,7 +143,7 @@ def cached_build(entry: Path) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError):
         return None
     binaries = record.get("binaries") if isinstance(record, dict) else None
-    if not isinstance(binaries, dict) or set(binaries) != set(TARGETS):
+    if not isinstance(binaries, dict) or set(binaries) != set(LOCAL_TOOLS):
         return None
     for name, digest in binaries.items():
         path = entry / "bin" / name
@@ -178,8 +178,8 @@ def _compile(lock: Lock, source: SourceTree, workspace: Path, log: Log) -> tuple
                 log_path, "cmake configure")
     jobs = build_jobs()
     hint = "incremental" if incremental else "about 5 minutes on 2 free cores"
-    log(f"building {' '.join(TARGETS)} with -j{jobs} ({hint}); log: {log_path}")
-    _run_logged([*nice, "cmake", "--build", "build", "-j", str(jobs), "--target", *TARGETS],
+    log(f"building {' '.join(LOCAL_TOOLS)} with -j{jobs} ({hint}); log: {log_path}")
+    _run_logged([*nice, "cmake", "--build", "build", "-j", str(jobs), "--target", *LOCAL_TOOLS],
                 workspace, log_path, "build")
     return time.monotonic() - started, incremental
 
@@ -199,7 +199,7 @@ def _build(lock: Lock, source: SourceTree, experimental: Sequence[str], key: str
     shutil.rmtree(work, ignore_errors=True)
     (work / "bin").mkdir(parents=True)
     binaries = {}
-    for name in TARGETS:
+    for name in LOCAL_TOOLS:
         shutil.copy2(workspace / "build" / "bin" / name, work / "bin" / name)
         binaries[name] = sha256_file(work / "bin" / name)
     record = {
@@ -209,7 +209,7 @@ def _build(lock: Lock, source: SourceTree, experimental: Sequence[str], key: str
         "patches": [{"file": f, "sha256": s, "status": st} for f, s, st in patched.patches],
         "patched_tree_digest": patched.tree_digest,
         "cmake_args": cmake_args(lock, source),
-        "targets": list(TARGETS),
+        "targets": list(LOCAL_TOOLS),
         "jobs": build_jobs(),
         "build_seconds": round(seconds, 1),
         "incremental": incremental,

@@ -6,11 +6,11 @@
 the validated data and computes its canonical digest, which identifies an engine build.
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.paths import default_lock_path
@@ -152,6 +152,4 @@ def load_lock(path: Path | None = None) -> Lock:
 def write_lock(lock_raw: dict[str, Any], path: Path) -> None:
     """Rewrite the lock file (pretty, stable key order) after validating it."""
     parse_lock(lock_raw, path)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(lock_raw, indent=2) + "\n")
-    tmp.replace(path)
+    atomic.write_json(path, lock_raw, sort_keys=False)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock
 from appliance.engine.patches import (
@@ -122,14 +123,14 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest)
             out.append(Exported(info["file"], info["status"], changed))
-    record_path.write_text(json.dumps(known, indent=2) + "\n")
+    atomic.write_json(record_path, known, sort_keys=False)
     active = [e.file for e in out if e.status == "active"]
     experimental = [e.file for e in out if e.status == "experimental"]
     exported = {e.file for e in out}
     experimental += [e.file for e in lock.patches["experimental"] if e.file not in exported]
     series_path = directory / "series"
     header = [line for line in series_path.read_text().splitlines() if line.startswith("#")]
-    series_path.write_text("\n".join([*header, *active]) + "\n")
+    atomic.write_text(series_path, "\n".join([*header, *active]) + "\n")
     write_lock_patches(lock.path, {
         "active": patch_records(directory, "active", active),
         "experimental": patch_records(directory, "experimental", experimental),
@@ -169,6 +170,6 @@ def move_patch(lock: Lock, name: str, status: str) -> tuple[str, str]:
     lines = [line for line in series_path.read_text().splitlines() if line.strip() != entry.file]
     if status == "active":
         lines.append(entry.file)
-    series_path.write_text("\n".join(lines) + "\n")
+    atomic.write_text(series_path, "\n".join(lines) + "\n")
     write_lock_patches(lock.path, {s: patch_records(directory, s, f) for s, f in files.items()})
     return entry.file, entry.status

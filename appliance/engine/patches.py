@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file, tree_digest
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
-from appliance.core.paths import repo_root
+from appliance.core.paths import default_patches_dir, patches_override
 from appliance.engine.lock import Lock, PatchEntry
 from appliance.engine.source import SourceTree, ignore_vcs
 
@@ -69,10 +70,14 @@ class PatchedTree:
 
 
 def patches_dir(lock: Lock) -> Path:
-    """`patches/llama.cpp/` of the checkout the lock belongs to (`<root>/engine/<lock>`); for a
-    lock kept elsewhere (a copy edited for an experiment), the project checkout's."""
+    """$APPLIANCE_PATCHES; else `patches/llama.cpp/` of the checkout the lock belongs to
+    (`<root>/engine/<lock>`); for a lock kept elsewhere (a copy edited for an experiment), the
+    project checkout's."""
+    override = patches_override()
+    if override is not None:
+        return override
     beside = lock.path.resolve().parent.parent / "patches" / "llama.cpp"
-    return beside if beside.is_dir() else repo_root() / "patches" / "llama.cpp"
+    return beside if beside.is_dir() else default_patches_dir()
 
 
 def touched_files(patch_text: str) -> list[str]:
@@ -247,6 +252,4 @@ def write_lock_patches(lock_path: Path, patches: dict[str, list[dict[str, str]]]
     parsed = json.loads(new_text)
     if parsed["patches"] != patches:
         raise ConfigError(f"{lock_path}: could not rewrite the patches object safely")
-    tmp = lock_path.with_suffix(".tmp")
-    tmp.write_text(new_text)
-    tmp.replace(lock_path)
+    atomic.write_text(lock_path, new_text)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from appliance.core import atomic
 from appliance.core.digests import CHUNK, canonical_json, sha256_bytes, sha256_file, tree_digest
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.core.paths import cache_dir
@@ -86,32 +87,24 @@ def _archive_path(stand_in: StandIn) -> Path:
 
 def _download(url: str, dest: Path, expected_sha256: str, progress: Progress | None) -> int:
     """Download to a temporary file, check sha256, then move into place. Returns bytes read."""
-    import hashlib
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
     received = 0
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            while chunk := response.read(CHUNK):
-                out.write(chunk)
-                digest.update(chunk)
-                received += len(chunk)
-                if progress:
-                    progress("download", received, total)
-        if digest.hexdigest() != expected_sha256:
-            raise IntegrityError(
-                f"downloaded {dest.name} has sha256 {digest.hexdigest()}, the lock pins "
-                f"{expected_sha256}: refused, nothing extracted (check the index or the lock)"
-            )
-        os.replace(tmp_name, dest)
+        with atomic.replacing_path(dest) as tmp:
+            with tmp.open("wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+                total = int(response.headers.get("Content-Length") or 0) or None
+                while chunk := response.read(CHUNK):
+                    out.write(chunk)
+                    received += len(chunk)
+                    if progress:
+                        progress("download", received, total)
+            actual = sha256_file(tmp)
+            if actual != expected_sha256:
+                raise IntegrityError(
+                    f"downloaded {dest.name} has sha256 {actual}, the lock pins "
+                    f"{expected_sha256}: refused, nothing extracted (check the index or the lock)"
+                )
     except (urllib.error.URLError, TimeoutError) as exc:
         raise ApplianceError(f"download of {url} failed: {exc}") from None
-    finally:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
     return received
 
 
@@ -173,9 +166,7 @@ def _read_identity(entry: Path) -> dict[str, Any] | None:
 
 
 def _write_identity(entry: Path, identity: dict[str, Any]) -> None:
-    tmp = entry / (IDENTITY_FILE + ".tmp")
-    tmp.write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
-    tmp.replace(entry / IDENTITY_FILE)
+    atomic.write_json(entry / IDENTITY_FILE, identity)
 
 
 def declared_identity(stand_in: StandIn) -> dict[str, str]:

@@ -9,7 +9,6 @@ reproduced, not reproduced or not comparable, with the reasons.
 """
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,9 @@ import yaml
 from appliance.attest.bundle import verdict as bundle_verdict
 from appliance.attest.bundle import verify_bundle
 from appliance.core.errors import ConfigError
-from appliance.core.paths import repo_root
+from appliance.core.paths import evidence_dir
 from appliance.core.strict_load import load_json
+from appliance.core.units import size_or_none
 from appliance.core.validation import load_schema as load_named_schema
 from appliance.core.validation import raise_for, schema_errors
 
@@ -28,12 +28,6 @@ SCHEMA_NAME = "finding"
 MAX_FINDING_BYTES = 256 << 10  # published findings are under 4 KiB
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
 RATIO_CONSISTENCY = 1e-3
-UNITS = {"": 1, "B": 1, "K": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MIB": 1 << 20,
-         "G": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TIB": 1 << 40}
-
-
-def evidence_dir() -> Path:
-    return repo_root() / "evidence"
 
 
 def load_schema() -> dict[str, Any]:
@@ -142,17 +136,6 @@ class Comparison:
         return asdict(self)
 
 
-def parse_bytes(value: Any) -> int | None:
-    """An int, or a size like "8GiB" / "256 MiB" / "512M"; None for anything else."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", value)
-        if match and match.group(2).upper() in UNITS:
-            return int(match.group(1)) * UNITS[match.group(2).upper()]
-    return None
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -184,10 +167,10 @@ class BundleFacts:
         provenance = _read_json(run_dir / "provenance.json") or {}
         limits = run.get("limits") or {}
         plimits = profile.get("limits") or {}
-        memory = parse_bytes(limits.get("memory_bytes", plimits.get("memory")))
-        memswap = parse_bytes(limits.get("memswap_bytes"))
+        memory = size_or_none(limits.get("memory_bytes", plimits.get("memory")))
+        memswap = size_or_none(limits.get("memswap_bytes"))
         swap = memswap - memory if memory is not None and memswap is not None else \
-            parse_bytes(plimits.get("swap"))
+            size_or_none(plimits.get("swap"))
         return cls(
             profile=profile,
             model=_read_json(run_dir / "inputs" / "model.json") or {},

@@ -15,6 +15,12 @@ class Gpu:
     free_bytes: int
     cuda_driver: str = ""  # highest CUDA version the driver supports, e.g. "12.8"
 
+    def record(self) -> dict[str, object]:
+        """The fields a run's provenance records (free memory changes by the second: left out)."""
+        return {"index": self.index, "name": self.name,
+                "compute_capability": self.compute_capability, "memory_bytes": self.memory_bytes,
+                "driver_version": self.driver, "cuda_driver_version": self.cuda_driver}
+
 
 class NvmlUnavailable(Exception):
     """NVML (the NVIDIA driver's management library) could not be loaded or initialized."""
@@ -54,20 +60,35 @@ def detect_gpus() -> list[Gpu]:
         pynvml.nvmlShutdown()
 
 
+def visible_gpus() -> list[Gpu]:
+    """GPUs NVML reports; none where there is no NVIDIA driver."""
+    try:
+        return detect_gpus()
+    except NvmlUnavailable:
+        return []
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".") if part.isdigit())
 
 
-def fitting_target(gpus: list[Gpu], lock: Lock) -> str:
-    """The lock target built for exactly the first matching GPU's compute capability, else cpu.
+def target_for_capability(capability: str, lock: Lock) -> str | None:
+    """The lock target built for exactly this compute capability ("8.9"), or None.
 
     Exact match only: `-real` SASS (and `120a` arch-specific code) runs on that capability
     alone, so an 8.6 card cannot use the sm89 build and a 12.1 card not the sm120 one.
     """
+    return next((target.name for target in lock.targets.values()
+                 if target.cuda is not None and target.cuda.compute_capability == capability),
+                None)
+
+
+def fitting_target(gpus: list[Gpu], lock: Lock) -> str:
+    """The target of the first GPU that has one (target_for_capability), else cpu."""
     for gpu in gpus:
-        for target in lock.targets.values():
-            if target.cuda and target.cuda.compute_capability == gpu.compute_capability:
-                return target.name
+        target = target_for_capability(gpu.compute_capability, lock)
+        if target is not None:
+            return target
     return "cpu"
 
 

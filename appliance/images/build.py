@@ -24,11 +24,11 @@ from appliance.core.paths import cache_dir, repo_root
 from appliance.engine.lock import Lock, Target
 from appliance.engine.patches import apply_series, series_digest
 from appliance.engine.source import SourceTree, fetch_source
+from appliance.engine.tools import IMAGE_BIN_DIR, IMAGE_TOOLS
 from appliance.host.docker import buildkit_client, docker_client
 from appliance.images import labels as L
 from appliance.images.base import ensure_base
 
-TOOLS = ("llama-moe-trace", "llama-completion", "llama-bench")
 DEFAULT_JOBS = 2
 LOG_TAIL_LINES = 15
 BUILDERS = ("auto", "buildkit", "classic")
@@ -94,7 +94,7 @@ def build_args(target: Target) -> dict[str, str]:
         "RUNTIME_BASE": target.runtime_base,
         "CMAKE_ARGS": " ".join(target.cmake_args),
         "CUDA_ARCHITECTURES": target.cuda.architectures if target.cuda else "",
-        "TOOLS": " ".join(TOOLS),
+        "TOOLS": " ".join(IMAGE_TOOLS),
     }
 
 
@@ -106,7 +106,7 @@ def plan_inputs(lock: Lock, target_name: str, source: SourceTree, client: Any,
     if not dockerfile.is_file():
         raise ConfigError(f"{dockerfile} not found: run from the project checkout or set APPLIANCE_ROOT")
     return L.BuildInputs(
-        lock_digest=L.engine_lock_digest(lock),
+        lock_digest=lock.digest,
         target=target,
         identity=source.identity,
         series_digest=series_digest(lock, experimental),
@@ -350,11 +350,11 @@ def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
     except docker.errors.APIError as exc:
         raise ApplianceError(f"cannot start {ref}: {exc.explanation or exc}") from None
     try:
-        for tool in TOOLS:
+        for tool in IMAGE_TOOLS:
             code, out = _exec(container, [tool, "--help"])
             first = next((line for line in out.splitlines() if line.strip()), "")
             checks.append(SelftestCheck(f"{tool} --help", code == 0, f"exit {code}: {first[:80]}"))
-            code, out = _exec(container, ["ldd", f"/usr/local/bin/{tool}"])
+            code, out = _exec(container, ["ldd", f"{IMAGE_BIN_DIR}/{tool}"])
             missing = [line.strip() for line in out.splitlines() if "not found" in line]
             libs = len([line for line in out.splitlines() if "=>" in line])
             checks.append(SelftestCheck(

@@ -1,9 +1,11 @@
 """The labels an engine image carries, what the lock says they should be, and drift between them.
 
-OCI annotations (`org.opencontainers.image.*`) say where the image came from; the project's own
-labels (`io.moe-appliance.*`) pin the engine inputs: lock digest, source identity, series digest,
-target, CUDA architectures and the base images. `inspect` compares an image's labels with what
-the lock and patch series say now.
+Every label key the appliance writes or reads is a constant here. OCI annotations
+(`org.opencontainers.image.*`) say where the image came from; the project's own labels, all
+under the one namespace `io.moe-appliance.`, pin the engine inputs: lock digest, source
+identity, series digest, target, CUDA architectures and the base images. Trial containers carry
+`io.moe-appliance.run` and `io.moe-appliance.run.trial`. `inspect` compares an image's labels
+with what the lock and patch series say now.
 """
 
 import json
@@ -13,6 +15,7 @@ from typing import Any
 
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.engine.lock import Lock, Target
+from appliance.engine.tools import IMAGE_TOOLS
 
 OCI = "org.opencontainers.image"
 OWN = "io.moe-appliance"
@@ -32,15 +35,18 @@ MIN_DRIVER = f"{OWN}.min-driver"
 BUILD_BASE = f"{OWN}.build-base"
 RUNTIME_BASE = f"{OWN}.runtime-base"
 INPUTS_DIGEST = f"{OWN}.inputs-digest"
+# on trial containers, not images
+RUN = f"{OWN}.run"
+RUN_TRIAL = f"{OWN}.run.trial"
+
+
+def recorded_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The OCI and appliance labels of an image, sorted by key (others are the base's business)."""
+    return {k: v for k, v in sorted(labels.items()) if k.startswith((f"{OCI}.", f"{OWN}."))}
 
 # Identity fields that say what the tree is; fetch times and notes are left out on purpose.
 STABLE_IDENTITY_FIELDS = ("kind", "name", "package", "version", "sdist_sha256", "upstream_commit",
                           "upstream_release", "repository", "subtree", "tree_digest", "canonical")
-
-
-def engine_lock_digest(lock: Lock) -> str:
-    """The lock's digest (it leaves out `published_images`, so publishing does not drift it)."""
-    return lock.digest
 
 
 def stable_identity(identity: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +56,7 @@ def stable_identity(identity: dict[str, Any]) -> dict[str, Any]:
 def image_tag(lock: Lock, target: str, identity: dict[str, Any],
               experimental: Sequence[str] = (), series: str = "") -> str:
     """`moe-expert-cache:<target>-<lockdigest12>`, plus the source when it is not canonical."""
-    tag = f"{IMAGE_REPOSITORY}:{target}-{engine_lock_digest(lock)[:12]}"
+    tag = f"{IMAGE_REPOSITORY}:{target}-{lock.digest[:12]}"
     kind = identity.get("kind")
     if kind == "stand-in":
         tag += f"-standin-{identity.get('name')}"
@@ -113,8 +119,7 @@ def expected_labels(lock: Lock, inputs: BuildInputs, created: str) -> dict[str, 
         f"{OCI}.created": created,
         f"{OCI}.version": str(identity.get("upstream_release", "local")),
         f"{OCI}.title": f"llama.cpp engine ({target.name})",
-        f"{OCI}.description": "pinned, patched llama.cpp: llama-moe-trace, llama-completion, "
-                              "llama-bench",
+        f"{OCI}.description": f"pinned, patched llama.cpp: {', '.join(IMAGE_TOOLS)}",
         LOCK_DIGEST: inputs.lock_digest,
         UPSTREAM_COMMIT: lock.upstream.commit,
         SOURCE_KIND: str(identity.get("kind")),
@@ -147,7 +152,7 @@ def lock_view(lock: Lock, target_name: str, series_digest: str) -> dict[str, tup
     """label -> (value the lock implies now, what a difference means)."""
     target = lock.target(target_name)
     return {
-        LOCK_DIGEST: (engine_lock_digest(lock), "built from another engine lock"),
+        LOCK_DIGEST: (lock.digest, "built from another engine lock"),
         UPSTREAM_COMMIT: (lock.upstream.commit, "built against another upstream pin"),
         SERIES_DIGEST: (series_digest, "built with another patch series"),
         CUDA_ARCHITECTURES: (target.cuda.architectures if target.cuda else "",

@@ -31,7 +31,7 @@ class Published:
 def engine_images_for(client: Any, lock: Lock, target: str) -> list[Any]:
     """Local images labelled for `target` and built from this lock."""
     found = client.images.list(filters={"label": [f"{L.TARGET}={target}",
-                                                  f"{L.LOCK_DIGEST}={L.engine_lock_digest(lock)}"]})
+                                                  f"{L.LOCK_DIGEST}={lock.digest}"]})
     return sorted(found, key=lambda image: image.attrs.get("Created", ""), reverse=True)
 
 
@@ -73,7 +73,7 @@ def push_image(lock: Lock, target: str, registry: str, image_ref: str | None = N
         published[target] = {
             "reference": reference,
             "tag": f"{remote_repo}:{remote_tag}",
-            "lock_digest": L.engine_lock_digest(lock),
+            "lock_digest": lock.digest,
             "source": report.labels.get(L.SOURCE_NAME, ""),
             "image_id": image.id,
         }

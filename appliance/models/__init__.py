@@ -2,5 +2,7 @@
 
 `shapes` solves the layout for a target file size, `vocab` holds the byte-level tokenizer,
 `weights` designs the values (routers with skew and locality, a token walk in the LM head),
-`synth` streams the file to disk.
+`synth` streams the file to disk, `skeleton` writes header-only GGUFs of published shapes.
+
+May import: core, engine, host.
 """

@@ -26,7 +26,7 @@ F32 = GGMLQuantizationType.F32
 
 
 @dataclass(frozen=True)
-class SynthSpec:
+class ModelSynthSpec:
     """What the user asked for. `size_bytes` is an upper bound on the file size."""
 
     arch: str
@@ -80,7 +80,7 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Layout:
-    spec: SynthSpec
+    spec: ModelSynthSpec
     dims: Dims
     n_vocab: int
     ff_exp: int
@@ -105,7 +105,7 @@ def padded(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-def check_spec(spec: SynthSpec) -> None:
+def check_spec(spec: ModelSynthSpec) -> None:
     """Refuse shapes llama.cpp cannot load, with the reason."""
     if spec.arch not in ARCHES:
         raise ApplianceError(f"unknown arch {spec.arch!r}: choose one of {', '.join(ARCHES)}")
@@ -129,7 +129,7 @@ def check_spec(spec: SynthSpec) -> None:
         raise ApplianceError(f"--skew {spec.skew} must be >= 0 (0 = uniform random routers)")
 
 
-def tensor_list(spec: SynthSpec, dims: Dims, n_vocab: int, ff: int) -> list[TensorSpec]:
+def tensor_list(spec: ModelSynthSpec, dims: Dims, n_vocab: int, ff: int) -> list[TensorSpec]:
     """Every tensor llama.cpp creates for the architecture, in file order."""
     e, x = dims.embd, spec.experts
     etype = EXPERT_TYPES[spec.expert_type]
@@ -191,7 +191,7 @@ def tensor_list(spec: SynthSpec, dims: Dims, n_vocab: int, ff: int) -> list[Tens
     return out
 
 
-def solve_layout(spec: SynthSpec, n_vocab: int) -> Layout:
+def solve_layout(spec: ModelSynthSpec, n_vocab: int) -> Layout:
     """Choose the expert width so the file comes as close to `size_bytes` as FF_STEP allows."""
     check_spec(spec)
     dims = Dims(embd=spec.embd)

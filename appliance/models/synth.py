@@ -5,7 +5,6 @@ one expert slab plus the small tensors, whatever the file size."""
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +12,10 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import LlamaFileType
 
+from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.models import weights
-from appliance.models.shapes import Layout, SynthSpec, solve_layout
+from appliance.models.shapes import Layout, ModelSynthSpec, solve_layout
 from appliance.models.vocab import Vocab, byte_vocab
 
 SYNTH_FORMAT = 1  # bump when the same spec would produce different bytes
@@ -78,51 +78,47 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
     w.add_uint64("appliance.synth.size_request", spec.size_bytes)
 
 
-def synthesize(spec: SynthSpec, out: Path) -> SynthResult:
+def synthesize(spec: ModelSynthSpec, out: Path) -> SynthResult:
     """Write the model to `out` (via a temporary name, renamed when complete)."""
     vocab = byte_vocab()
     layout = solve_layout(spec, len(vocab.tokens))
     design = weights.make_design(layout, vocab)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     writer = GGUFWriter(None, spec.arch)
     add_metadata(writer, layout, vocab)
     for t in layout.tensors:
         writer.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), t.nbytes,
                                raw_dtype=t.qtype)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256()  # taken while writing: the file is never read back
     try:
-        writer.write_header_to_file(tmp)
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        assert writer.fout is not None
-        fout = writer.fout[0]
-        writer.write_padding(fout, fout.tell())
-        fout.flush()
-        digest.update(tmp.read_bytes())  # header only: nothing else written yet
+        with atomic.replacing_path(out) as tmp:
+            writer.write_header_to_file(tmp)
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            assert writer.fout is not None
+            fout = writer.fout[0]
+            writer.write_padding(fout, fout.tell())
+            fout.flush()
+            digest.update(tmp.read_bytes())  # header only: nothing else written yet
 
-        def emit(data: bytes) -> None:
-            fout.write(data)
-            digest.update(data)
+            def emit(data: bytes) -> None:
+                fout.write(data)
+                digest.update(data)
 
-        for t in layout.tensors:
-            if t.role == "experts":
-                for slab in weights.expert_slabs(layout, t):
-                    emit(slab)
-            else:
-                emit(weights.dense_bytes(layout, design, t))
-            pad = -t.nbytes % writer.data_alignment
-            if pad:
-                emit(bytes(pad))
-        writer.close()
-        os.replace(tmp, out)
+            for t in layout.tensors:
+                if t.role == "experts":
+                    for slab in weights.expert_slabs(layout, t):
+                        emit(slab)
+                else:
+                    emit(weights.dense_bytes(layout, design, t))
+                pad = -t.nbytes % writer.data_alignment
+                if pad:
+                    emit(bytes(pad))
+            writer.close()
     except OSError as exc:
         writer.close()
-        tmp.unlink(missing_ok=True)
         raise ApplianceError(f"cannot write {out}: {exc.strerror or exc}") from exc
     except BaseException:
         writer.close()
-        tmp.unlink(missing_ok=True)
         raise
     expert_bytes = sum(t.nbytes for t in layout.tensors if t.role == "experts")
     return SynthResult(out, out.stat().st_size, digest.hexdigest(), layout.ff_exp, expert_bytes,

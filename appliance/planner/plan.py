@@ -11,6 +11,7 @@ experts of layers 0..N-1 in host memory; `-ngl K` offloads the last K layers.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from appliance.core.errors import ApplianceError
@@ -25,16 +26,29 @@ PROCESS_BYTES = 32 * MiB  # llama.cpp binary, libraries, tokenizer tables, threa
 VRAM_MARGIN = 0.05  # of the VRAM limit kept free
 RAM_MARGIN = 0.05  # of the RAM limit kept free (page tables, kernel, other processes)
 
-VERDICTS = {
-    "fits_in_vram": "fits in VRAM",
-    "fits_in_ram_plus_vram": "fits in RAM plus VRAM",
-    "oversubscribed": "oversubscribed (demand mmap required)",
-    "does_not_start": "does not start",
+class PlanVerdict(StrEnum):
+    """Where a model lands under the limits; the value is what plan JSON carries."""
+
+    FITS_IN_VRAM = "fits_in_vram"
+    FITS_IN_RAM_PLUS_VRAM = "fits_in_ram_plus_vram"
+    OVERSUBSCRIBED = "oversubscribed"
+    DOES_NOT_START = "does_not_start"
+
+    @property
+    def text(self) -> str:
+        return VERDICT_TEXT[self]
+
+
+VERDICT_TEXT = {
+    PlanVerdict.FITS_IN_VRAM: "fits in VRAM",
+    PlanVerdict.FITS_IN_RAM_PLUS_VRAM: "fits in RAM plus VRAM",
+    PlanVerdict.OVERSUBSCRIBED: "oversubscribed (demand mmap required)",
+    PlanVerdict.DOES_NOT_START: "does not start",
 }
 
 
 @dataclass(frozen=True)
-class Limits:
+class PlanLimits:
     ram_bytes: int
     vram_bytes: int = 0
     ctx: int = 4096
@@ -73,8 +87,8 @@ class Roofline:
 class Plan:
     model: str
     arch: str
-    limits: Limits
-    verdict: str
+    limits: PlanLimits
+    verdict: PlanVerdict
     verdict_text: str
     reason: str
     gpu_layers: int
@@ -121,7 +135,7 @@ def _cache_bytes(acc: Accounting, ctx: int, layers: set[int]) -> int:
     return kv + rec
 
 
-def make_plan(acc: Accounting, limits: Limits) -> Plan:
+def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     if limits.ram_bytes <= 0:
         raise ApplianceError("--ram must be more than 0")
     f = acc.facts
@@ -200,28 +214,28 @@ def make_plan(acc: Accounting, limits: Limits) -> Plan:
     ram_budget = int(limits.ram_bytes * (1 - RAM_MARGIN))
 
     if use_gpu and vram_total > limits.vram_bytes:
-        verdict = "does_not_start"
+        verdict = PlanVerdict.DOES_NOT_START
         reason = (f"even with every routed expert in host memory the GPU needs "
                   f"{format_size(vram_total)}, over the {format_size(limits.vram_bytes)} limit by "
                   f"{format_size(vram_total - limits.vram_bytes)}")
     elif ram_anon + ram_file <= ram_budget:
-        verdict = ("fits_in_vram" if use_gpu and experts_host == 0 and gpu_layers == layers
-                   else "fits_in_ram_plus_vram")
+        verdict = (PlanVerdict.FITS_IN_VRAM if use_gpu and experts_host == 0
+                   and gpu_layers == layers else PlanVerdict.FITS_IN_RAM_PLUS_VRAM)
         reason = (f"host needs {format_size(ram_anon + ram_file)} of "
                   f"{format_size(ram_budget)} usable")
     elif ram_anon + ram_min_file <= ram_budget:
-        verdict = "oversubscribed"
+        verdict = PlanVerdict.OVERSUBSCRIBED
         reason = (f"host-side model bytes ({format_size(ram_file)}) exceed the "
                   f"{format_size(ram_budget - ram_anon)} left after anonymous memory: "
                   "experts are paged in from storage on demand")
     else:
-        verdict = "does_not_start"
+        verdict = PlanVerdict.DOES_NOT_START
         short = ram_anon + ram_min_file - ram_budget
         reason = (f"the smallest working set ({format_size(ram_anon + ram_min_file)}: anonymous "
                   f"memory, non-expert weights and one token's experts of one layer) exceeds the "
                   f"usable RAM ({format_size(ram_budget)}) by {format_size(short)}")
 
-    demand = verdict == "oversubscribed"
+    demand = verdict is PlanVerdict.OVERSUBSCRIBED
     args = ["-m", acc.source, "-c", str(limits.ctx), "-b", str(limits.n_batch),
             "-ub", str(min(limits.n_ubatch, limits.ctx)), "-ngl", str(gpu_layers)]
     if use_gpu and gpu_layers == layers and 0 < cpu_moe < layers:
@@ -258,7 +272,7 @@ def make_plan(acc: Accounting, limits: Limits) -> Plan:
             ram_tps=tps(limits.ram_gbps, routed_host_per_token + dense_per_token))
     return Plan(
         model=acc.source, arch=f.arch, limits=limits, verdict=verdict,
-        verdict_text=VERDICTS[verdict], reason=reason, gpu_layers=gpu_layers,
+        verdict_text=verdict.text, reason=reason, gpu_layers=gpu_layers,
         cpu_moe_layers=cpu_moe if use_gpu else layers, demand_mmap=demand, args=args, env=env,
         budget=vram_lines + anon_lines + file_lines, vram_total=vram_total, ram_anon=ram_anon,
         ram_file=ram_file, ram_min_file=ram_min_file, groups=dict(acc.groups),
@@ -279,6 +293,6 @@ def predicted_peak_bytes(acc: Accounting, ram_bytes: int, ctx: int = 4096,
     the largest batch actually decoded, so a known prompt length narrows it. For the runner's
     predicted-versus-measured table."""
     touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
-    plan = make_plan(acc, Limits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx,
+    plan = make_plan(acc, PlanLimits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx,
                                  n_ubatch=max(touched_ubatch, 1)))
     return min(ram_bytes, plan.ram_anon + plan.ram_file)

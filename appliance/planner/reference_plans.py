@@ -6,17 +6,17 @@ planned under the limits each input names. Every output is labelled unverified.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from appliance.core import atomic
 from appliance.core.digests import sha256_file
-from appliance.core.paths import repo_root
+from appliance.core.paths import evidence_dir, repo_root
 from appliance.core.units import parse_size
 from appliance.models.skeleton import load_input, write_skeleton
 from appliance.planner.accounting import account_file
-from appliance.planner.plan import Limits, make_plan
+from appliance.planner.plan import PlanLimits, make_plan
 from appliance.planner.render import render
 
 LABEL = ("UNVERIFIED reference plan: computed from a header-only GGUF built from published "
@@ -34,7 +34,7 @@ def write_reference_plans(input_path: Path, out_dir: Path, skeleton_dir: Path) -
     acc.source = f"{stem}.header-only.gguf"  # no host paths in evidence
     written = []
     for spec in doc.get("plans", []):
-        limits = Limits(ram_bytes=parse_size(spec["ram"]), vram_bytes=parse_size(spec["vram"]),
+        limits = PlanLimits(ram_bytes=parse_size(spec["ram"]), vram_bytes=parse_size(spec["vram"]),
                         ctx=int(spec.get("ctx", 4096)))
         plan = make_plan(acc, limits)
         known = doc.get("known_file_size")
@@ -53,17 +53,17 @@ def write_reference_plans(input_path: Path, out_dir: Path, skeleton_dir: Path) -
         }
         base = out_dir / f"{stem}.{spec['name']}"
         json_path = base.with_name(base.name + ".plan.json")
-        json_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        atomic.write_json(json_path, record)
         text = render(acc, plan, "header-only skeleton from the input's published numbers",
                       f"{spec['vram']} given")
         txt_path = base.with_name(base.name + ".plan.txt")
-        txt_path.write_text(f"{LABEL}\n\n{text}\n")
+        atomic.write_text(txt_path, f"{LABEL}\n\n{text}\n")
         written += [json_path, txt_path]
     return written
 
 
 def main(argv: list[str]) -> None:
-    plans_dir = repo_root() / "evidence" / "plans"
+    plans_dir = evidence_dir() / "plans"
     inputs = [Path(a) for a in argv] or sorted(plans_dir.glob("*.input.json"))
     skeletons = repo_root() / "build" / "skeletons"
     for input_path in inputs:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from appliance.core import atomic
 from appliance.core.paths import repo_root
 
 LLAMA_CPP_NOTICE = """\
@@ -140,7 +141,7 @@ def main(argv: list[str]) -> int:
     root = repo_root()
     text = render(root)
     if "--write" in argv:
-        (root / "THIRD_PARTY_NOTICES.md").write_text(text)
+        atomic.write_text(root / "THIRD_PARTY_NOTICES.md", text)
     else:
         sys.stdout.write(text)
     return 0

@@ -30,6 +30,7 @@ from appliance import __version__
 from appliance.core import atomic
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
+from appliance.images import labels as L
 from appliance.runs import stats
 from appliance.runs.model_files import CheckedModel
 from appliance.runs.plan import (
@@ -41,9 +42,9 @@ from appliance.runs.plan import (
     container_spec,
 )
 from appliance.runs.profile import Profile
+from appliance.runs.status import RunStatus, TrialStatus
 
 POLL_S = 0.05
-LABEL = "org.moe-appliance.run"
 Finalizer = Callable[[Path], None]
 
 
@@ -124,16 +125,16 @@ def _collect(container: Any, record: dict[str, Any]) -> None:
     record["stderr"] = container.logs(stdout=False, stderr=True)
 
 
-def _status(record: dict[str, Any]) -> str:
+def _status(record: dict[str, Any]) -> TrialStatus:
     if record.get("interrupted"):
-        return "interrupted"
+        return TrialStatus.INTERRUPTED
     if record.get("oom_killed"):
-        return "oom-killed"
+        return TrialStatus.OOM_KILLED
     if "timed_out_after_s" in record:
-        return "timed-out"
+        return TrialStatus.TIMED_OUT
     if record.get("exit_code") == 0:
-        return "ok"
-    return "failed"
+        return TrialStatus.OK
+    return TrialStatus.FAILED
 
 
 def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
@@ -166,7 +167,7 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     results.mkdir(parents=True)  # the container runs as this user, so it can write here
     name = f"appliance-{ctx.run_id}-{trial.index:03d}"
     spec = container_spec(ctx.profile, ctx.engine, trial, ctx.settings, results, name,
-                          {LABEL: ctx.run_id, f"{LABEL}.trial": trial.name})
+                          {L.RUN: ctx.run_id, L.RUN_TRIAL: trial.name})
     record: dict[str, Any] = {
         "index": trial.index, "variant": trial.variant.name, "repeat": trial.repeat,
         "container": {k: spec[k] for k in ("name", "command", "environment", "mem_limit",
@@ -237,7 +238,7 @@ def _remove(client: docker.DockerClient, name: str) -> None:
 @dataclass(frozen=True)
 class RunOutcome:
     run_dir: Path
-    status: str
+    status: RunStatus
     trials: list[dict[str, Any]]
     results: dict[str, Any]
     plots: list[Path]
@@ -288,16 +289,16 @@ def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
                 extra: dict[str, Any], finalize: Finalizer | None = None) -> RunOutcome:
     """Every trial in order, then statistics, plots and the optional finalize hook.
 
-    `finalize(run_dir)` runs last, for complete and incomplete runs alike (the lead wires
-    `appliance.attest.bundle.finalize_bundle` here so every run directory gets signed).
+    `finalize(run_dir)` runs last, for complete and incomplete runs alike (a workflow passes
+    the bundle sealer, so every run directory gets signed).
     """
     started = utc_now()
     ctx.run_dir.mkdir(parents=True)
     write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials),
                  ctx.model)
-    atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, "incomplete", started, trials,
-                                                            extra))
-    status = "complete"
+    atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, RunStatus.INCOMPLETE, started,
+                                                            trials, extra))
+    status = RunStatus.COMPLETE
     try:
         for trial in trials:
             ctx.console.print(f"trial {trial.name}: evicting model, starting container")
@@ -309,11 +310,11 @@ def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
             ctx.trial_records.append(record)
             ctx.console.print(_trial_line(record))
     except KeyboardInterrupt:
-        status = "incomplete"
+        status = RunStatus.INCOMPLETE
         ctx.console.print("[red]interrupted[/red]: container stopped, run marked incomplete")
     except BaseException:
         atomic.write_json(ctx.run_dir / "run.json",
-                          _run_record(ctx, "failed", started, trials, extra))
+                          _run_record(ctx, RunStatus.FAILED, started, trials, extra))
         raise
     finally:
         scratch = ctx.run_dir / ".scratch"
@@ -333,7 +334,8 @@ def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
 
 def _trial_line(record: dict[str, Any]) -> str:
     status = record["status"]
-    colour = {"ok": "green", "oom-killed": "red", "failed": "red"}.get(status, "yellow")
+    colour = {TrialStatus.OK: "green", TrialStatus.OOM_KILLED: "red",
+              TrialStatus.FAILED: "red"}.get(status, "yellow")
     wall = record.get("engine_wall_s")
     peak = record.get("cgroup", {}).get("peak_bytes")
     parts = [f"  [{colour}]{status}[/{colour}] exit {record.get('exit_code')}"]

@@ -16,7 +16,8 @@ from appliance.core import atomic
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.core.paths import cache_dir
-from appliance.runs.profile import ModelManifest, format_size
+from appliance.core.units import format_size
+from appliance.runs.profile import ModelManifest
 
 # How a model's digest was established, recorded in inputs/model.json.
 VERIFIED = "verified"          # sha256 computed (or cached) and equal to the pinned one
@@ -100,7 +101,7 @@ def locate_model(manifest: ModelManifest, models_dir: Path) -> tuple[Path, int]:
     size = path.stat().st_size
     if manifest.bytes is not None and size != manifest.bytes:
         raise IntegrityError(f"model {path} has {size:,} bytes, the profile pins "
-                             f"{manifest.bytes:,} ({format_size(manifest.bytes)}): wrong or "
+                             f"{manifest.bytes:,} ({format_size(manifest.bytes, trim=True)}): wrong or "
                              f"incomplete file; get it from: {manifest.source}")
     return path, size
 

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
 from appliance.core import atomic  # noqa: E402
 from appliance.runs.stats import load_trials  # noqa: E402
+from appliance.runs.status import TrialStatus  # noqa: E402
 
 MIB = 1 << 20
 
@@ -50,7 +51,7 @@ def trial_resources_plot(run_dir: Path, path: Path, memory_limit: int) -> bool:
     peaks = [(t["cgroup"].get("peak_bytes") or 0) / MIB for t in trials]
     reads = [sum((t["cgroup"].get("block_read_bytes") or {}).values()) / MIB for t in trials]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, len(trials) * 0.8), 6), sharex=True)
-    colours = ["#c44e52" if t.get("status") != "ok" else "#4c72b0" for t in trials]
+    colours = ["#c44e52" if t.get("status") != TrialStatus.OK else "#4c72b0" for t in trials]
     top.bar(range(len(trials)), peaks, color=colours)
     top.axhline(memory_limit / MIB, color="black", linestyle="--", label="memory limit")
     top.set_ylabel("peak memory (MiB)")

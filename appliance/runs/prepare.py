@@ -13,13 +13,14 @@ import docker
 import docker.errors
 
 from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.host.cgroups import block_device_for, cgroup_version
-from appliance.host.gpu import Gpu, NvmlUnavailable, detect_gpus
+from appliance.host.gpu import Gpu, target_for_capability, visible_gpus
 from appliance.images.labels import IMAGE_REPOSITORY, candidate_tags
 from appliance.runs.model_files import CheckedModel, check_model, locate_model
 from appliance.runs.plan import ContainerSettings, Trial, trial_plan
-from appliance.runs.profile import Profile, format_size
+from appliance.runs.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -27,20 +28,6 @@ class TargetChoice:
     target: str | None  # None: auto could not be resolved on this host (dry run only)
     gpu_ids: tuple[str, ...] | None
     note: str | None
-
-
-def visible_gpus() -> list[Gpu]:
-    """GPUs NVML reports; none where there is no NVIDIA driver."""
-    try:
-        return detect_gpus()
-    except NvmlUnavailable:
-        return []
-
-
-def _target_for(gpu: Gpu, lock: Lock) -> str | None:
-    return next((t.name for t in lock.targets.values()
-                 if t.cuda is not None and t.cuda.compute_capability == gpu.compute_capability),
-                None)
 
 
 def choose_target(profile: Profile, visible: list[Gpu], lock: Lock, dry_run: bool,
@@ -59,7 +46,7 @@ def choose_target(profile: Profile, visible: list[Gpu], lock: Lock, dry_run: boo
     if gpu is None:
         raise ApplianceError(f"no GPU with index {gpu_index}: visible are "
                              f"{', '.join(str(g.index) for g in visible)}")
-    fitting = _target_for(gpu, lock)
+    fitting = target_for_capability(gpu.compute_capability, lock)
     target = fitting if profile.target == "auto" else profile.target
     if fitting is None or target != fitting:
         raise ApplianceError(f"GPU {gpu.index} ({gpu.name}, compute capability "
@@ -97,8 +84,8 @@ def check_limit_fits_host(profile: Profile) -> None:
     total = host_memory_bytes()
     if profile.limits.memory > total:
         raise ConfigError(f"profile {profile.name}: limits.memory "
-                          f"{format_size(profile.limits.memory)} exceeds this host's "
-                          f"{format_size(total)} of RAM, so the limit would not bind")
+                          f"{format_size(profile.limits.memory, trim=True)} exceeds this host's "
+                          f"{format_size(total, trim=True)} of RAM, so the limit would not bind")
 
 
 def default_run_dir(profile: Profile) -> Path:

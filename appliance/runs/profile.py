@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.core import units
-from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.errors import ConfigError
 from appliance.core.paths import PACKAGE_DIR
 from appliance.core.strict_load import parse_yaml, read_text
+from appliance.core.units import SizeError, format_size, parse_size
 from appliance.core.validation import validate
 
 PROFILES_DIR = PACKAGE_DIR / "profiles"
@@ -47,7 +47,7 @@ class ModelManifest:
 
 
 @dataclass(frozen=True)
-class Limits:
+class MemoryLimits:
     memory: int
     swap: int
     engine_min_memory: int
@@ -84,7 +84,7 @@ class Profile:
     model: ModelManifest
     target: str
     gpu: str
-    limits: Limits
+    limits: MemoryLimits
     engine_args: tuple[str, ...]
     variants: tuple[Variant, ...]
     schedule: Schedule
@@ -98,52 +98,26 @@ class Profile:
         raise ConfigError(f"profile {self.name}: no variant {name!r}")
 
 
-def parse_size(value: Any) -> int:
-    """Bytes from an int or a string such as "8GiB", "200MiB", "0"; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{value} is negative")
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a size like 8GiB, 512MiB or a byte count")
-    try:
-        return units.parse_size(value)
-    except (ApplianceError, OverflowError):
-        raise ValueError(f"{value!r} is not a size like 8GiB, 512MiB or a byte count") from None
-
-
-def format_size(count: int) -> str:
-    """Binary units for people: 8589934592 -> "8 GiB", 209715200 -> "200 MiB"."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            text = f"{value:.2f}".rstrip("0").rstrip(".")
-            return f"{text} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 def _size(raw: dict[str, Any], key: str, path: Path, default: int | None = None) -> int:
     if key not in raw and default is not None:
         return default
     try:
         size = parse_size(raw[key])
-    except ValueError as exc:
+    except (SizeError, OverflowError) as exc:
         raise ConfigError(f"{path}: /limits/{key}: {exc}") from None
     if size > MAX_SIZE:
         raise ConfigError(f"{path}: /limits/{key}: {raw[key]!r} is more than {MAX_SIZE} bytes")
     return size
 
 
-def _limits(raw: dict[str, Any], path: Path) -> Limits:
-    limits = Limits(memory=_size(raw, "memory", path), swap=_size(raw, "swap", path, default=0),
+def _limits(raw: dict[str, Any], path: Path) -> MemoryLimits:
+    limits = MemoryLimits(memory=_size(raw, "memory", path), swap=_size(raw, "swap", path, default=0),
                     engine_min_memory=_size(raw, "engine_min_memory", path))
     floor = max(limits.engine_min_memory, DOCKER_MIN_MEMORY)
     if limits.memory < floor:
-        raise ConfigError(f"{path}: /limits/memory: {format_size(limits.memory)} is impossible: "
-                          f"the engine needs at least {format_size(floor)} ({floor} bytes) to start")
+        raise ConfigError(f"{path}: /limits/memory: {format_size(limits.memory, trim=True)} is "
+                          f"impossible: the engine needs at least {format_size(floor, trim=True)} "
+                          f"({floor} bytes) to start")
     return limits
 
 

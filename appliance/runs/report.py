@@ -6,10 +6,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from appliance.core.units import format_size
+from appliance.images import labels as L
 from appliance.runs.model_files import SKIPPED, UNPINNED
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
 from appliance.runs.prepare import PreparedRun
-from appliance.runs.profile import format_size
+from appliance.runs.status import TrialStatus
 
 MIB = 1 << 20
 
@@ -21,7 +23,7 @@ def planned_specs(prepared: PreparedRun, engine: Engine, run_id: str) -> list[di
         results = prepared.run_dir / ".scratch" / trial.name
         specs.append(container_spec(prepared.profile, engine, trial, prepared.settings, results,
                                     f"appliance-{run_id}-{trial.index:03d}",
-                                    {"org.moe-appliance.run": run_id}))
+                                    {L.RUN: run_id}))
     return specs
 
 
@@ -45,9 +47,9 @@ def print_header(console: Console, prepared: PreparedRun) -> None:
     target = prepared.choice.target or "auto (unresolved: no GPU visible)"
     console.print(f"target      {target}; image {prepared.image}"
                   f"{'' if prepared.image_checked else ' (not checked in a dry run)'}")
-    swap = "no swap" if limits.swap == 0 else f"swap {format_size(limits.swap)}"
-    console.print(f"memory      limit {format_size(limits.memory)} ({limits.memory} bytes), "
-                  f"memory+swap {format_size(limits.memswap)} ({swap})")
+    swap = "no swap" if limits.swap == 0 else f"swap {format_size(limits.swap, trim=True)}"
+    console.print(f"memory      limit {format_size(limits.memory, trim=True)} ({limits.memory} bytes), "
+                  f"memory+swap {format_size(limits.memswap, trim=True)} ({swap})")
     console.print(f"model mount {prepared.settings.models_dir} -> /models (read-only)")
     gpu = prepared.settings.gpu_device_ids
     console.print("GPU request " + (f"nvidia device {','.join(gpu)} (capabilities gpu)"
@@ -111,7 +113,7 @@ def print_summary(console: Console, results: dict[str, Any], run_dir: Path, stat
     else:
         for finding in identity["findings"]:
             console.print(f"[bold red]finding:[/bold red] {finding}")
-    bad = {d: s for d, s in results["statuses"].items() if s != "ok"}
+    bad = {d: s for d, s in results["statuses"].items() if s != TrialStatus.OK}
     for trial, trial_status in bad.items():
         console.print(f"[red]{trial}: {trial_status}[/red] (logs in trials/{trial}/)")
     console.print(f"run {status}: {run_dir}")

@@ -13,6 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from appliance.runs.status import TrialStatus
+
 SCHEMA_VERSION = 1
 OUTLIER_Z = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
 # Keys read from the engine's timing.json (llama-moe-trace). Names tried in order.
@@ -111,7 +113,7 @@ def _ratios(by_round: dict[int, dict[str, dict[str, float | None]]], reference: 
 def byte_identity(trials: list[dict[str, Any]], reference_variant: str) -> dict[str, Any]:
     """Every finished trial's text against the reference variant's first text, at the
     shorter of the two lengths; any difference is a finding."""
-    with_text = [t for t in trials if t["text"] is not None and t.get("status") == "ok"]
+    with_text = [t for t in trials if t["text"] is not None and t.get("status") == TrialStatus.OK]
     reference = next((t for t in with_text if t["variant"] == reference_variant), None)
     if reference is None:
         return {"reference": None, "comparisons": [], "all_identical": None,
@@ -139,12 +141,12 @@ def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, A
     by_round: dict[int, dict[str, dict[str, float | None]]] = {}
     for name in variants:
         mine = [t for t in trials if t["variant"] == name]
-        ok = [t for t in mine if t.get("status") == "ok"]
+        ok = [t for t in mine if t.get("status") == TrialStatus.OK]
         metrics = {t["dir"]: trial_metrics(t, n_predict) for t in ok}
         for t in ok:
             by_round.setdefault(t["repeat"], {})[name] = metrics[t["dir"]]
         counts = {status: sum(1 for t in mine if t.get("status") == status)
-                  for status in ("ok", "oom-killed", "failed", "timed-out", "interrupted")}
+                  for status in TrialStatus}
         per_variant[name] = {
             "trials": [t["dir"] for t in mine], "counts": counts,
             **{m: describe([v for v in (metrics[d][m] for d in metrics) if v is not None])

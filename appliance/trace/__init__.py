@@ -1,1 +1,4 @@
-"""MoE route traces: the binary format, synthetic traces, and expert-cache replay."""
+"""MoE route traces: the binary format, synthetic traces, and expert-cache replay.
+
+May import: core, engine, host, models.
+"""

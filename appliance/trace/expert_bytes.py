@@ -8,11 +8,11 @@ MoE layers, file size and (when the trace carries it) sha256 must agree.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
+from appliance.core.digests import sha256_file
 from appliance.core.errors import ConfigError, IntegrityError
 
 EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$")
@@ -21,14 +21,6 @@ EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$")
 def _field(reader: Any, key: str) -> Any:
     field = reader.fields.get(key)
     return None if field is None else field.contents()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]:
@@ -66,7 +58,7 @@ def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]
     size = path.stat().st_size
     if header.get("model_bytes") and size != header["model_bytes"]:
         raise disagree("file size", size, header["model_bytes"])
-    if header.get("model_sha256") and _sha256(path) != header["model_sha256"]:
+    if header.get("model_sha256") and sha256_file(path) != header["model_sha256"]:
         raise IntegrityError(f"{name}: sha256 differs from the trace header's model_sha256; "
                              "pass the exact model the trace was recorded with")
     return {layer: total // int(n_experts) for layer, total in per_layer.items()}

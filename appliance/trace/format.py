@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.core import atomic
 from appliance.core.errors import ConfigError
 
 MAGIC = b"MOETRACE"
@@ -212,17 +213,12 @@ def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.n
     rows = np.ascontiguousarray(rows)
     _check_rows(rows, header, str(path))
     encoded = encode_header(header)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with tmp.open("wb") as handle:
+        with atomic.replacing(path) as handle:
             handle.write(struct.pack("<8sII", MAGIC, VERSION, len(encoded)))
             handle.write(encoded)
             handle.write(rows.tobytes())
             handle.write(struct.pack("<8sQ", TRAILER_MAGIC, len(rows)))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ConfigError(f"{path}: cannot write trace ({exc.strerror})") from None
     return path

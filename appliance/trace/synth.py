@@ -21,7 +21,7 @@ from appliance.trace.format import KIND_DECODE, KIND_PROMPT, Trace, row_dtype
 
 
 @dataclass(frozen=True)
-class SynthSpec:
+class TraceSynthSpec:
     """Shape and statistics of a synthetic trace."""
 
     n_layers: int = 4
@@ -79,7 +79,7 @@ def _route(cdf: np.ndarray, ranks: np.ndarray, k: int, n_tokens: int, correlatio
     return out
 
 
-def synth_trace(spec: SynthSpec) -> Trace:
+def synth_trace(spec: TraceSynthSpec) -> Trace:
     """Build a synthetic trace in memory (rows in the spec's evaluation order)."""
     spec.validate()
     rng = np.random.Generator(np.random.PCG64(spec.seed))
@@ -117,7 +117,7 @@ def synth_trace(spec: SynthSpec) -> Trace:
     return Trace(header=synth_header(spec), rows=rows)
 
 
-def synth_header(spec: SynthSpec) -> dict[str, Any]:
+def synth_header(spec: TraceSynthSpec) -> dict[str, Any]:
     return {
         "format": "moetrace", "version": 1, "arch": "synthetic", "model_file": "synthetic",
         "model_bytes": 0, "model_sha256": None, "n_layers": spec.n_layers,

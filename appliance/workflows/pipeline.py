@@ -17,17 +17,17 @@ from rich.table import Table
 
 from appliance.attest.bundle import finalize_bundle, verdict, verify_bundle
 from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
-from appliance.attest.provenance import gpu_facts
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.core.paths import cache_dir
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import compare, find_finding
+from appliance.evidence.findings import NOT_COMPARABLE, compare, find_finding
 from appliance.host.docker import docker_client
+from appliance.host.gpu import visible_gpus
 from appliance.images.build import build_image
-from appliance.models.shapes import SynthSpec
+from appliance.models.shapes import ModelSynthSpec
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunContext, RunOutcome, execute_run
 from appliance.runs.plan import LlamaMoeTraceEngine
@@ -35,6 +35,7 @@ from appliance.runs.prepare import prepare_run, stand_in_of
 from appliance.runs.profile import Profile, load_profile
 from appliance.runs.report import print_header, print_summary
 from appliance.runs.stats import load_trials, trial_metrics
+from appliance.runs.status import RunStatus
 from appliance.workflows.repro import preflight
 
 FALLBACK_STAND_IN = "b10229"
@@ -111,7 +112,7 @@ def ensure_synth_model(profile: Profile, models_dir: Path, console: Console) -> 
     path = models_dir / profile.model.file
     if path.exists() or not synth:
         return path
-    spec = SynthSpec(arch=str(synth["arch"]), size_bytes=parse_size(str(synth["size"])),
+    spec = ModelSynthSpec(arch=str(synth["arch"]), size_bytes=parse_size(str(synth["size"])),
                      experts=int(synth["experts"]), used=int(synth["used"]),
                      layers=int(synth["layers"]), skew=float(synth["skew"]),
                      seed=int(synth["seed"]), expert_type=str(synth.get("type", "f16")))
@@ -175,7 +176,7 @@ def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
         try:
             finding = find_finding(finding_id)
         except ApplianceError as exc:
-            report.comparisons.append({"evidence": finding_id, "verdict": "not comparable",
+            report.comparisons.append({"evidence": finding_id, "verdict": NOT_COMPARABLE,
                                        "reasons": [str(exc)]})
             continue
         report.comparisons.append(compare(outcome.run_dir, finding, pubkey).as_dict())
@@ -227,7 +228,7 @@ def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None
     report = verify_and_compare(outcome, profile, key, console)
     report.paging = read_paging_analysis(outcome.run_dir)
     print_report(report, console)
-    if outcome.status != "complete":
+    if outcome.status != RunStatus.COMPLETE:
         raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)
     return report
 
@@ -236,7 +237,7 @@ def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | N
               source: str = "auto", out_root: Path | None = None, key: Path | None = None,
               repeats: int | None = None) -> list[PipelineReport]:
     """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
-    profiles = preflight(lock, target, gpu_facts(), models_dir)
+    profiles = preflight(lock, target, visible_gpus(), models_dir)
     key = signing_key(key, unsigned=False)
     if key is None:
         raise ApplianceError("a reproduction is signed: make a key with `appliance keys init` "

@@ -6,21 +6,19 @@ no model directory) stops at once with what is needed.
 """
 
 from pathlib import Path
-from typing import Any
 
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock, Target
-from appliance.host.gpu import driver_satisfies
+from appliance.host.gpu import Gpu, driver_satisfies, target_for_capability
 
 REPRO_PROFILES: dict[str, tuple[str, ...]] = {
     "cpu": ("tiny-oversub",),
     "sm89": ("qwen35-8g", "qwen3-30b-16"),
     "sm120": ("qwen35-8g", "qwen3-30b-16"),
 }
-REPRO_TARGETS_BY_CC = {"8.9": "sm89", "12.0": "sm120"}
 
 
-def gpu_problem(target: Target, gpus: list[dict[str, Any]]) -> str | None:
+def gpu_problem(lock: Lock, target: Target, gpus: list[Gpu]) -> str | None:
     """Why these GPUs cannot run target, or None when they can (or it needs none)."""
     cuda = target.cuda
     if cuda is None:
@@ -30,30 +28,29 @@ def gpu_problem(target: Target, gpus: list[dict[str, Any]]) -> str | None:
         return (f"target {target.name} needs an NVIDIA GPU of compute capability {wanted} and "
                 "NVML finds no GPU here (driver missing or no device): run on such a machine; "
                 "`appliance doctor` shows what this one has")
-    matching = [g for g in gpus if g.get("compute_capability") == wanted]
+    matching = [g for g in gpus if g.compute_capability == wanted]
     if not matching:
-        found = ", ".join(f"{g.get('name')} (compute capability {g.get('compute_capability')})"
-                          for g in gpus)
-        fits = sorted({REPRO_TARGETS_BY_CC[cc] for g in gpus
-                       if (cc := str(g.get("compute_capability"))) in REPRO_TARGETS_BY_CC})
+        found = ", ".join(f"{g.name} (compute capability {g.compute_capability})" for g in gpus)
+        fits = sorted({name for g in gpus
+                       if (name := target_for_capability(g.compute_capability, lock))
+                       in REPRO_PROFILES})
         hint = f"; this machine fits repro-{fits[0]}" if fits else ""
         return f"target {target.name} needs compute capability {wanted}, found {found}{hint}"
-    driver = str(matching[0].get("driver_version") or "")
+    driver = matching[0].driver
     if not driver_satisfies(driver, cuda.min_driver):
         return (f"target {target.name} needs NVIDIA driver {cuda.min_driver} or newer for "
                 f"CUDA {cuda.version}, found {driver or 'unknown'}: update the driver")
     return None
 
 
-
-def preflight(lock: Lock, target_name: str, gpus: list[dict[str, Any]],
+def preflight(lock: Lock, target_name: str, gpus: list[Gpu],
               models_dir: Path | None) -> list[str]:
     """The profiles target_name reproduces, after checking this machine can run them."""
     if target_name not in REPRO_PROFILES:
         raise ApplianceError(f"no reproduction for target {target_name!r}: choose one of "
                              f"{', '.join(REPRO_PROFILES)}")
     target = lock.target(target_name)
-    problem = gpu_problem(target, gpus)
+    problem = gpu_problem(lock, target, gpus)
     if problem is not None:
         raise ApplianceError(f"repro-{target_name}: {problem}")
     if target.cuda is not None:

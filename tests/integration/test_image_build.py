@@ -10,8 +10,8 @@ import pytest
 
 from appliance.engine.lock import load_lock
 from appliance.engine.patches import series_digest
+from appliance.engine.tools import IMAGE_TOOLS
 from appliance.images import labels as L
-from appliance.images.build import TOOLS
 from tests.conftest import REPO, run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine, pytest.mark.slow]
@@ -30,7 +30,7 @@ def test_second_build_is_a_cache_hit(engine_image_cpu: str) -> None:
 
 def test_tag_and_labels_record_every_input(engine_image_cpu: str, docker_client) -> None:  # type: ignore[no-untyped-def]
     lock = load_lock()
-    lock_digest = L.engine_lock_digest(lock)
+    lock_digest = lock.digest
     assert engine_image_cpu == f"moe-expert-cache:cpu-{lock_digest[:12]}-standin-b10229"
     labels = docker_client.images.get(engine_image_cpu).labels
     assert labels["org.opencontainers.image.source"] == lock.upstream.repository
@@ -64,7 +64,7 @@ def test_runtime_image_is_small_non_root_and_has_no_compiler(engine_image_cpu: s
     uid = next(word for word in out if word.startswith("uid="))
     assert uid != "uid=0"
     binaries = [word for word in out if not word.startswith(("uid=", "/"))]
-    assert sorted(binaries) == sorted(TOOLS)
+    assert sorted(binaries) == sorted(IMAGE_TOOLS)
     assert [word for word in out if word.startswith("/")] == [], "a compiler or linker is present"
 
 
@@ -73,7 +73,7 @@ def test_selftest_passes_for_every_tool(engine_image_cpu: str) -> None:
     checks = json.loads(result.stdout)
     assert result.returncode == 0, result.stderr
     names = [c["name"] for c in checks]
-    for tool in TOOLS:
+    for tool in IMAGE_TOOLS:
         assert f"{tool} --help" in names and f"{tool} libraries" in names
     assert "non-root user" in names and "no compiler" in names
     assert all(c["ok"] for c in checks), checks
@@ -160,7 +160,7 @@ def test_a_failed_build_shows_the_log_tail_and_leaves_no_tag(engine_image_cpu: s
     raw["targets"]["cpu"]["cmake_args"].append("-DGGML_CUDA=ON")  # no CUDA toolkit in the base
     lock_path = tmp_path / "lock.json"
     lock_path.write_text(json.dumps(raw))
-    tag = f"moe-expert-cache:cpu-{L.engine_lock_digest(load_lock(lock_path))[:12]}-standin-b10229"
+    tag = f"moe-expert-cache:cpu-{load_lock(lock_path).digest[:12]}-standin-b10229"
     result = run_cli("image", "build", "--target", "cpu", "--source", "b10229",
                      "--builder", builder, "--lock", str(lock_path))
     assert result.returncode == 1

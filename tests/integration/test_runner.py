@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from appliance.engine.lock import load_lock
-from appliance.runs.execute import LABEL, RunContext, RunOutcome, execute_run
+from appliance.images.labels import RUN as LABEL
+from appliance.runs.execute import RunContext, RunOutcome, execute_run
 from appliance.runs.plan import CommandEngine
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import load_profile

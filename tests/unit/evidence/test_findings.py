@@ -23,7 +23,6 @@ from appliance.evidence.findings import (
     load_finding,
     load_findings,
     load_schema,
-    parse_bytes,
     validate_finding,
 )
 from tests.conftest import run_cli
@@ -154,14 +153,6 @@ def test_schema_check_refuses_keywords_it_does_not_check() -> None:
     schema["definitions"]["claim"]["oneOf"] = [{"type": "object"}]
     assert schema_problems(schema) == [
         "/definitions/claim: keywords this project does not check: oneOf"]
-
-
-def test_parse_bytes() -> None:
-    assert parse_bytes("8GiB") == 8589934592
-    assert parse_bytes("256 MiB") == 268435456
-    assert parse_bytes(1024) == 1024
-    assert parse_bytes("eight") is None
-    assert parse_bytes(True) is None
 
 
 def test_matching_run_reproduces(tmp_path: Path, key: Path) -> None:

@@ -1,10 +1,13 @@
 """Image labels against the lock: what matches, what drifts, and what the tag says."""
 
+import ast
 import copy
 import json
+import re
 
 from appliance.engine.lock import load_lock, parse_lock
 from appliance.images import labels as L
+from tests.conftest import REPO
 
 STAND_IN_IDENTITY = {
     "kind": "stand-in", "name": "b10229", "package": "xllamacpp", "version": "2026.8.10229",
@@ -17,7 +20,7 @@ def _inputs(lock, identity=None, series="11" * 32):  # type: ignore[no-untyped-d
     identity = identity or dict(STAND_IN_IDENTITY,
                                 sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)
     return L.BuildInputs(
-        lock_digest=L.engine_lock_digest(lock), target=lock.target("cpu"), identity=identity,
+        lock_digest=lock.digest, target=lock.target("cpu"), identity=identity,
         series_digest=series, experimental=(), dockerfile_sha256="22" * 32,
         build_base_id="sha256:" + "33" * 32, runtime_base_id="sha256:" + "44" * 32,
         build_args={"TOOLS": "llama-moe-trace llama-completion llama-bench"})
@@ -57,9 +60,9 @@ def test_publishing_does_not_change_the_engine_lock_digest_but_targets_do() -> N
     raw = copy.deepcopy(lock.raw)
     raw["published_images"] = {"cpu": {"reference": "registry/x@sha256:" + "0" * 64}}
     published = parse_lock(raw, lock.path)
-    assert L.engine_lock_digest(published) == L.engine_lock_digest(lock)
+    assert published.digest == lock.digest
     raw["targets"]["cpu"]["cmake_args"] = [*raw["targets"]["cpu"]["cmake_args"], "-DX=1"]
-    assert L.engine_lock_digest(parse_lock(raw, lock.path)) != L.engine_lock_digest(lock)
+    assert parse_lock(raw, lock.path).digest != lock.digest
 
 
 def test_inputs_digest_ignores_fetch_time_but_not_the_tree() -> None:
@@ -74,7 +77,7 @@ def test_inputs_digest_ignores_fetch_time_but_not_the_tree() -> None:
 
 def test_tags_name_the_target_lock_and_non_canonical_sources() -> None:
     lock = load_lock()
-    digest12 = L.engine_lock_digest(lock)[:12]
+    digest12 = lock.digest[:12]
     assert L.image_tag(lock, "sm120", {"kind": "canonical"}) == f"moe-expert-cache:sm120-{digest12}"
     assert L.image_tag(lock, "cpu", STAND_IN_IDENTITY) == (
         f"moe-expert-cache:cpu-{digest12}-standin-b10229")
@@ -85,9 +88,32 @@ def test_tags_name_the_target_lock_and_non_canonical_sources() -> None:
 
 def test_candidate_tags_put_the_canonical_source_first() -> None:
     lock = load_lock()
-    digest12 = L.engine_lock_digest(lock)[:12]
+    digest12 = lock.digest[:12]
     assert L.candidate_tags(lock, "cpu") == [
         f"moe-expert-cache:cpu-{digest12}",
         f"moe-expert-cache:cpu-{digest12}-standin-b10229",
         f"moe-expert-cache:cpu-{digest12}-standin-b10068",
     ]
+
+
+def _label_values() -> set[str]:
+    return {v for k, v in vars(L).items() if k.isupper() and isinstance(v, str)
+            and v.startswith((f"{L.OWN}.", f"{L.OCI}."))}
+
+
+def test_label_keys_live_only_in_the_labels_module_under_one_namespace() -> None:
+    """No other module spells a label key; docs name only keys the module defines."""
+    spelled = []
+    for path in sorted((REPO / "appliance").rglob("*.py")):
+        if path.name == "labels.py" and path.parent.name == "images":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(
+                    r"\b(io|org)\.(moe-appliance|opencontainers)\.", node.value):
+                spelled.append(f"{path.relative_to(REPO)}: {node.value!r}")
+    assert spelled == []
+    assert all(v.startswith(("io.moe-appliance.", "org.opencontainers.image.")) for v in _label_values())
+    documented = set()
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        documented |= set(re.findall(r"io\.moe-appliance\.[a-z][a-z.-]*[a-z]", doc.read_text()))
+    assert documented and documented <= _label_values(), documented - _label_values()

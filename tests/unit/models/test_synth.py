@@ -12,7 +12,7 @@ from gguf import GGUFReader
 from gguf.constants import GGMLQuantizationType
 
 from appliance.models import weights
-from appliance.models.shapes import SynthSpec, solve_layout
+from appliance.models.shapes import ModelSynthSpec, solve_layout
 from appliance.models.vocab import byte_vocab
 from tests.conftest import REPO, run_cli
 
@@ -90,7 +90,7 @@ def test_metadata_round_trip(tmp_path: Path, arch: str, qtype: str) -> None:
     assert len(field("tokenizer.ggml.tokens")) == len(byte_vocab().tokens)  # type: ignore[arg-type]
 
     tensors = {t.name: t for t in reader.tensors}
-    layout = solve_layout(SynthSpec(arch=arch, size_bytes=40 << 20, experts=32, used=4,
+    layout = solve_layout(ModelSynthSpec(arch=arch, size_bytes=40 << 20, experts=32, used=4,
                                     skew=0.5, seed=3, expert_type=qtype), len(byte_vocab().tokens))
     assert sorted(tensors) == sorted(t.name for t in layout.tensors)
     down = tensors["blk.2.ffn_down_exps.weight"]
@@ -130,7 +130,7 @@ def test_streaming_write_keeps_memory_well_under_file_size(tmp_path: Path) -> No
 def routed_distinct(skew: float, arch: str = "qwen3moe", steps: int = 64) -> list[int]:
     """Distinct experts per layer along the greedy token walk, routing from the embeddings."""
     vocab = byte_vocab()
-    layout = solve_layout(SynthSpec(arch=arch, size_bytes=64 << 20, skew=skew, seed=5),
+    layout = solve_layout(ModelSynthSpec(arch=arch, size_bytes=64 << 20, skew=skew, seed=5),
                           len(vocab.tokens))
     design = weights.make_design(layout, vocab)
     token, walk = ord("a"), []
@@ -155,7 +155,7 @@ def test_router_skew_concentrates_routing() -> None:
 
 def test_walk_visits_every_normal_token_and_stays_in_clusters() -> None:
     vocab = byte_vocab()
-    layout = solve_layout(SynthSpec(arch="qwen3moe", size_bytes=64 << 20), len(vocab.tokens))
+    layout = solve_layout(ModelSynthSpec(arch="qwen3moe", size_bytes=64 << 20), len(vocab.tokens))
     design = weights.make_design(layout, vocab)
     token, seen, same_cluster = vocab.normal_ids[0], set(), 0
     for _ in range(len(vocab.normal_ids)):

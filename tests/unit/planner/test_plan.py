@@ -8,7 +8,7 @@ import pytest
 from gguf import GGUFReader
 
 from appliance.planner.accounting import account_file
-from appliance.planner.plan import Limits, make_plan, predicted_peak_bytes
+from appliance.planner.plan import PlanLimits, make_plan, predicted_peak_bytes
 from appliance.planner.reference_plans import write_reference_plans
 from tests.conftest import REPO, run_cli
 from tests.models import tiny_model
@@ -63,14 +63,14 @@ def test_cpu_only_verdicts_follow_the_ram_limit() -> None:
 def test_gpu_plans_place_top_layers_experts_first() -> None:
     acc = account_file(tiny_model("qwen3moe"))
     layer_experts = acc.routed_by_layer[3]
-    whole = make_plan(acc, Limits(ram_bytes=4 << 30, vram_bytes=4 << 30))
+    whole = make_plan(acc, PlanLimits(ram_bytes=4 << 30, vram_bytes=4 << 30))
     assert whole.verdict == "fits_in_vram"
     assert "-ngl" in whole.args and whole.args[whole.args.index("-ngl") + 1] == "4"
     assert "--n-cpu-moe" not in whole.args and "--cpu-moe" not in whole.args
     # room for the fixed part and roughly two layers of experts
     fixed = whole.vram_total - acc.groups["routed_experts"]
     two_layers = int((fixed + 2.5 * layer_experts) / 0.95)
-    part = make_plan(acc, Limits(ram_bytes=4 << 30, vram_bytes=two_layers))
+    part = make_plan(acc, PlanLimits(ram_bytes=4 << 30, vram_bytes=two_layers))
     assert part.verdict == "fits_in_ram_plus_vram"
     assert part.args[part.args.index("--n-cpu-moe") + 1] == "2"
     assert part.vram_total <= two_layers
@@ -81,7 +81,7 @@ def test_gpu_plans_place_top_layers_experts_first() -> None:
 def test_predicted_peak_is_anonymous_plus_file_pages_capped_by_the_limit() -> None:
     acc = account_file(tiny_model("qwen35moe"))
     roomy = predicted_peak_bytes(acc, 1 << 30, ctx=4096)
-    plan = make_plan(acc, Limits(ram_bytes=1 << 30, vram_bytes=0, ctx=4096))
+    plan = make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=0, ctx=4096))
     assert roomy == plan.ram_anon + plan.ram_file
     assert roomy > acc.tensor_data_bytes
     assert predicted_peak_bytes(acc, 48 * MiB, ctx=4096) == 48 * MiB

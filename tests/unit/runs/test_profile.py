@@ -4,14 +4,9 @@ import pytest
 import yaml
 
 from appliance.core.errors import ConfigError
+from appliance.core.units import format_size, parse_size
 from appliance.runs.plan import trial_plan
-from appliance.runs.profile import (
-    PROFILES_DIR,
-    builtin_profiles,
-    format_size,
-    load_profile,
-    parse_size,
-)
+from appliance.runs.profile import PROFILES_DIR, builtin_profiles, load_profile
 from tests.conftest import run_cli
 
 GIB = 1 << 30
@@ -130,6 +125,6 @@ def test_sizes_parse(text: object, value: int) -> None:
 
 
 def test_sizes_format_for_people() -> None:
-    assert format_size(8 * GIB) == "8 GiB"
-    assert format_size(200 << 20) == "200 MiB"
-    assert format_size(17_821_719_168) == "16.6 GiB"
+    assert format_size(8 * GIB, trim=True) == "8 GiB"
+    assert format_size(200 << 20, trim=True) == "200 MiB"
+    assert format_size(17_821_719_168, trim=True) == "16.6 GiB"

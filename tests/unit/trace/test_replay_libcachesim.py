@@ -16,7 +16,7 @@ from appliance.trace import kernels
 from appliance.trace.events import EventStream, single_item_stream, trace_events
 from appliance.trace.format import read_trace, write_trace
 from appliance.trace.replay import pool_hits
-from appliance.trace.synth import SynthSpec, synth_trace
+from appliance.trace.synth import TraceSynthSpec, synth_trace
 from bench.lcs_oracle import LCS_POLICIES, lcs_misses, open_reader, write_oracle_trace
 
 
@@ -46,7 +46,7 @@ def crosscheck_trace(path: Path, work: Path, capacities: list[int]) -> int:
 
 @pytest.mark.parametrize("skew", [0.0, 0.9, 1.8])
 def test_synthetic_traces_match_libcachesim(tmp_path: Path, skew: float) -> None:
-    spec = SynthSpec(n_layers=3, n_experts=24, k=4, n_prompt=48, n_ubatch=16, n_decode=300,
+    spec = TraceSynthSpec(n_layers=3, n_experts=24, k=4, n_prompt=48, n_ubatch=16, n_decode=300,
                      skew=skew, correlation=0.25, seed=int(skew * 10) + 5)
     trace = synth_trace(spec)
     path = write_trace(tmp_path / "t.moetrace", trace.header, trace.rows)
@@ -57,7 +57,7 @@ def test_synthetic_traces_match_libcachesim(tmp_path: Path, skew: float) -> None
 def test_skews_give_different_traces() -> None:
     distinct = []
     for skew in (0.0, 0.9, 1.8):
-        spec = SynthSpec(n_layers=1, n_experts=64, k=2, n_prompt=0, n_decode=200, skew=skew,
+        spec = TraceSynthSpec(n_layers=1, n_experts=64, k=2, n_prompt=0, n_decode=200, skew=skew,
                          correlation=0.0, seed=1)
         ids = synth_trace(spec).rows["ids"].ravel()
         distinct.append(np.bincount(ids, minlength=64).max())

@@ -12,7 +12,7 @@ import pytest
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, trace_events
 from appliance.trace.replay import ReplaySetup, pool_hits, replay_one
-from appliance.trace.synth import SynthSpec, synth_trace
+from appliance.trace.synth import TraceSynthSpec, synth_trace
 
 
 def reference_hits(policy: str, stream: EventStream, capacity: int,
@@ -74,9 +74,9 @@ def reference_hits(policy: str, stream: EventStream, capacity: int,
 
 
 SPECS = [
-    SynthSpec(n_layers=3, n_experts=12, k=3, n_prompt=20, n_ubatch=8, n_decode=40,
+    TraceSynthSpec(n_layers=3, n_experts=12, k=3, n_prompt=20, n_ubatch=8, n_decode=40,
               skew=0.8, correlation=0.4, seed=11),
-    SynthSpec(n_layers=2, n_experts=16, k=2, n_prompt=9, n_ubatch=9, n_decode=60,
+    TraceSynthSpec(n_layers=2, n_experts=16, k=2, n_prompt=9, n_ubatch=9, n_decode=60,
               skew=1.6, correlation=0.1, seed=12),
 ]
 
@@ -84,7 +84,7 @@ SPECS = [
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("scope", ["per-layer", "global"])
 @pytest.mark.parametrize("policy", kernels.POLICIES)
-def test_engine_matches_reference(spec: SynthSpec, scope: str, policy: str) -> None:
+def test_engine_matches_reference(spec: TraceSynthSpec, scope: str, policy: str) -> None:
     events = trace_events(synth_trace(spec))
     code = kernels.CODES[policy]
     for pool in events.pools(scope):

@@ -9,11 +9,11 @@ import pytest
 
 from appliance.core.errors import ConfigError
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, read_trace, write_trace
-from appliance.trace.synth import SynthSpec, synth_trace
+from appliance.trace.synth import TraceSynthSpec, synth_trace
 
 
 def test_layout_round_trips_and_follows_spec_order(tmp_path: Path) -> None:
-    spec = SynthSpec(n_layers=3, n_experts=10, k=3, n_prompt=10, n_ubatch=4, n_decode=5, seed=9)
+    spec = TraceSynthSpec(n_layers=3, n_experts=10, k=3, n_prompt=10, n_ubatch=4, n_decode=5, seed=9)
     trace = synth_trace(spec)
     path = write_trace(tmp_path / "s.moetrace", trace.header, trace.rows)  # checks order too
     back = read_trace(path)
@@ -30,14 +30,14 @@ def test_layout_round_trips_and_follows_spec_order(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_trace_other_seed_differs() -> None:
-    a = synth_trace(SynthSpec(seed=3)).rows.tobytes()
-    assert synth_trace(SynthSpec(seed=3)).rows.tobytes() == a
-    assert synth_trace(SynthSpec(seed=4)).rows.tobytes() != a
+    a = synth_trace(TraceSynthSpec(seed=3)).rows.tobytes()
+    assert synth_trace(TraceSynthSpec(seed=3)).rows.tobytes() == a
+    assert synth_trace(TraceSynthSpec(seed=4)).rows.tobytes() != a
 
 
 def test_correlation_raises_reuse_of_previous_token() -> None:
     def reuse(correlation: float) -> float:
-        spec = SynthSpec(n_layers=1, n_experts=64, k=4, n_prompt=0, n_decode=400, skew=0.0,
+        spec = TraceSynthSpec(n_layers=1, n_experts=64, k=4, n_prompt=0, n_decode=400, skew=0.0,
                          correlation=correlation, seed=1)
         ids = synth_trace(spec).rows["ids"]
         return float(np.mean([len(set(a) & set(b)) for a, b in
@@ -51,4 +51,4 @@ def test_correlation_raises_reuse_of_previous_token() -> None:
                                  dict(n_prompt=0, n_decode=0), dict(skew=-1.0)])
 def test_bad_specs_refused(bad: dict) -> None:
     with pytest.raises(ConfigError):
-        synth_trace(SynthSpec(**bad))
+        synth_trace(TraceSynthSpec(**bad))

@@ -1,19 +1,19 @@
 """`make repro-<target>` preflight: a machine that cannot run the target stops before building."""
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
+from appliance.host.gpu import Gpu, visible_gpus
 from appliance.workflows.repro import preflight
 from tests.conftest import run_cli
 
 
-def gpu(cc: str, driver: str = "575.57.08",
-        name: str = "NVIDIA GeForce RTX 5090") -> dict[str, Any]:
-    return {"name": name, "compute_capability": cc, "driver_version": driver}
+def gpu(cc: str, driver: str = "575.57.08", name: str = "NVIDIA GeForce RTX 5090") -> Gpu:
+    """A hand-made record of what NVML would report (no GPU exists on these machines)."""
+    return Gpu(0, name, cc, driver, 32 << 30, 31 << 30, "12.9")
 
 
 def test_cpu_target_needs_nothing() -> None:
@@ -54,10 +54,8 @@ def test_unknown_target() -> None:
 
 def test_cli_on_this_machine() -> None:
     """No GPU here: the GPU preflight fails at once; a GPU machine passes it (asserted too)."""
-    from appliance.attest.provenance import gpu_facts
-
     result = run_cli("repro", "preflight", "sm120", "--models", "/")
-    if any(g["compute_capability"] == "12.0" for g in gpu_facts()):
+    if any(g.compute_capability == "12.0" for g in visible_gpus()):
         assert result.returncode == 0, result.stderr
     else:
         assert result.returncode == 1

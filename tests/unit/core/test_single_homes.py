@@ -1,0 +1,98 @@
+"""Each shared fact has one definition: no module outside its home defines it again."""
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+from appliance.attest.provenance import collect_run_provenance, engine_facts, host_facts
+from appliance.engine.lock import load_lock
+from appliance.engine.tools import IMAGE_TOOL_PATHS, IMAGE_TOOLS, LOCAL_TOOLS
+from appliance.host.cgroups import cgroup_version
+from appliance.images import labels
+from appliance.images.build import build_args
+from tests.conftest import REPO
+
+PACKAGE = REPO / "appliance"
+# name defined (function, class or module-level constant) -> the only module allowed to define it
+HOMES = {
+    "parse_size": "appliance/core/units.py",
+    "format_size": "appliance/core/units.py",
+    "parse_bytes": None,
+    "UNITS": "appliance/core/units.py",
+    "cgroup_version": "appliance/host/cgroups.py",
+    "lock_digest": "appliance/engine/lock.py",
+    "engine_lock_digest": None,
+    "IMAGE_TOOLS": "appliance/engine/tools.py",
+    "LOCAL_TOOLS": "appliance/engine/tools.py",
+    "TOOLS": None,
+    "TARGETS": None,  # the profile schema's enum (appliance/schemas/profile.schema.json)
+    "ENGINE_BINARIES": None,
+    "target_for_capability": "appliance/host/gpu.py",
+    "REPRO_TARGETS_BY_CC": None,
+    "_target_for": None,
+    "visible_gpus": "appliance/host/gpu.py",
+    "gpu_facts": None,
+    "sha256_file": "appliance/core/digests.py",
+    "_sha256": None,
+    "SynthSpec": None,
+    "ModelSynthSpec": "appliance/models/shapes.py",
+    "TraceSynthSpec": "appliance/trace/synth.py",
+    "Limits": None,
+    "PlanLimits": "appliance/planner/plan.py",
+    "MemoryLimits": "appliance/runs/profile.py",
+}
+
+
+def definitions(path: Path) -> set[str]:
+    """Names a module defines at any depth (functions, classes) or at top level (constants)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = {node.name for node in ast.walk(tree)
+             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        found.update(t.id for t in targets if isinstance(t, ast.Name))
+    return found
+
+
+def test_every_shared_fact_is_defined_only_in_its_home() -> None:
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        for name in sorted(definitions(path) & set(HOMES)):
+            if HOMES[name] != rel:
+                problems.append(f"{rel} defines {name} (its home: {HOMES[name] or 'nowhere'})")
+    assert problems == []
+
+
+def test_each_home_defines_its_facts() -> None:
+    for name, home in HOMES.items():
+        if home is not None:
+            assert name in definitions(REPO / home), (name, home)
+
+
+def test_the_walker_sees_nested_and_constant_definitions(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text("X: int = 1\nY = 2\nclass C:\n    def format_size(self): ...\n"
+                      "def f():\n    def cgroup_version(): ...\n")
+    assert definitions(sample) == {"X", "Y", "C", "format_size", "f", "cgroup_version"}
+
+
+def test_provenance_records_the_facts_of_their_homes() -> None:
+    lock = load_lock()
+    image = {"labels": {labels.LOCK_DIGEST: lock.digest}}
+    facts = engine_facts(lock.raw, image, {})
+    assert facts["lock_sha256"] == facts["image_lock_digest"] == lock.digest
+    assert host_facts()["cgroup_version"] == cgroup_version()
+
+
+def test_one_engine_tool_list_for_dockerfile_image_build_provenance_and_local_builds() -> None:
+    dockerfile = (REPO / "containers" / "engine.Dockerfile").read_text()
+    default = re.search(r'^ARG TOOLS="([^"]*)"$', dockerfile, re.MULTILINE)
+    assert default is not None and tuple(default.group(1).split()) == IMAGE_TOOLS
+    assert build_args(load_lock().target("cpu"))["TOOLS"] == " ".join(IMAGE_TOOLS)
+    assert tuple(f"/usr/local/bin/{t}" for t in IMAGE_TOOLS) == IMAGE_TOOL_PATHS
+    assert LOCAL_TOOLS[: len(IMAGE_TOOLS)] == IMAGE_TOOLS and "llama-simple" in LOCAL_TOOLS
+    default_binaries = inspect.signature(collect_run_provenance).parameters["binaries"].default
+    assert default_binaries == IMAGE_TOOL_PATHS
