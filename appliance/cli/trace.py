@@ -26,13 +26,19 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [part for value in values for part in value.split(",") if part]
 
 
+MAX_CAPACITY = 1 << 31
+
+
 def _capacities(values: tuple[str, ...]) -> list[int]:
     out = []
     for part in _split(values):
         try:
-            out.append(int(part))
+            capacity = int(part)
         except ValueError:
             raise ConfigError(f"capacity must be a whole number of experts, got {part!r}") from None
+        if not 1 <= capacity <= MAX_CAPACITY:
+            raise ConfigError(f"capacity must be from 1 to {MAX_CAPACITY} experts, got {part}")
+        out.append(capacity)
     return out
 
 
@@ -167,8 +173,9 @@ def replay_cmd(trace_path: Path, capacity: tuple[str, ...], policy: tuple[str, .
     for r in report["results"]:
         t = r["total"]
         moved = "-" if t["bytes_moved"] is None else str(t["bytes_moved"])
+        rate = "-" if t["hit_rate"] is None else f"{t['hit_rate']:.4f}"
         click.echo(f"{r['policy']:<12} {r['capacity']:>8} {t['hits']:>10} {t['misses']:>10} "
-                   f"{t['hit_rate']:>9.4f} {moved:>14}")
+                   f"{rate:>9} {moved:>14}")
 
 
 @trace_group.command("curves")

@@ -26,6 +26,14 @@ PREAMBLE_BYTES = 16
 TRAILER_BYTES = 16
 KIND_PROMPT = 0
 KIND_DECODE = 1
+# What a reader accepts, so that every trace it accepts can be replayed in bounded memory:
+# replay keeps a few 8-byte words per (MoE layer, expert) object.
+MAX_HEADER_BYTES = 1 << 20
+MAX_NESTING = 32
+MAX_LAYERS = 4096  # blocks; rows store the layer in 16 bits
+MAX_EXPERTS = 4096
+MAX_EXPERT_USED = 256
+MAX_OBJECTS = 1 << 20  # MoE layers x experts
 REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
     "format": str,
     "version": int,
@@ -108,15 +116,34 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
     if header["version"] != VERSION:
         raise ConfigError(f"{where}: header version {header['version']} but this reader "
                           f"understands version {VERSION}")
-    if header["n_expert_used"] < 1 or header["n_experts"] < header["n_expert_used"]:
+    for key, top in (("n_layers", MAX_LAYERS), ("n_experts", MAX_EXPERTS),
+                     ("n_expert_used", MAX_EXPERT_USED)):
+        if not 1 <= header[key] <= top:
+            raise ConfigError(f"{where}: header {key}={header[key]} is outside 1..{top}; "
+                              "the file is corrupt or from a model this reader cannot replay")
+    if header["n_experts"] < header["n_expert_used"]:
         raise ConfigError(f"{where}: header has n_expert_used={header['n_expert_used']} with "
                           f"n_experts={header['n_experts']}; the file is corrupt")
     layers = header["moe_layers"]
-    if (not layers or not all(isinstance(x, int) and 0 <= x < header["n_layers"] for x in layers)
+    if (not layers or not all(isinstance(x, int) and not isinstance(x, bool)
+                              and 0 <= x < header["n_layers"] for x in layers)
             or layers != sorted(set(layers))):
         raise ConfigError(f"{where}: header moe_layers must be ascending block indices below "
                           f"n_layers={header['n_layers']}")
+    if len(layers) * header["n_experts"] > MAX_OBJECTS:
+        raise ConfigError(f"{where}: {len(layers)} MoE layers x {header['n_experts']} experts "
+                          f"is over the {MAX_OBJECTS} experts a replay can track")
     return header
+
+
+def _nesting(text: bytes) -> int:
+    """Deepest nesting of JSON arrays and objects (brackets inside strings count too, which
+    only errs on the safe side)."""
+    depth = deepest = 0
+    for byte in text.translate(None, delete=bytes(set(range(256)) - set(b"[]{}"))):
+        depth += 1 if byte in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _check_rows(rows: np.ndarray, header: dict[str, Any], where: str) -> None:
@@ -151,6 +178,9 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
     if version != VERSION:
         raise ConfigError(f"{where}: trace format version {version}, but this reader "
                           f"understands version {VERSION}; use a matching appliance")
+    if header_len > MAX_HEADER_BYTES:
+        raise ConfigError(f"{where}: header length {header_len} is over the "
+                          f"{MAX_HEADER_BYTES}-byte limit; the trace is corrupt")
     if (PREAMBLE_BYTES + header_len) % 8 or PREAMBLE_BYTES + header_len + TRAILER_BYTES > size:
         raise ConfigError(f"{where}: header length {header_len} does not fit the file "
                           f"({size} bytes); the trace is truncated or corrupt")
@@ -158,12 +188,15 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
     if trailer != TRAILER_MAGIC:
         raise ConfigError(f"{where}: trailer missing; the trace is truncated or was not "
                           "finished by its writer")
+    raw = bytes(buffer[PREAMBLE_BYTES:PREAMBLE_BYTES + header_len])
+    if _nesting(raw) > MAX_NESTING:
+        raise ConfigError(f"{where}: trace header nests deeper than {MAX_NESTING} levels; "
+                          "the file is corrupt")
     try:
-        raw = bytes(buffer[PREAMBLE_BYTES:PREAMBLE_BYTES + header_len])
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ConfigError(f"{where}: trace header is not valid UTF-8 JSON; "
-                          "the file is corrupt") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ConfigError(f"{where}: trace header is not valid UTF-8 JSON (or holds a number "
+                          "too long to read); the file is corrupt") from None
     header = _check_header(header, where)
     dtype = row_dtype(header["n_expert_used"], header["has_weights"])
     body = size - PREAMBLE_BYTES - header_len - TRAILER_BYTES
@@ -212,6 +245,9 @@ def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.n
     rows = np.ascontiguousarray(rows)
     _check_rows(rows, header, str(path))
     encoded = encode_header(header)
+    if len(encoded) > MAX_HEADER_BYTES or _nesting(encoded) > MAX_NESTING:
+        raise ConfigError(f"{path}: the header is over {MAX_HEADER_BYTES} bytes or nests deeper "
+                          f"than {MAX_NESTING} levels, which no reader accepts")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("wb") as handle:
