@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from appliance.cli.options import FRACTION, NON_NEGATIVE, POSITIVE, SEED, OutputPath, finite
 from appliance.core.errors import ConfigError
 from appliance.trace.names import POLICIES
 
@@ -108,17 +109,18 @@ def info_cmd(trace_path: Path, as_json: bool) -> None:
 
 
 @trace_group.command("synth")
-@click.argument("out", type=click.Path(path_type=Path))
-@click.option("--layers", default=4, show_default=True, help="MoE layers.")
-@click.option("--experts", default=32, show_default=True, help="Routed experts per layer.")
-@click.option("--k", "k", default=4, show_default=True, help="Experts per token.")
-@click.option("--prompt", default=32, show_default=True, help="Prompt tokens.")
-@click.option("--ubatch", default=16, show_default=True, help="Prompt micro-batch size.")
-@click.option("--decode", default=64, show_default=True, help="Decode steps.")
-@click.option("--skew", default=1.0, show_default=True, help="Zipf exponent of popularity.")
-@click.option("--correlation", default=0.3, show_default=True,
+@click.argument("out", type=OutputPath())
+@click.option("--layers", type=POSITIVE, default=4, show_default=True, help="MoE layers.")
+@click.option("--experts", type=POSITIVE, default=32, show_default=True, help="Routed experts per layer.")
+@click.option("--k", "k", type=POSITIVE, default=4, show_default=True, help="Experts per token.")
+@click.option("--prompt", type=NON_NEGATIVE, default=32, show_default=True, help="Prompt tokens.")
+@click.option("--ubatch", type=POSITIVE, default=16, show_default=True, help="Prompt micro-batch size.")
+@click.option("--decode", type=NON_NEGATIVE, default=64, show_default=True, help="Decode steps.")
+@click.option("--skew", type=finite(min=0), default=1.0, show_default=True,
+              help="Zipf exponent of popularity.")
+@click.option("--correlation", type=FRACTION, default=0.3, show_default=True,
               help="Probability a token re-uses the previous token's expert in a slot.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 def synth_cmd(out: Path, layers: int, experts: int, k: int, prompt: int, ubatch: int,
               decode: int, skew: float, correlation: float, seed: int) -> None:
     """Write a synthetic trace (deterministic by seed) for tests and benchmarks."""
@@ -180,7 +182,7 @@ def replay_cmd(trace_path: Path, capacity: tuple[str, ...], policy: tuple[str, .
 
 @trace_group.command("curves")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), required=True,
+@click.option("--out", type=OutputPath(directory=True), required=True,
               help="Directory for curves.json, curves.png and heatmap-<policy>.png.")
 @click.option("--capacity", "capacity", multiple=True,
               help="Capacities (repeat or comma list; default 16 from k to all experts).")

@@ -35,6 +35,35 @@ def write_json(path: Path, value: Any) -> None:
     write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
+def stale_temporaries(path: Path, suffix: str) -> list[Path]:
+    """Temporary files `.NAME.PID<suffix>` next to `path` left by processes that are gone
+    (killed before they could clean up)."""
+    stale = []
+    for candidate in path.parent.glob(f".{path.name}.*{suffix}"):
+        pid = candidate.name[len(path.name) + 2:-len(suffix)]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            stale.append(candidate)
+        except OSError:
+            pass  # alive, owned by someone else
+    return sorted(stale)
+
+
+def remove_stale_temporaries(path: Path, suffix: str) -> list[Path]:
+    """Remove what `stale_temporaries` finds; the paths removed."""
+    removed = []
+    for stale in stale_temporaries(path, suffix):
+        try:
+            stale.unlink()
+        except OSError:
+            continue
+        removed.append(stale)
+    return removed
+
+
 def move_into(source: Path, destination: Path) -> None:
     """Rename a finished file into place (same filesystem), replacing nothing half-written."""
     destination.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,12 +14,14 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import LlamaFileType
 
+from appliance.core.atomic import remove_stale_temporaries
 from appliance.core.errors import ApplianceError
 from appliance.models import weights
 from appliance.models.shapes import Layout, SynthSpec, solve_layout
 from appliance.models.vocab import Vocab, byte_vocab
 
 SYNTH_FORMAT = 1  # bump when the same spec would produce different bytes
+PARTIAL_SUFFIX = ".partial"
 FILE_TYPES = {"f16": LlamaFileType.MOSTLY_F16, "q8_0": LlamaFileType.MOSTLY_Q8_0}
 
 
@@ -30,6 +33,21 @@ class SynthResult:
     expert_ff: int
     expert_bytes: int
     layout: Layout
+    stale_removed: tuple[Path, ...] = ()  # partial files of killed earlier runs, now removed
+
+
+def check_output(out: Path) -> None:
+    """Refuse to replace anything but a regular file: a device node, fifo or symlink given
+    as OUT would otherwise be swapped for the model by the final rename."""
+    try:
+        info = out.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ApplianceError(f"cannot write {out}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ApplianceError(f"{out} exists and is not a regular file (a device, directory, "
+                             "link or fifo); give a new file path")
 
 
 def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
@@ -80,11 +98,13 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
 
 def synthesize(spec: SynthSpec, out: Path) -> SynthResult:
     """Write the model to `out` (via a temporary name, renamed when complete)."""
+    check_output(out)
     vocab = byte_vocab()
     layout = solve_layout(spec, len(vocab.tokens))
     design = weights.make_design(layout, vocab)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    stale = remove_stale_temporaries(out, PARTIAL_SUFFIX)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     writer = GGUFWriter(None, spec.arch)
     add_metadata(writer, layout, vocab)
     for t in layout.tensors:
@@ -126,4 +146,4 @@ def synthesize(spec: SynthSpec, out: Path) -> SynthResult:
         raise
     expert_bytes = sum(t.nbytes for t in layout.tensors if t.role == "experts")
     return SynthResult(out, out.stat().st_size, digest.hexdigest(), layout.ff_exp, expert_bytes,
-                       layout)
+                       layout, tuple(stale))
