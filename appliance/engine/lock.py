@@ -13,6 +13,7 @@ from typing import Any
 
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ConfigError
+from appliance.core.nesting import MAX_NESTING, max_nesting
 from appliance.core.paths import default_lock_path
 
 SCHEMA_VERSION = 1
@@ -231,15 +232,23 @@ def parse_lock(raw: Any, path: Path) -> Lock:
 def load_lock(path: Path | None = None) -> Lock:
     path = path or default_lock_path()
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: lock file not found (pass --lock or run from the project checkout)"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start} is invalid)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the lock ({exc.strerror})") from None
+    if max_nesting(text) > MAX_NESTING:
+        raise ConfigError(f"{path}: nests deeper than {MAX_NESTING} levels; not a lock")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:  # e.g. an integer too long to convert
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
     return parse_lock(raw, path)
 
 

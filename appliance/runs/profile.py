@@ -14,6 +14,8 @@ import yaml
 
 from appliance.core import units
 from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.limits import MAX_N_PREDICT, MAX_REPEATS, MAX_SEED
+from appliance.core.nesting import MAX_NESTING, max_nesting
 from appliance.core.paths import PACKAGE_DIR
 
 SCHEMA_VERSION = 1
@@ -233,10 +235,12 @@ def _schedule(top: _Section) -> Schedule:
     schedule = Schedule(repeats=s.get("repeats", int), order=s.choice("order", ORDERS),
                         n_predict=s.get("n_predict", int), prompt=s.get("prompt", str),
                         seed=s.get("seed", int), cold_cache=s.get("cold_cache", bool))
-    if schedule.repeats < 1:
-        raise s.fail("repeats", "must be at least 1")
-    if schedule.n_predict < 1:
-        raise s.fail("n_predict", "must be at least 1")
+    if not 1 <= schedule.repeats <= MAX_REPEATS:
+        raise s.fail("repeats", f"must be from 1 to {MAX_REPEATS}")
+    if not 1 <= schedule.n_predict <= MAX_N_PREDICT:
+        raise s.fail("n_predict", f"must be from 1 to {MAX_N_PREDICT}")
+    if not 0 <= schedule.seed <= MAX_SEED:
+        raise s.fail("seed", f"must be from 0 to {MAX_SEED}")
     return schedule
 
 
@@ -303,14 +307,21 @@ def resolve_profile_path(name_or_path: str) -> Path:
 
 def load_profile(name_or_path: str) -> Profile:
     path = resolve_profile_path(name_or_path)
-    text = path.read_text()
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start} is invalid)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    if max_nesting(text) > MAX_NESTING:
+        raise ConfigError(f"{path}: nests deeper than {MAX_NESTING} levels; not a profile")
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}: "
-                          f"{getattr(exc, 'problem', None) or exc}") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
     profile = parse_profile(raw, path, text)
     if path.parent == PROFILES_DIR and profile.name != path.stem:
         raise ConfigError(f"{path}: name: {profile.name!r} differs from the file name")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from appliance.core.errors import ConfigError
+from appliance.core.nesting import MAX_NESTING, max_nesting
 
 MAGIC = b"MOETRACE"
 TRAILER_MAGIC = b"MOETEND\0"
@@ -29,7 +30,6 @@ KIND_DECODE = 1
 # What a reader accepts, so that every trace it accepts can be replayed in bounded memory:
 # replay keeps a few 8-byte words per (MoE layer, expert) object.
 MAX_HEADER_BYTES = 1 << 20
-MAX_NESTING = 32
 MAX_LAYERS = 4096  # blocks; rows store the layer in 16 bits
 MAX_EXPERTS = 4096
 MAX_EXPERT_USED = 256
@@ -136,16 +136,6 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
     return header
 
 
-def _nesting(text: bytes) -> int:
-    """Deepest nesting of JSON arrays and objects (brackets inside strings count too, which
-    only errs on the safe side)."""
-    depth = deepest = 0
-    for byte in text.translate(None, delete=bytes(set(range(256)) - set(b"[]{}"))):
-        depth += 1 if byte in b"[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
-
-
 def _check_rows(rows: np.ndarray, header: dict[str, Any], where: str) -> None:
     """Refuse rows that break the spec's invariants (ids in range, layers known, order)."""
     if not len(rows):
@@ -189,7 +179,7 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
         raise ConfigError(f"{where}: trailer missing; the trace is truncated or was not "
                           "finished by its writer")
     raw = bytes(buffer[PREAMBLE_BYTES:PREAMBLE_BYTES + header_len])
-    if _nesting(raw) > MAX_NESTING:
+    if max_nesting(raw) > MAX_NESTING:
         raise ConfigError(f"{where}: trace header nests deeper than {MAX_NESTING} levels; "
                           "the file is corrupt")
     try:
@@ -245,7 +235,7 @@ def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.n
     rows = np.ascontiguousarray(rows)
     _check_rows(rows, header, str(path))
     encoded = encode_header(header)
-    if len(encoded) > MAX_HEADER_BYTES or _nesting(encoded) > MAX_NESTING:
+    if len(encoded) > MAX_HEADER_BYTES or max_nesting(encoded) > MAX_NESTING:
         raise ConfigError(f"{path}: the header is over {MAX_HEADER_BYTES} bytes or nests deeper "
                           f"than {MAX_NESTING} levels, which no reader accepts")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

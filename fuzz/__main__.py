@@ -1,0 +1,43 @@
+"""`python -m fuzz [--cases N] [--seed S] [--reader NAME ...]`: mutated inputs through every
+reader, one table line per reader; exits 1 on any foreign exception, crash or hang."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fuzz.readers import READERS
+from fuzz.run import fuzz_reader, table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__)
+    parser.add_argument("--cases", type=int, default=100_000, help="cases per reader")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reader", action="append", choices=sorted(READERS),
+                        help="reader to fuzz (repeatable; default all)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--save", type=Path, default=Path(".cache/fuzz"),
+                        help="where failing inputs are written")
+    args = parser.parse_args()
+    tallies = []
+    for name in args.reader or list(READERS):
+        tally = fuzz_reader(name, args.cases, args.seed, args.workers, args.save)
+        tallies.append(tally)
+        print(table([tally]).splitlines()[1 if len(tallies) > 1 else 0], flush=True)
+        if len(tallies) == 1:
+            print(table([tally]).splitlines()[1], flush=True)
+        for failure in tally.failures[:5]:
+            print(f"  case {failure.index}: {failure.kind}: {failure.detail}", flush=True)
+    print()
+    print(table(tallies))
+    bad = sum(t.bad for t in tallies)
+    if bad:
+        print(f"{bad} cases ended in a foreign exception, a crash or a hang; inputs in {args.save}",
+              file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
