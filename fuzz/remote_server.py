@@ -21,7 +21,7 @@ RANGE = re.compile(r"bytes=(\d+)-(\d*)")
  SIZE_CHANGES) = range(16)
 SLOW = (DRIP, STALL)
 
-_state: dict[str, object] = {"mode": NORMAL, "body": b"", "requests": 0}
+_state: dict[str, object] = {"mode": NORMAL, "body": b"", "requests": 0, "sent": 0}
 _url: dict[int, str] = {}  # per process: a forked worker starts its own server
 
 
@@ -56,7 +56,7 @@ class _Handler(BaseHTTPRequestHandler):
         end = min(int(match.group(2) or len(body) - 1), len(body) - 1) if match else len(body) - 1
         total = str(len(body))
         if mode == STALL:
-            time.sleep(CLIENT_DEADLINE_S * 3)
+            time.sleep(CLIENT_DEADLINE_S * 10)
             return self._close()
         if mode == RESET:
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
@@ -113,6 +113,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body) if length is None else length))
             self.end_headers()
             self.wfile.write(body)
+            _state["sent"] = int(str(_state["sent"])) + len(body)
         except OSError:
             self.close_connection = True
 
@@ -120,9 +121,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+def body_bytes_sent() -> int:
+    """Body bytes the server sent since the last `serve` (the drip mode's are not counted)."""
+    return int(str(_state["sent"]))
+
+
 def serve(mode: int, body: bytes) -> str:
     """The URL at which this worker's server now plays `mode` with `body`."""
-    _state.update(mode=mode % 16, body=body, requests=0)
+    _state.update(mode=mode % 16, body=body, requests=0, sent=0)
     pid = os.getpid()
     if pid not in _url:
         server = _Server(("127.0.0.1", 0), _Handler)

@@ -33,9 +33,12 @@ def plan_command(model: str, ram_text: str, vram_text: str, ctx: int, ubatch: in
     limits = Limits(ram_bytes=parse_size(ram_text), vram_bytes=vram, ctx=ctx, n_ubatch=ubatch,
                     ssd_gbps=ssd_gbps, pcie_gbps=pcie_gbps, ram_gbps=ram_gbps,
                     hit_rate=hit_rate)
-    acc, how = load_accounting(model, progress=None if as_json else stderr_progress)
-    if not as_json and model.startswith(("http://", "https://")):
-        click.echo("", err=True)
+    remote = model.startswith(("http://", "https://"))
+    try:
+        acc, how = load_accounting(model, progress=None if as_json else stderr_progress)
+    finally:
+        if remote and not as_json:
+            click.echo("", err=True)  # ends the progress line, also before an error
     plan = make_plan(acc, limits)
     if as_json:
         doc = {"plan": plan.to_dict(), "accounting": acc.summary(), "source_note": how,

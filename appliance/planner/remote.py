@@ -57,6 +57,9 @@ class _Deadline:
         self._timer.daemon = True
         self._timer.start()
 
+    def passed(self) -> bool:
+        return self.expired or time.monotonic() >= self.end
+
     def left(self) -> float:
         return max(self.end - time.monotonic(), 0.001)
 
@@ -99,17 +102,17 @@ class HttpRangeSource:
         try:
             data = self._fetch(offset, size, deadline)
         except ApplianceError:
-            if deadline.expired:
+            if deadline.passed():
                 raise late from None
             raise
         except (OSError, http.client.HTTPException, ValueError, UnicodeError) as exc:
-            if deadline.expired:
+            if deadline.passed():
                 raise late from None
             reason = " ".join(str(exc).split())[:200] or type(exc).__name__
             raise ApplianceError(f"{self.url}: cannot fetch: {reason}") from None
         finally:
             deadline.cancel()
-        if deadline.expired:
+        if deadline.passed():
             raise late
         self.requests += 1
         self.bytes_fetched += len(data)
