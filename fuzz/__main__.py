@@ -17,7 +17,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reader", action="append", choices=sorted(READERS),
                         help="reader to fuzz (repeatable; default all)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default: 2, 4 for the remote reader)")
     parser.add_argument("--save", type=Path, default=Path(".cache/fuzz"),
                         help="where failing inputs are written")
     args = parser.parse_args()
@@ -25,9 +26,8 @@ def main() -> int:
     for name in args.reader or list(READERS):
         tally = fuzz_reader(name, args.cases, args.seed, args.workers, args.save)
         tallies.append(tally)
-        print(table([tally]).splitlines()[1 if len(tallies) > 1 else 0], flush=True)
-        if len(tallies) == 1:
-            print(table([tally]).splitlines()[1], flush=True)
+        lines = table([tally]).splitlines()
+        print("\n".join(lines if len(tallies) == 1 else lines[1:]), flush=True)
         for failure in tally.failures[:5]:
             print(f"  case {failure.index}: {failure.kind}: {failure.detail}", flush=True)
     print()

@@ -31,6 +31,7 @@ class Reader:
     setup: Callable[[Path], list[bytes]]  # seeds
     mutate: Callable[[random.Random, bytes], bytes]
     run: Callable[[bytes], None]
+    workers: int = 2  # more for readers that mostly wait (the remote one's slow servers)
     seeds: list[bytes] = field(default_factory=list)
 
 
@@ -308,7 +309,7 @@ def run_bundle(case: bytes) -> None:
 
 READERS = {
     "gguf": Reader("gguf", gguf_cases.seed_headers, gguf_cases.mutate, run_gguf),
-    "remote": Reader("remote", remote_seeds, mutate_remote, run_remote),
+    "remote": Reader("remote", remote_seeds, mutate_remote, run_remote, workers=4),
     "trace": Reader("trace", trace_seeds, mutate_trace, run_trace),
     "lock": Reader("lock", lock_seeds, mutate_json, run_lock),
     "profile": Reader("profile", profile_seeds, mutate_yaml, run_profile),

@@ -48,7 +48,7 @@ def make_case(reader: Reader, seed: int, index: int) -> bytes:
     return reader.mutate(rng, rng.choice(reader.seeds))
 
 
-def fuzz_reader(name: str, cases: int, seed: int = 0, workers: int = 2,
+def fuzz_reader(name: str, cases: int, seed: int = 0, workers: int | None = None,
                 save_dir: Path | None = None) -> Tally:
     reader = READERS[name]
     work = workdir()
@@ -68,7 +68,7 @@ def fuzz_reader(name: str, cases: int, seed: int = 0, workers: int = 2,
                 cache[index] = data
                 yield index, data
 
-        with Pool(reader.run, size=workers) as pool:
+        with Pool(reader.run, size=workers or reader.workers) as pool:
             for outcome in pool.map(stream()):
                 data = cache.pop(outcome.index)
                 tally.cases += 1
