@@ -145,19 +145,19 @@ class Pool:
             ready = wait([w.conn for w in busy], timeout=max(first_deadline - time.monotonic(), 0))
             now = time.monotonic()
             for worker in list(busy):
-                index = worker.index
-                assert index is not None
+                case = worker.index
+                assert case is not None
                 if worker.conn in ready:
                     try:
                         kind, detail, peak, _ = worker.conn.recv_bytes().decode().split("\0", 3)
                     except (EOFError, OSError):
                         how = _reap(worker, kill=False)
                         self._replace(worker)
-                        yield Outcome(index, CRASH, f"worker died: {how}")
+                        yield Outcome(case, CRASH, f"worker died: {how}")
                         continue
                     worker.index = None
-                    yield Outcome(index, kind, detail, int(peak))
+                    yield Outcome(case, kind, detail, int(peak))
                 elif now - worker.started >= self.deadline_s:
                     _reap(worker, kill=True)
                     self._replace(worker)
-                    yield Outcome(index, HANG, f"no answer within {self.deadline_s:g} s")
+                    yield Outcome(case, HANG, f"no answer within {self.deadline_s:g} s")
