@@ -1,5 +1,6 @@
 """Files written whole or not at all: a temporary name in the same directory, then a rename."""
 
+import glob
 import json
 import os
 import tempfile
@@ -39,7 +40,7 @@ def stale_temporaries(path: Path, suffix: str) -> list[Path]:
     """Temporary files `.NAME.PID<suffix>` next to `path` left by processes that are gone
     (killed before they could clean up)."""
     stale = []
-    for candidate in path.parent.glob(f".{path.name}.*{suffix}"):
+    for candidate in path.parent.glob(f".{glob.escape(path.name)}.*{glob.escape(suffix)}"):
         pid = candidate.name[len(path.name) + 2:-len(suffix)]
         if not pid.isdigit():
             continue

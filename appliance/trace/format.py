@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.core.atomic import remove_stale_temporaries
 from appliance.core.errors import ConfigError
 from appliance.core.nesting import MAX_NESTING, max_nesting
 
@@ -238,6 +239,7 @@ def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.n
     if len(encoded) > MAX_HEADER_BYTES or max_nesting(encoded) > MAX_NESTING:
         raise ConfigError(f"{path}: the header is over {MAX_HEADER_BYTES} bytes or nests deeper "
                           f"than {MAX_NESTING} levels, which no reader accepts")
+    remove_stale_temporaries(path, ".tmp")  # left by writers that were killed
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("wb") as handle:
