@@ -22,7 +22,7 @@ from appliance.core.errors import ApplianceError
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 CHUNK = 1 << 20
-HEADER_BUDGET = 256 << 20  # bytes of header a reader accepts (real ones are a few MiB)
+HEADER_BUDGET = 64 << 20  # bytes of header a reader accepts (real ones: a few MiB, vocabulary included)
 MAX_ALIGNMENT = 1 << 30
 MAX_DIM = (1 << 63) - 1  # ggml keeps dimensions in int64
 # smallest encodings: a metadata entry (empty key, type, one-byte value), a tensor info
