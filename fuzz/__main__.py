@@ -4,6 +4,7 @@ reader, one table line per reader; exits 1 on any foreign exception, crash or ha
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -11,7 +12,12 @@ from fuzz.readers import READERS
 from fuzz.run import fuzz_reader, table
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # the workers and the work directory are cleaned up on the way out
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__)
     parser.add_argument("--cases", type=int, default=100_000, help="cases per reader")
     parser.add_argument("--seed", type=int, default=0)
@@ -24,7 +30,9 @@ def main() -> int:
     args = parser.parse_args()
     tallies = []
     for name in args.reader or list(READERS):
-        tally = fuzz_reader(name, args.cases, args.seed, args.workers, args.save)
+        tally = fuzz_reader(name, args.cases, args.seed, args.workers, args.save,
+                            progress=lambda t: print(f"  ... {table([t]).splitlines()[1]}",
+                                                     flush=True))
         tallies.append(tally)
         lines = table([tally]).splitlines()
         print("\n".join(lines if len(tallies) == 1 else lines[1:]), flush=True)

@@ -307,11 +307,11 @@ def run_bundle(case: bytes) -> None:
         raise ApplianceError(f"bundle {result}")
 
 
-READERS = {
+READERS = {  # cheapest first
     "gguf": Reader("gguf", gguf_cases.seed_headers, gguf_cases.mutate, run_gguf),
-    "remote": Reader("remote", remote_seeds, mutate_remote, run_remote, workers=4),
-    "trace": Reader("trace", trace_seeds, mutate_trace, run_trace),
     "lock": Reader("lock", lock_seeds, mutate_json, run_lock),
+    "trace": Reader("trace", trace_seeds, mutate_trace, run_trace),
+    "remote": Reader("remote", remote_seeds, mutate_remote, run_remote, workers=4),
     "profile": Reader("profile", profile_seeds, mutate_yaml, run_profile),
     "bundle": Reader("bundle", bundle_seeds, mutate_bundle, run_bundle),
 }

@@ -6,7 +6,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MALLOC_ARENA_MAX", "2")
 
 MAX_SAVED = 20  # failing inputs kept per reader
+PROGRESS_EVERY = 10_000
 
 
 @dataclass
@@ -49,7 +50,8 @@ def make_case(reader: Reader, seed: int, index: int) -> bytes:
 
 
 def fuzz_reader(name: str, cases: int, seed: int = 0, workers: int | None = None,
-                save_dir: Path | None = None) -> Tally:
+                save_dir: Path | None = None,
+                progress: Callable[[Tally], None] | None = None) -> Tally:
     reader = READERS[name]
     work = workdir()
     os.environ["APPLIANCE_FUZZ_WORKDIR"] = str(work)
@@ -74,6 +76,9 @@ def fuzz_reader(name: str, cases: int, seed: int = 0, workers: int | None = None
                 tally.cases += 1
                 tally.counts[outcome.kind] += 1
                 tally.peak_rss = max(tally.peak_rss, outcome.peak_rss)
+                if progress is not None and tally.cases % PROGRESS_EVERY == 0:
+                    tally.seconds = time.monotonic() - start
+                    progress(tally)
                 if outcome.kind in (FOREIGN, HANG, CRASH):
                     tally.failures.append(outcome)
                     if save_dir is not None and len(tally.failures) <= MAX_SAVED:
