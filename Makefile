@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APPLIANCE := $(PY) -m appliance
 
-.PHONY: venv test lint demo bench
+.PHONY: venv test lint demo bench fuzz
 
 venv: $(VENV)/.installed
 
@@ -19,8 +19,15 @@ test: venv
 	$(PY) -m pytest
 
 lint: venv
-	$(VENV)/bin/ruff check appliance tests
-	$(VENV)/bin/mypy appliance
+	$(VENV)/bin/ruff check appliance tests fuzz
+	$(VENV)/bin/mypy appliance fuzz
+
+# Every reader (GGUF header, remote GGUF, trace, lock, profile, bundle) fed FUZZ_CASES mutated
+# inputs each, in workers limited to 2 GiB and 2 s per case; a short run is part of `make test`.
+FUZZ_CASES ?= 100000
+FUZZ_SEED ?= 0
+fuzz: venv
+	$(PY) -m fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 
 demo: venv
 	$(APPLIANCE) demo $(DEMO_ARGS)

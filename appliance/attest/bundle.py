@@ -29,6 +29,7 @@ from appliance.attest.provenance import PROVENANCE_FILE, collect_run_provenance,
 from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.core.nesting import MAX_NESTING, max_nesting
 
 MANIFEST_FILE = "manifest.json"
 ATTESTATION_FILE = "attestation.dsse.json"
@@ -161,6 +162,12 @@ def sealed_digests_match(run_dir: Path) -> list[str]:
     return sorted(rel for rel in names if recorded.get(rel) != current.get(rel))
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: what a tampered file holds where an
+    object belongs is treated as absent, and the check that needs it fails."""
+    return value if isinstance(value, dict) else {}
+
+
 class _Verifier:
     """Runs the named checks over one bundle; each method appends one Check."""
 
@@ -178,10 +185,13 @@ class _Verifier:
 
     def _load_json(self, name: str) -> Any:
         try:
-            return json.loads((self.run_dir / name).read_text())
+            text = (self.run_dir / name).read_text()
+            if max_nesting(text) > MAX_NESTING:
+                return ...
+            return json.loads(text)
         except FileNotFoundError:
             return None
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError):  # JSONDecodeError, or a number too long
             return ...
 
     def check_manifest(self) -> None:
@@ -189,7 +199,8 @@ class _Verifier:
         if manifest is None:
             self.add("manifest", "fail", f"{MANIFEST_FILE} is missing: the bundle was never "
                      "finalized (run `appliance bundle sign DIR`)", [MANIFEST_FILE])
-        elif manifest is ... or not isinstance(manifest.get("files"), dict):
+        elif (manifest is ... or not isinstance(manifest, dict)
+              or not isinstance(manifest.get("files"), dict)):
             self.add("manifest", "fail", f"{MANIFEST_FILE} is not a valid manifest",
                      [MANIFEST_FILE])
         else:
@@ -217,7 +228,7 @@ class _Verifier:
         self.add("attestation", "pass", f"in-toto Statement v1 with {len(statement['subject'])} "
                  "subjects in a DSSE envelope")
         if self.manifest is not None:
-            recorded = (self.manifest.get("attestation") or {}).get("sha256")
+            recorded = _mapping(self.manifest.get("attestation")).get("sha256")
             actual = sha256_file(self.run_dir / ATTESTATION_FILE)
             if recorded == actual:
                 self.add("attestation-digest", "pass", "attestation file matches the manifest")
@@ -229,7 +240,7 @@ class _Verifier:
         if self.envelope is None:
             self.add("signature", "fail", "no readable attestation to check")
             return
-        recorded = (self.manifest or {}).get("attestation") or {}
+        recorded = _mapping(_mapping(self.manifest).get("attestation"))
         if not self.envelope.signatures:
             if self.pubkey is not None:
                 self.add("signature", "fail", f"bundle is unsigned, but --key {self.pubkey.keyid} "
@@ -297,7 +308,7 @@ class _Verifier:
             self.add("file-digests", "pass", f"{len(set(subjects) & set(self.on_disk))} file "
                      "digests recomputed and equal to the statement's")
         if self.manifest is not None:
-            listed = {rel: (e or {}).get("sha256") for rel, e in self.manifest["files"].items()}
+            listed = {rel: _mapping(e).get("sha256") for rel, e in self.manifest["files"].items()}
             differ = sorted(rel for rel in set(listed) | set(subjects)
                             if listed.get(rel) != subjects.get(rel))
             if differ:
@@ -307,8 +318,8 @@ class _Verifier:
                 self.add("manifest-matches-statement", "pass", "manifest lists the statement's "
                          "subjects with the same digests")
             expected = bundle_digest(subjects)
-            if self.manifest.get("bundle_digest") == expected == (
-                    self.statement.get("predicate") or {}).get("bundle_digest"):
+            if self.manifest.get("bundle_digest") == expected == _mapping(
+                    self.statement.get("predicate")).get("bundle_digest"):
                 self.add("bundle-digest", "pass", f"bundle digest {expected}")
             else:
                 self.add("bundle-digest", "fail", "bundle digest in manifest or predicate does "
@@ -321,7 +332,8 @@ class _Verifier:
             self.add("run-status", "fail", str(exc).replace(str(self.run_dir), "bundle"),
                      [RUN_FILE])
             return
-        claimed = ((self.statement or {}).get("predicate") or {}).get("run", {}).get("status")
+        claimed = _mapping(_mapping(_mapping(self.statement).get("predicate")).get("run")).get(
+            "status")
         if self.statement is not None and claimed != run["status"]:
             self.add("run-status", "fail", f"{RUN_FILE} says {run['status']!r}, the attested "
                      f"predicate says {claimed!r}", [RUN_FILE])

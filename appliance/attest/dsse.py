@@ -128,14 +128,14 @@ def read_envelope(data: dict[str, Any]) -> tuple[Envelope, dict[str, Any]]:
     """The envelope and its decoded statement; IntegrityError when either is malformed."""
     try:
         envelope = Envelope.from_dict(json.loads(json.dumps(data)))
-    except (KeyError, ValueError, TypeError) as exc:
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise IntegrityError(f"attestation is not a DSSE envelope: {exc}") from None
     if envelope.payload_type != PAYLOAD_TYPE:
         raise IntegrityError(f"attestation payload type is {envelope.payload_type!r}, "
                              f"expected {PAYLOAD_TYPE!r}")
     try:
         statement = json.loads(envelope.payload)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep
         raise IntegrityError(f"attestation payload is not JSON: {exc}") from None
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise IntegrityError(f"attestation payload is not an in-toto Statement v1 "
@@ -147,11 +147,11 @@ def verify_envelope(envelope: Envelope, key: SSlibKey) -> None:
     """Raise IntegrityError unless key made a valid signature over the envelope."""
     if not envelope.signatures:
         raise IntegrityError("the attestation carries no signature")
-    signed_by = sorted(envelope.signatures)
+    signed_by = sorted(str(keyid) for keyid in envelope.signatures)
     if key.keyid not in envelope.signatures:
         raise IntegrityError(f"signed by key {', '.join(signed_by)}, "
                              f"not by the given key {key.keyid}")
     try:
         envelope.verify([key], 1)
-    except VerificationError:
+    except (VerificationError, AttributeError, TypeError, ValueError):  # malformed signatures
         raise IntegrityError(f"signature by key {key.keyid} does not match the statement") from None

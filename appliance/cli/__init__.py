@@ -4,6 +4,7 @@ Each verb group lives in its own module in this package; expected failures raise
 ApplianceError and reach the user as one line on stderr with a non-zero exit status.
 """
 
+import signal
 import sys
 import traceback
 
@@ -50,8 +51,14 @@ for module in (engine, patches, image, model, plan, run, trace, bundle, evidence
         cli.add_command(command)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     debug = "--debug" in sys.argv[1:]
+    # SIGTERM cleans up like Ctrl-C: temporary files removed, containers stopped, runs marked
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         cli.main(standalone_mode=False, prog_name="appliance")
     except ApplianceError as exc:
@@ -62,6 +69,11 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # one line, like every other refusal
+        command = exc.ctx.command_path if exc.ctx is not None else "appliance"
+        message = " ".join(exc.format_message().split())
+        click.echo(f"error: {message} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

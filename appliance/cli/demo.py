@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from appliance.cli.options import lock_option
+from appliance.cli.options import REPEATS, OutputPath, lock_option
 from appliance.engine.lock import load_lock
 from appliance.workflows.pipeline import demo
 
@@ -15,11 +15,11 @@ from appliance.workflows.pipeline import demo
 @click.option("--source", default="auto", show_default=True,
               help="auto (canonical when reachable, else the b10229 stand-in, said loudly), "
               "canonical, a stand-in name or a llama.cpp directory.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--out", type=OutputPath(directory=True), default=None,
               help="Run directory (default: runs/tiny-oversub-<UTC time>).")
 @click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
               default=None, help="Where the tiny model is synthesized (default: the cache).")
-@click.option("--repeats", type=int, default=None, help="Override the profile's 3 repeats.")
+@click.option("--repeats", type=REPEATS, default=None, help="Override the profile's 3 repeats.")
 @lock_option
 def demo_command(source: str, out: Path | None, models_dir: Path | None, repeats: int | None,
                  lock_path: Path | None) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from appliance.cli.options import json_option
+from appliance.cli.options import OutputPath, finite, json_option
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.evidence.findings import (
@@ -111,11 +111,11 @@ def evidence_compare(bundle: Path, ids: tuple[str, ...], key: Path | None,
 @click.option("--summary", default=None, help="What was found (default: the title).")
 @click.option("--baseline", default="baseline", show_default=True,
               help="Variant the ratios are taken against.")
-@click.option("--tolerance", type=click.FloatRange(min=0), default=0.25, show_default=True,
+@click.option("--tolerance", type=finite(min=0), default=0.25, show_default=True,
               help="Relative tolerance a later reproduction's ratios must hold.")
 @click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
               help="Public key the bundle must be signed with.")
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+@click.option("--out", type=OutputPath(), default=None,
               help="Write the finding here (default: print it).")
 def evidence_draft(bundle: Path, finding_id: str, title: str, summary: str | None,
                    baseline: str, tolerance: float, key: Path | None, out: Path | None) -> None:

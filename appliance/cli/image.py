@@ -41,7 +41,8 @@ def image_group() -> None:
 @click.option("--target", "target", required=True, help="cpu, sm89 or sm120 (the lock's targets).")
 @source_option
 @click.option("--experimental", multiple=True, help="Add an experimental patch (repeatable).")
-@click.option("--jobs", default=DEFAULT_JOBS, show_default=True, help="Parallel compile jobs.")
+@click.option("--jobs", type=click.IntRange(1, 1024), default=DEFAULT_JOBS, show_default=True,
+              help="Parallel compile jobs.")
 @click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
               help="BuildKit via a docker client that has it, or the SDK's classic builder.")
 @lock_option
@@ -107,7 +108,7 @@ def base(epoch: int, write_lock_flag: bool, lock_path: Path | None) -> None:
 @click.option("--build-base", required=True, help="Local toolchain image to compile on.")
 @click.option("--cmake-arg", "cmake_args", multiple=True, help="Extra CMake argument (repeatable).")
 @source_option
-@click.option("--jobs", default=DEFAULT_JOBS, show_default=True)
+@click.option("--jobs", type=click.IntRange(1, 1024), default=DEFAULT_JOBS, show_default=True)
 @lock_option
 def check_compile(target: str, build_base: str, cmake_args: tuple[str, ...], source_spec: str,
                   jobs: int, lock_path: Path | None) -> None:

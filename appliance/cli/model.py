@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from appliance.cli.options import json_option
+from appliance.cli.options import POSITIVE, SEED, OutputPath, finite, json_option
 from appliance.core.units import format_size, parse_size
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, ModelSynthSpec
 from appliance.models.skeleton import write_skeleton
@@ -18,16 +18,16 @@ def model_group() -> None:
 
 
 @model_group.command("synth")
-@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("out", type=OutputPath())
 @click.option("--arch", type=click.Choice(ARCHES), required=True)
 @click.option("--size", "size_text", default="400MiB", show_default=True,
               help="Largest file size; the expert width is chosen to come close to it.")
-@click.option("--experts", default=64, show_default=True, help="Routed experts per layer.")
-@click.option("--used", default=8, show_default=True, help="Experts chosen per token.")
-@click.option("--layers", default=4, show_default=True, help="MoE layers.")
-@click.option("--skew", default=1.0, show_default=True,
+@click.option("--experts", type=POSITIVE, default=64, show_default=True, help="Routed experts per layer.")
+@click.option("--used", type=POSITIVE, default=8, show_default=True, help="Experts chosen per token.")
+@click.option("--layers", type=POSITIVE, default=4, show_default=True, help="MoE layers.")
+@click.option("--skew", type=finite(min=0), default=1.0, show_default=True,
               help="Router structure: 0 uniform random, 1 heavy-tailed with strong locality.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--type", "expert_type", type=click.Choice(sorted(EXPERT_TYPES)), default="f16",
               show_default=True, help="Type of the expert tensors.")
 @json_option
@@ -37,6 +37,8 @@ def synth_command(out: Path, arch: str, size_text: str, experts: int, used: int,
     spec = ModelSynthSpec(arch=arch, size_bytes=parse_size(size_text), experts=experts, used=used,
                      layers=layers, skew=skew, seed=seed, expert_type=expert_type)
     result = synthesize(spec, out)
+    for stale in result.stale_removed:
+        click.echo(f"removed {stale}, left by an earlier synth that was killed", err=True)
     record = {
         "path": str(result.path), "size_bytes": result.size_bytes, "sha256": result.sha256,
         "arch": arch, "experts": experts, "used": used, "layers": layers, "skew": skew,
@@ -56,7 +58,7 @@ def synth_command(out: Path, arch: str, size_text: str, experts: int, used: int,
 @model_group.command("skeleton")
 @click.argument("input_path", metavar="INPUT.json",
                 type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("out", type=OutputPath())
 def skeleton_command(input_path: Path, out: Path) -> None:
     """Write a header-only GGUF (no weights) from a published configuration, for planning."""
     data_bytes = write_skeleton(input_path, out)

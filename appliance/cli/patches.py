@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from appliance.cli.options import json_option, lock_option
+from appliance.cli.options import OutputPath, json_option, lock_option
 from appliance.core.errors import ApplianceError
 from appliance.engine.bracket import BracketReport, PatchCheck, bracket_check, require_bracket
 from appliance.engine.lock import PATCH_STATUSES, load_lock
@@ -53,7 +53,7 @@ def list_patches(lock_path: Path | None, as_json: bool) -> None:
 @patches_group.command("apply")
 @lock_option
 @source_option
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+@click.option("--out", "out_dir", required=True, type=OutputPath(directory=True),
               help="New directory for the patched tree.")
 @experimental_option
 @json_option
@@ -124,7 +124,7 @@ def check(lock_path: Path | None, as_json: bool) -> None:
 @patches_group.command("dev")
 @lock_option
 @source_option
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+@click.option("--out", "out_dir", required=True, type=OutputPath(directory=True),
               help="New directory for the git checkout.")
 @experimental_option
 def dev(lock_path: Path | None, source_spec: str, out_dir: Path, experimental: tuple[str, ...]) -> None:

@@ -4,7 +4,7 @@ import json
 
 import click
 
-from appliance.cli.options import json_option
+from appliance.cli.options import FRACTION, POSITIVE, RATE, json_option
 from appliance.core.errors import ApplianceError
 from appliance.core.units import parse_size
 from appliance.planner.plan import PlanLimits, PlanVerdict, make_plan
@@ -17,12 +17,12 @@ from appliance.planner.render import load_accounting, render, resolve_vram
 @click.option("--ram", "ram_text", required=True, help="Host memory limit, e.g. 8GiB.")
 @click.option("--vram", "vram_text", default="auto", show_default=True,
               help="GPU memory: a size, 0 for CPU-only, or auto (free memory via NVML).")
-@click.option("--ctx", default=4096, show_default=True, help="Context size (tokens).")
-@click.option("--ubatch", default=512, show_default=True, help="Physical batch size.")
-@click.option("--ssd-gbps", default=7.0, show_default=True, help="Storage read GB/s.")
-@click.option("--pcie-gbps", default=25.0, show_default=True, help="Host-to-GPU GB/s.")
-@click.option("--ram-gbps", default=60.0, show_default=True, help="Host memory GB/s.")
-@click.option("--hit-rate", type=click.FloatRange(0, 1), default=None,
+@click.option("--ctx", type=POSITIVE, default=4096, show_default=True, help="Context size (tokens).")
+@click.option("--ubatch", type=POSITIVE, default=512, show_default=True, help="Physical batch size.")
+@click.option("--ssd-gbps", type=RATE, default=7.0, show_default=True, help="Storage read GB/s.")
+@click.option("--pcie-gbps", type=RATE, default=25.0, show_default=True, help="Host-to-GPU GB/s.")
+@click.option("--ram-gbps", type=RATE, default=60.0, show_default=True, help="Host memory GB/s.")
+@click.option("--hit-rate", type=FRACTION, default=None,
               help="Expert-cache hit rate measured by a trace replay.")
 @json_option
 def plan_command(model: str, ram_text: str, vram_text: str, ctx: int, ubatch: int,
@@ -33,9 +33,12 @@ def plan_command(model: str, ram_text: str, vram_text: str, ctx: int, ubatch: in
     limits = PlanLimits(ram_bytes=parse_size(ram_text), vram_bytes=vram, ctx=ctx, n_ubatch=ubatch,
                     ssd_gbps=ssd_gbps, pcie_gbps=pcie_gbps, ram_gbps=ram_gbps,
                     hit_rate=hit_rate)
-    acc, how = load_accounting(model, progress=None if as_json else stderr_progress)
-    if not as_json and model.startswith(("http://", "https://")):
-        click.echo("", err=True)
+    remote = model.startswith(("http://", "https://"))
+    try:
+        acc, how = load_accounting(model, progress=None if as_json else stderr_progress)
+    finally:
+        if remote and not as_json:
+            click.echo("", err=True)  # ends the progress line, also before an error
     plan = make_plan(acc, limits)
     if as_json:
         doc = {"plan": plan.to_dict(), "accounting": acc.summary(), "source_note": how,

@@ -6,9 +6,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from appliance.cli.options import lock_option
+from appliance.cli.options import REPEATS, OutputPath, lock_option
 from appliance.engine.lock import load_lock
 from appliance.evidence.findings import REPRODUCED
+from appliance.host.docker import docker_endpoint, engine_problem
 from appliance.host.gpu import visible_gpus
 from appliance.workflows.pipeline import reproduce
 from appliance.workflows.repro import preflight
@@ -26,8 +27,9 @@ def repro_group() -> None:
 @lock_option
 def repro_preflight(target: str, models_dir: Path | None, lock_path: Path | None) -> None:
     """Check, before building anything, that this machine can run TARGET's reproduction."""
-    profiles = preflight(load_lock(lock_path), target, visible_gpus(), models_dir)
-    click.echo(f"repro-{target}: this machine can run {', '.join(profiles)}")
+    profiles = preflight(load_lock(lock_path), target, visible_gpus(), models_dir, engine_problem())
+    click.echo(f"repro-{target}: this machine can run {', '.join(profiles)} "
+               f"(Docker engine at {docker_endpoint()})")
 
 
 @repro_group.command("run")
@@ -38,11 +40,11 @@ def repro_preflight(target: str, models_dir: Path | None, lock_path: Path | None
 @click.option("--source", default="auto", show_default=True,
               help="auto (canonical when reachable, else the b10229 stand-in), canonical, "
               "a stand-in name or a llama.cpp directory.")
-@click.option("--out", "out_root", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--out", "out_root", type=OutputPath(directory=True), default=None,
               help="Directory for the run bundles, one per profile (default: runs/).")
 @click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
               help="Signing key (default: the key from `appliance keys init`).")
-@click.option("--repeats", type=int, default=None, help="Override the profiles' repeats.")
+@click.option("--repeats", type=REPEATS, default=None, help="Override the profiles' repeats.")
 @lock_option
 def repro_run(target: str, models_dir: Path | None, source: str, out_root: Path | None,
               key: Path | None, repeats: int | None, lock_path: Path | None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from appliance.cli.options import lock_option
+from appliance.cli.options import RATE, REPEATS, OutputPath, lock_option
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.host.docker import docker_client
@@ -25,15 +25,15 @@ from appliance.workflows.pipeline import execute_profile
 @click.option("--models", "models_dir", required=True,
               type=click.Path(path_type=Path, file_okay=False),
               help="Directory holding the profile's model file (mounted read-only).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--out", type=OutputPath(directory=True), default=None,
               help="Run directory to create (default: runs/<profile>-<UTC time>).")
-@click.option("--repeats", type=int, default=None, help="Override the profile's repeats.")
+@click.option("--repeats", type=REPEATS, default=None, help="Override the profile's repeats.")
 @click.option("--dry-run", is_flag=True, help="Print the trial plan and docker parameters only.")
 @click.option("--skip-digest-check", is_flag=True,
               help="Check the model's size only, not its sha256 (marked in all output).")
 @click.option("--image", default=None, help="Engine image tag (default: from target and lock).")
-@click.option("--gpu", "gpu_index", type=int, default=None, help="GPU index (default 0).")
-@click.option("--trial-timeout", type=float, default=None, metavar="SECONDS",
+@click.option("--gpu", "gpu_index", type=click.IntRange(min=0), default=None, help="GPU index (default 0).")
+@click.option("--trial-timeout", type=RATE, default=None, metavar="SECONDS",
               help="Stop a trial's engine after this long and record it as timed out.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
 @click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,

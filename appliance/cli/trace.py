@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from appliance.cli.options import FRACTION, NON_NEGATIVE, POSITIVE, SEED, OutputPath, finite
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.trace.names import POLICIES
@@ -27,13 +28,19 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [part for value in values for part in value.split(",") if part]
 
 
+MAX_CAPACITY = 1 << 31
+
+
 def _capacities(values: tuple[str, ...]) -> list[int]:
     out = []
     for part in _split(values):
         try:
-            out.append(int(part))
+            capacity = int(part)
         except ValueError:
             raise ConfigError(f"capacity must be a whole number of experts, got {part!r}") from None
+        if not 1 <= capacity <= MAX_CAPACITY:
+            raise ConfigError(f"capacity must be from 1 to {MAX_CAPACITY} experts, got {part}")
+        out.append(capacity)
     return out
 
 
@@ -103,17 +110,18 @@ def info_cmd(trace_path: Path, as_json: bool) -> None:
 
 
 @trace_group.command("synth")
-@click.argument("out", type=click.Path(path_type=Path))
-@click.option("--layers", default=4, show_default=True, help="MoE layers.")
-@click.option("--experts", default=32, show_default=True, help="Routed experts per layer.")
-@click.option("--k", "k", default=4, show_default=True, help="Experts per token.")
-@click.option("--prompt", default=32, show_default=True, help="Prompt tokens.")
-@click.option("--ubatch", default=16, show_default=True, help="Prompt micro-batch size.")
-@click.option("--decode", default=64, show_default=True, help="Decode steps.")
-@click.option("--skew", default=1.0, show_default=True, help="Zipf exponent of popularity.")
-@click.option("--correlation", default=0.3, show_default=True,
+@click.argument("out", type=OutputPath())
+@click.option("--layers", type=POSITIVE, default=4, show_default=True, help="MoE layers.")
+@click.option("--experts", type=POSITIVE, default=32, show_default=True, help="Routed experts per layer.")
+@click.option("--k", "k", type=POSITIVE, default=4, show_default=True, help="Experts per token.")
+@click.option("--prompt", type=NON_NEGATIVE, default=32, show_default=True, help="Prompt tokens.")
+@click.option("--ubatch", type=POSITIVE, default=16, show_default=True, help="Prompt micro-batch size.")
+@click.option("--decode", type=NON_NEGATIVE, default=64, show_default=True, help="Decode steps.")
+@click.option("--skew", type=finite(min=0), default=1.0, show_default=True,
+              help="Zipf exponent of popularity.")
+@click.option("--correlation", type=FRACTION, default=0.3, show_default=True,
               help="Probability a token re-uses the previous token's expert in a slot.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 def synth_cmd(out: Path, layers: int, experts: int, k: int, prompt: int, ubatch: int,
               decode: int, skew: float, correlation: float, seed: int) -> None:
     """Write a synthetic trace (deterministic by seed) for tests and benchmarks."""
@@ -168,13 +176,14 @@ def replay_cmd(trace_path: Path, capacity: tuple[str, ...], policy: tuple[str, .
     for r in report["results"]:
         t = r["total"]
         moved = "-" if t["bytes_moved"] is None else str(t["bytes_moved"])
+        rate = "-" if t["hit_rate"] is None else f"{t['hit_rate']:.4f}"
         click.echo(f"{r['policy']:<12} {r['capacity']:>8} {t['hits']:>10} {t['misses']:>10} "
-                   f"{t['hit_rate']:>9.4f} {moved:>14}")
+                   f"{rate:>9} {moved:>14}")
 
 
 @trace_group.command("curves")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), required=True,
+@click.option("--out", type=OutputPath(directory=True), required=True,
               help="Directory for curves.json, curves.png and heatmap-<policy>.png.")
 @click.option("--capacity", "capacity", multiple=True,
               help="Capacities (repeat or comma list; default 16 from k to all experts).")

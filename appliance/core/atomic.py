@@ -2,19 +2,28 @@
 
 One scheme for every file that must never be seen half-written (run records, the bundle
 manifest and attestation, the lock, traces, models, keys, downloads): the content goes to
-`.NAME.RANDOM.tmp` in the same directory, is flushed to disk (fsync), and is renamed over NAME;
-the directory is synced so the rename survives a crash. On any error the temporary file is
-removed and NAME keeps its old content, or stays absent.
+`.NAME.PID.RANDOM.tmp` in the same directory, is flushed to disk (fsync), and is renamed over
+NAME; the directory is synced so the rename survives a crash. On any error (SIGTERM included: the
+CLI turns it into an interrupt) the temporary file is removed and NAME keeps its old content, or
+stays absent. A temporary file whose writer was killed outright (SIGKILL, power loss) carries
+that writer's PID, so the next write of NAME finds it dead and removes the file. NAME itself must
+be a regular file or absent: a device node, fifo, directory or symlink is never replaced.
 """
 
 import contextlib
+import glob
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from appliance.core.errors import ApplianceError
+
+TMP_SUFFIX = ".tmp"
 
 
 def _umask() -> int:
@@ -38,8 +47,11 @@ def replacing_path(path: Path, mode: int | None = None) -> Iterator[Path]:
 
     mode: the file's permissions (default: what a plain open() would give under the umask).
     """
+    refuse_special(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temporaries(path)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TMP_SUFFIX,
+                                dir=path.parent)
     tmp = Path(name)
     try:
         os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
@@ -75,7 +87,84 @@ def write_json(path: Path, value: Any, sort_keys: bool = True) -> None:
     write_text(path, json.dumps(value, indent=2, sort_keys=sort_keys) + "\n")
 
 
+def stale_temporaries(path: Path) -> list[Path]:
+    """Temporary files of `path` (`.NAME.PID.RANDOM.tmp`) whose writing process is gone."""
+    stale = []
+    for candidate in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}"):
+        pid = candidate.name[len(path.name) + 2:].split(".", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            stale.append(candidate)
+        except OSError:
+            pass  # alive, owned by someone else
+    return sorted(stale)
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove what `stale_temporaries` finds; the paths removed."""
+    removed = []
+    for stale in stale_temporaries(path):
+        try:
+            stale.unlink()
+        except OSError:
+            continue
+        removed.append(stale)
+    return removed
+
+
+def refuse_special(path: Path) -> None:
+    """Refuse to write over anything but a regular file (the rename would replace a device node,
+    a fifo or a symlink with a plain file)."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ApplianceError(f"cannot write {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ApplianceError(f"{path} exists and is not a regular file (a device, directory, "
+                             "link or fifo); give a new file path")
+
+
 def move_into(source: Path, destination: Path) -> None:
     """Rename a finished file into place (same filesystem), replacing nothing half-written."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     os.replace(source, destination)
+
+
+def output_problem(path: Path, directory: bool) -> str | None:
+    """Why `path` cannot be written as an output, or None."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror})"
+    if info is not None:
+        if stat.S_ISLNK(info.st_mode):
+            return "is a symbolic link; give the real path"
+        if directory and not stat.S_ISDIR(info.st_mode):
+            return "exists and is not a directory"
+        if not directory and not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a special file"
+            return f"is {kind}, not a regular file; choose a file path"
+    parent = path if info is not None and directory else path.parent
+    existing = parent.absolute()
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot be created: {existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot be written: {existing} is not writable"
+    try:  # root passes access(2) on a read-only directory, and /proc looks writable to it
+        fd, probe = tempfile.mkstemp(prefix=".appliance-write-check-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"cannot be written: creating a file in {existing} fails ({exc.strerror})"
+    return None

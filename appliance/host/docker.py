@@ -1,5 +1,6 @@
 """The local Docker engine and a docker client that can build with BuildKit."""
 
+import os
 import shutil
 import subprocess
 from functools import cache
@@ -9,20 +10,55 @@ from typing import Any
 from appliance.core.errors import ApplianceError
 
 CLIENT_CANDIDATES = ("docker", "/usr/bin/docker", "/usr/local/bin/docker")
+DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
 
 
-def docker_client() -> Any:
-    """A connected docker SDK client, or a one-line error saying how to start the engine."""
+def docker_endpoint() -> str:
+    """Where the SDK connects: DOCKER_HOST, or the default socket; said as such."""
+    host = os.environ.get("DOCKER_HOST")
+    return f"{host} (DOCKER_HOST)" if host else f"{DEFAULT_ENDPOINT} (default socket)"
+
+
+def one_line(exc: BaseException, limit: int = 240) -> str:
+    """An exception as one short line: its type and first words."""
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= limit else text[:limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def engine_fix() -> str:
+    if os.environ.get("DOCKER_HOST"):
+        return ("point DOCKER_HOST at a running engine or unset it to use the default socket; "
+                "check with `appliance doctor`")
+    return ("start the engine (e.g. `dockerd &` or `systemctl start docker`; Debian: "
+            "apt-get install docker.io) and check with `appliance doctor`")
+
+
+def connect() -> tuple[Any, str | None]:
+    """(client, None) when the engine answers, else (None, why: endpoint and error)."""
     import docker
 
     try:
         client = docker.from_env()
         client.ping()
     except Exception as exc:  # noqa: BLE001 - every failure here means "no engine"
-        raise ApplianceError(
-            f"Docker engine not reachable ({type(exc).__name__}); start it (e.g. `dockerd &` or "
-            "`systemctl start docker`) and check with `appliance doctor`"
-        ) from None
+        return None, f"Docker engine at {docker_endpoint()} not reachable: {one_line(exc)}"
+    return client, None
+
+
+def engine_problem() -> str | None:
+    """Why the Docker engine cannot be used, with the endpoint tried, or None."""
+    client, problem = connect()
+    if client is not None:
+        client.close()
+    return problem
+
+
+def docker_client() -> Any:
+    """A connected docker SDK client, or a one-line error saying how to start the engine."""
+    client, problem = connect()
+    if client is None:
+        raise ApplianceError(f"{problem}; {engine_fix()}")
     return client
 
 

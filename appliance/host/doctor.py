@@ -5,8 +5,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock
-from appliance.host.docker import buildkit_client
+from appliance.host.docker import buildkit_client, connect, docker_endpoint, engine_fix, one_line
 from appliance.host.gpu import Gpu, NvmlUnavailable, detect_gpus, driver_satisfies, fitting_target
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -36,23 +37,24 @@ class Report:
 
 
 def _docker_facts() -> tuple[Check, dict[str, Any]]:
-    import docker
-
+    client, problem = connect()
     try:
-        client = docker.from_env()
+        if client is None:
+            raise ApplianceError(problem or "no engine")
         info = client.info()
         version = client.version()
     except Exception as exc:  # noqa: BLE001 - any failure means the engine is not usable
-        return Check("docker engine", FAIL, f"not reachable ({type(exc).__name__})",
-                     "install Docker (Debian: apt-get install docker.io) and start dockerd"), {}
+        detail = problem or f"Docker engine at {docker_endpoint()}: {one_line(exc)}"
+        return Check("docker engine", FAIL, detail, engine_fix()), {"docker_endpoint": docker_endpoint()}
     facts = {
+        "docker_endpoint": docker_endpoint(),
         "docker_version": version.get("Version"),
         "cgroup_version": str(info.get("CgroupVersion") or "1"),
         "cgroup_driver": info.get("CgroupDriver"),
         "runtimes": sorted((info.get("Runtimes") or {}).keys()),
     }
-    detail = (f"Docker {facts['docker_version']}, cgroup v{facts['cgroup_version']} "
-              f"({facts['cgroup_driver']} driver)")
+    detail = (f"Docker {facts['docker_version']} at {facts['docker_endpoint']}, cgroup "
+              f"v{facts['cgroup_version']} ({facts['cgroup_driver']} driver)")
     return Check("docker engine", PASS, detail), facts
 
 

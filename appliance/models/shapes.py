@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from appliance.core.errors import ApplianceError
+from appliance.core.limits import MAX_SEED
 
 ARCHES = ("qwen3moe", "qwen35moe")
 EXPERT_TYPES = {"f16": GGMLQuantizationType.F16, "q8_0": GGMLQuantizationType.Q8_0}
 MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS in llama.cpp src/llama-hparams.h
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS, same file
 FF_STEP = 32  # expert width granularity: a q8_0 block along ne[0] of ffn_down_exps
 ALIGNMENT = 32  # GGUF default data alignment
 HEADER_ALLOWANCE = 64 * 1024  # metadata, vocabulary and tensor infos stay well below this
@@ -125,8 +127,13 @@ def check_spec(spec: ModelSynthSpec) -> None:
             + (" (one linear-attention and one full-attention layer)" if min_layers == 2 else ""))
     if spec.embd % 256 != 0:
         raise ApplianceError(f"embedding width {spec.embd} must be a multiple of 256")
-    if spec.skew < 0:
-        raise ApplianceError(f"--skew {spec.skew} must be >= 0 (0 = uniform random routers)")
+    if spec.layers > MAX_LAYERS:
+        raise ApplianceError(f"--layers {spec.layers} exceeds llama.cpp's limit of {MAX_LAYERS}")
+    if not math.isfinite(spec.skew) or spec.skew < 0:
+        raise ApplianceError(f"--skew {spec.skew} must be a finite number >= 0 "
+                             "(0 = uniform random routers)")
+    if not 0 <= spec.seed <= MAX_SEED:
+        raise ApplianceError(f"--seed {spec.seed} must be from 0 to {MAX_SEED}")
 
 
 def tensor_list(spec: ModelSynthSpec, dims: Dims, n_vocab: int, ff: int) -> list[TensorSpec]:

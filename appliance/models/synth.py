@@ -30,6 +30,7 @@ class SynthResult:
     expert_ff: int
     expert_bytes: int
     layout: Layout
+    stale_removed: tuple[Path, ...] = ()  # temporaries of killed earlier runs, now removed
 
 
 def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
@@ -80,9 +81,11 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
 
 def synthesize(spec: ModelSynthSpec, out: Path) -> SynthResult:
     """Write the model to `out` (via a temporary name, renamed when complete)."""
+    atomic.refuse_special(out)
     vocab = byte_vocab()
     layout = solve_layout(spec, len(vocab.tokens))
     design = weights.make_design(layout, vocab)
+    stale = atomic.remove_stale_temporaries(out)
     writer = GGUFWriter(None, spec.arch)
     add_metadata(writer, layout, vocab)
     for t in layout.tensors:
@@ -122,4 +125,4 @@ def synthesize(spec: ModelSynthSpec, out: Path) -> SynthResult:
         raise
     expert_bytes = sum(t.nbytes for t in layout.tensors if t.role == "experts")
     return SynthResult(out, out.stat().st_size, digest.hexdigest(), layout.ff_exp, expert_bytes,
-                       layout)
+                       layout, tuple(stale))

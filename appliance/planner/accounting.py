@@ -27,8 +27,12 @@ GROUP_TITLES = {
     "other": "other",
 }
 HYBRID_ARCHES = {"qwen3next", "qwen35", "qwen35moe"}  # recurrent layers + every n-th attention
+# llama.cpp refuses models beyond these (src/llama-hparams.h LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS)
+MAX_LAYERS = 512
+MAX_EXPERTS = 512
+MAX_HPARAM = (1 << 32) - 1  # hyperparameters are u32 in llama.cpp
 
-LAYER_RE = re.compile(r"^blk\.(\d+)\.(.*)$")
+LAYER_RE = re.compile(r"^blk\.(\d{1,9})\.(.*)$")
 ROUTED_RE = re.compile(r"^ffn_[a-z_]*?_?exps(\b|_|\.)")
 
 
@@ -154,10 +158,25 @@ def classify(name: str) -> tuple[str, int]:
     return "attention_ssm", layer
 
 
-def per_layer(value: Any, layers: int, default: int = 0) -> list[int]:
+def whole_number(value: Any, name: str, source: str, low: int = 0,
+                 high: int = MAX_HPARAM) -> int:
+    """A metadata value as an int in [low, high], or a one-line error naming the key."""
+    number = value
+    if isinstance(value, float) and value.is_integer():
+        number = int(value)
+    if not isinstance(number, int) or isinstance(number, bool) or not low <= number <= high:
+        shown = f"an array of {value.count}" if isinstance(value, ArrayInfo) else repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ApplianceError(f"{source}: corrupt GGUF header: {name} is {shown}, not a whole "
+                             f"number from {low} to {high}")
+    return number
+
+
+def per_layer(value: Any, layers: int, name: str, source: str, default: int = 0) -> list[int]:
     if isinstance(value, list):
-        return [int(v) for v in value[:layers]] + [int(default)] * max(0, layers - len(value))
-    return [int(value if value is not None else default)] * layers
+        items = [whole_number(v, name, source) for v in value[:layers]]
+        return items + [default] * max(0, layers - len(value))
+    return [whole_number(value if value is not None else default, name, source)] * layers
 
 
 def arch_facts(header: GGUFHeader) -> ArchFacts:
@@ -166,36 +185,47 @@ def arch_facts(header: GGUFHeader) -> ArchFacts:
     def key(name: str, default: Any = None) -> Any:
         return header.get(f"{a}.{name}", default)
 
-    total_layers = int(key("block_count", 0))
-    nextn = int(key("nextn_predict_layers", 0))
+    def number(name: str, default: int = 0, low: int = 0, high: int = MAX_HPARAM) -> int:
+        return whole_number(key(name, default), f"{a}.{name}", header.source, low, high)
+
+    def layered(name: str, default: Any = 0) -> list[int]:
+        return per_layer(key(name, default), layers, f"{a}.{name}", header.source)
+
+    total_layers = number("block_count", high=MAX_LAYERS)
+    nextn = number("nextn_predict_layers", high=total_layers)
     layers = total_layers - nextn
     tokens = header.get("tokenizer.ggml.tokens")
-    vocab = tokens.count if isinstance(tokens, ArrayInfo) else len(tokens or [])
-    vocab = vocab or int(key("vocab_size", 0))
-    embedding = int(key("embedding_length", 0))
-    heads = per_layer(key("attention.head_count", 0), layers)
-    heads_kv = per_layer(key("attention.head_count_kv", None), layers)
+    vocab = (tokens.count if isinstance(tokens, ArrayInfo)
+             else len(tokens) if isinstance(tokens, list) else 0)
+    vocab = vocab or number("vocab_size")
+    embedding = number("embedding_length")
+    heads = layered("attention.head_count")
+    heads_kv = layered("attention.head_count_kv", None)
     if key("attention.head_count_kv") is None:
         heads_kv = list(heads)
     most_heads: int = max(heads, default=0)
     head_dim = embedding // most_heads if most_heads else 0
-    key_length = int(key("attention.key_length", head_dim))
-    value_length = int(key("attention.value_length", head_dim))
+    key_length = number("attention.key_length", head_dim)
+    value_length = number("attention.value_length", head_dim)
     recurrent: list[int] = []
     if a in HYBRID_ARCHES:
-        interval = int(key("full_attention_interval", 4))
+        interval = number("full_attention_interval", 4, low=1)
         recurrent = [i for i in range(layers) if (i + 1) % interval != 0]
-    attention = [i for i in range(layers) if i not in recurrent and heads_kv[i] > 0]
-    d_conv, d_inner = int(key("ssm.conv_kernel", 0)), int(key("ssm.inner_size", 0))
-    d_state, n_group = int(key("ssm.state_size", 0)), int(key("ssm.group_count", 0))
+    recurrent_set = set(recurrent)
+    attention = [i for i in range(layers) if i not in recurrent_set and heads_kv[i] > 0]
+    d_conv, d_inner = number("ssm.conv_kernel"), number("ssm.inner_size")
+    d_state, n_group = number("ssm.state_size"), number("ssm.group_count")
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     state_bytes = len(recurrent) * (conv + d_state * d_inner) * 4
+    experts = number("expert_count", high=MAX_EXPERTS)
+    ff_name = "expert_feed_forward_length" if key("expert_feed_forward_length") is not None \
+        else "feed_forward_length"
     return ArchFacts(
-        arch=a, layers=layers, nextn_layers=nextn, experts=int(key("expert_count", 0)),
-        experts_used=int(key("expert_used_count", 0)),
-        expert_ff=max(per_layer(key("expert_feed_forward_length",
-                                    key("feed_forward_length", 0)), max(layers, 1))),
-        context_length=int(key("context_length", 0)), embedding=embedding, vocab=vocab,
+        arch=a, layers=layers, nextn_layers=nextn, experts=experts,
+        experts_used=number("expert_used_count", high=experts),
+        expert_ff=max(per_layer(key(ff_name, 0), max(layers, 1), f"{a}.{ff_name}",
+                                header.source)),
+        context_length=number("context_length"), embedding=embedding, vocab=vocab,
         head_count=heads, head_count_kv=heads_kv, key_length=key_length,
         value_length=value_length, attention_layers=attention, recurrent_layers=recurrent,
         recurrent_state_bytes=state_bytes)
@@ -222,6 +252,9 @@ def account(header: GGUFHeader) -> Accounting:
         if t.group == "routed_experts":
             routed_by_layer[t.layer] = routed_by_layer.get(t.layer, 0) + t.nbytes
             n_experts = t.shape[-1] if len(t.shape) == 3 else max(facts.experts, 1)
+            if n_experts == 0:
+                raise ApplianceError(f"{header.source}: corrupt GGUF header: routed expert "
+                                     f"tensor {t.name!r} has shape {list(t.shape)}, 0 experts")
             expert_bytes[t.layer] = expert_bytes.get(t.layer, 0) + t.nbytes // n_experts
     data_bytes = sum(t.nbytes for t in tensors)
     return Accounting(

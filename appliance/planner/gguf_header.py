@@ -3,10 +3,15 @@
 The header is read front to back from a byte source in fixed-size chunks, so a source is asked
 for no more than the header plus one chunk: a whole file, a partial file that holds only the
 header, or a URL read with HTTP range requests (`appliance.planner.remote`).
+
+Every length the header declares (strings, arrays, counts of keys and tensors) is checked
+against the source's size, when known, and against a byte budget before anything is allocated
+or fetched, so a corrupt or hostile header costs at most the budget.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +22,12 @@ from appliance.core.errors import ApplianceError
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 CHUNK = 1 << 20
+HEADER_BUDGET = 64 << 20  # bytes of header a reader accepts (real ones: a few MiB, vocabulary included)
+MAX_ALIGNMENT = 1 << 30
+MAX_DIM = (1 << 63) - 1  # ggml keeps dimensions in int64
+# smallest encodings: a metadata entry (empty key, type, one-byte value), a tensor info
+# (empty name, n_dims 0, type, offset), a string (its length)
+MIN_KV_BYTES, MIN_TENSOR_BYTES, MIN_STRING_BYTES = 8 + 4 + 1, 8 + 4 + 4 + 8, 8
 KEEP_ARRAY_MAX = 4096  # numeric arrays up to this length are kept (per-layer values)
 
 # value type ids of the GGUF format: (struct code, size)
@@ -48,6 +59,7 @@ class FileSource:
         self.bytes_read = 0
         try:
             self._handle = open(path, "rb")  # noqa: SIM115 - closed by close()
+            self._size = os.fstat(self._handle.fileno()).st_size
         except OSError as exc:
             raise ApplianceError(f"cannot open {path}: {exc.strerror}") from exc
 
@@ -58,7 +70,7 @@ class FileSource:
         return data
 
     def total_size(self) -> int | None:
-        return self.path.stat().st_size
+        return self._size
 
     def close(self) -> None:
         self._handle.close()
@@ -101,20 +113,43 @@ class GGUFHeader:
 class _Cursor:
     """Sequential reader over the growing prefix of a source."""
 
-    def __init__(self, source: ByteSource, chunk: int) -> None:
-        self.source, self.chunk = source, chunk
+    def __init__(self, source: ByteSource, chunk: int, budget: int) -> None:
+        self.source, self.chunk, self.budget = source, chunk, budget
         self.buf = bytearray()
         self.pos = 0
         self.what = "the file header"
 
+    def limit(self) -> int:
+        """The offset no header byte may reach: the end of the source or the budget."""
+        total = self.source.total_size()
+        return self.budget if total is None else min(total, self.budget)
+
+    def check_fits(self, n: int, what: str) -> None:
+        """Refuse `n` more bytes of header before asking the source for them."""
+        end = self.pos + n
+        total = self.source.total_size()
+        if total is not None and end > total:
+            raise ApplianceError(
+                f"{self.source.name}: truncated GGUF header: it ends at byte {total} while "
+                f"reading {self.what}, where {what} would end at byte {end}; the file is "
+                "corrupt or incomplete: get the complete file (or at least its header)")
+        if end > self.budget:
+            raise ApplianceError(
+                f"{self.source.name}: GGUF header too large: {what} while reading {self.what} "
+                f"would end at byte {end}, over the {self.budget}-byte header budget; "
+                "the file is corrupt or not a model header")
+
     def need(self, n: int) -> memoryview:
+        self.check_fits(n, f"{n} bytes")
         while len(self.buf) < self.pos + n:
-            more = self.source.read(len(self.buf), max(self.chunk, self.pos + n - len(self.buf)))
+            want = max(self.chunk, self.pos + n - len(self.buf))
+            want = max(min(want, self.limit() - len(self.buf)), self.pos + n - len(self.buf))
+            more = self.source.read(len(self.buf), want)
             if not more:
                 raise ApplianceError(
                     f"{self.source.name}: truncated GGUF header: it ends at byte {len(self.buf)} "
                     f"while reading {self.what}; get the complete file (or at least its header)")
-            self.buf += more
+            self.buf += more[:want]
         view = memoryview(self.buf)[self.pos:self.pos + n]
         self.pos += n
         return view
@@ -130,13 +165,13 @@ class _Cursor:
 
     def string(self) -> str:
         n = self.u64()
-        if n > 1 << 30:
-            raise ApplianceError(f"{self.source.name}: corrupt GGUF header: string of {n} bytes "
-                                 f"while reading {self.what}")
+        self.check_fits(n, f"a string of {n} bytes")
         return bytes(self.need(n)).decode("utf-8", errors="replace")
 
     def skip_string(self) -> None:
-        self.need(self.u64())
+        n = self.u64()
+        self.check_fits(n, f"a string of {n} bytes")
+        self.need(n)
 
     def value(self, vtype: int) -> Any:
         if vtype in SCALARS:
@@ -145,6 +180,9 @@ class _Cursor:
             return self.string()
         if vtype == ARRAY:
             item_type, count = self.u32(), self.u64()
+            item_bytes = (SCALARS[item_type][1] if item_type in SCALARS
+                          else MIN_STRING_BYTES if item_type == STRING else 0)
+            self.check_fits(count * item_bytes, f"an array of {count} items")
             if item_type in SCALARS and count <= KEEP_ARRAY_MAX:
                 code, size = SCALARS[item_type]
                 return list(struct.unpack(f"<{count}{code}", self.need(size * count)))
@@ -161,9 +199,21 @@ class _Cursor:
                              f"reading {self.what}: not a GGUF file this tool understands")
 
 
-def read_header(source: ByteSource, chunk: int = CHUNK) -> GGUFHeader:
-    """Parse magic, metadata and tensor infos; never reads tensor data."""
-    cur = _Cursor(source, chunk)
+def alignment_of(metadata: dict[str, Any], name: str) -> int:
+    """`general.alignment`: a positive power of two (the data section starts at a multiple)."""
+    value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if (not isinstance(value, int) or isinstance(value, bool) or value <= 0
+            or value & (value - 1) or value > MAX_ALIGNMENT):
+        raise ApplianceError(f"{name}: corrupt GGUF header: general.alignment is {value!r}, "
+                             "not a positive power of two")
+    return value
+
+
+def read_header(source: ByteSource, chunk: int = CHUNK,
+                budget: int = HEADER_BUDGET) -> GGUFHeader:
+    """Parse magic, metadata and tensor infos; never reads tensor data, never more than
+    `budget` bytes of header."""
+    cur = _Cursor(source, chunk, budget)
     magic = bytes(cur.need(4))
     if magic != GGUF_MAGIC:
         raise ApplianceError(f"{source.name}: not a GGUF file (magic {magic!r}, expected "
@@ -172,9 +222,9 @@ def read_header(source: ByteSource, chunk: int = CHUNK) -> GGUFHeader:
     if version not in (2, 3):
         raise ApplianceError(f"{source.name}: GGUF version {version} is not supported (2 or 3)")
     n_tensors, n_kv = cur.u64(), cur.u64()
-    if n_tensors > 1 << 24 or n_kv > 1 << 24:
-        raise ApplianceError(f"{source.name}: corrupt GGUF header ({n_tensors} tensors, "
-                             f"{n_kv} metadata keys)")
+    cur.what = "the counts of tensors and metadata keys"
+    cur.check_fits(n_tensors * MIN_TENSOR_BYTES + n_kv * MIN_KV_BYTES,
+                   f"{n_tensors} tensor infos and {n_kv} metadata entries")
     metadata: dict[str, Any] = {}
     for i in range(n_kv):
         cur.what = f"metadata entry {i + 1} of {n_kv}"
@@ -189,8 +239,14 @@ def read_header(source: ByteSource, chunk: int = CHUNK) -> GGUFHeader:
             raise ApplianceError(f"{source.name}: corrupt tensor info for {name!r} "
                                  f"({n_dims} dimensions)")
         shape = tuple(cur.u64() for _ in range(n_dims))
+        elements = 1
+        for dim in shape:
+            elements *= dim
+        if elements > MAX_DIM:
+            raise ApplianceError(f"{source.name}: corrupt tensor info for {name!r}: shape "
+                                 f"{list(shape)} holds more elements than ggml can address")
         tensors.append(TensorInfo(name, shape, cur.u32(), cur.u64()))
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+    alignment = alignment_of(metadata, source.name)
     data_offset = (cur.pos + alignment - 1) // alignment * alignment
     return GGUFHeader(source.name, version, metadata, tensors, alignment, data_offset,
                       source.total_size())

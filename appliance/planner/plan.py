@@ -10,6 +10,7 @@ experts of layers 0..N-1 in host memory; `-ngl K` offloads the last K layers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -135,9 +136,26 @@ def _cache_bytes(acc: Accounting, ctx: int, layers: set[int]) -> int:
     return kv + rec
 
 
-def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
+def check_limits(limits: PlanLimits) -> None:
+    """Refuse limits no plan can be made for (the CLI's option types refuse them first)."""
     if limits.ram_bytes <= 0:
         raise ApplianceError("--ram must be more than 0")
+    if limits.vram_bytes < 0:
+        raise ApplianceError("--vram must be 0 (CPU only) or more")
+    for name, count in (("--ctx", limits.ctx), ("--ubatch", limits.n_ubatch),
+                        ("batch", limits.n_batch)):
+        if count < 1:
+            raise ApplianceError(f"{name} must be at least 1, got {count}")
+    for name, rate in (("--ssd-gbps", limits.ssd_gbps), ("--pcie-gbps", limits.pcie_gbps),
+                       ("--ram-gbps", limits.ram_gbps)):
+        if not math.isfinite(rate) or rate <= 0:
+            raise ApplianceError(f"{name} must be a finite number above 0, got {rate}")
+    if limits.hit_rate is not None and not 0 <= limits.hit_rate <= 1:
+        raise ApplianceError(f"--hit-rate must be from 0 to 1, got {limits.hit_rate}")
+
+
+def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
+    check_limits(limits)
     f = acc.facts
     layers = f.layers + f.nextn_layers
     all_layers = set(range(layers))

@@ -13,6 +13,7 @@ import docker
 import docker.errors
 
 from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.limits import MAX_REPEATS
 from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.host.cgroups import block_device_for, cgroup_version
@@ -111,8 +112,8 @@ def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int 
                 show_progress: bool = True) -> tuple[PreparedRun, Any]:
     """All checks, cheapest first. Returns the prepared run and a Docker client (None in a
     dry run); `client_factory()` connects (or raises the "Docker down" error)."""
-    if repeats is not None and repeats < 1:
-        raise ConfigError("--repeats must be at least 1")
+    if repeats is not None and not 1 <= repeats <= MAX_REPEATS:
+        raise ConfigError(f"--repeats must be from 1 to {MAX_REPEATS}")
     run_dir = out if out is not None else default_run_dir(profile)
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ApplianceError(f"{run_dir} already exists and is not empty: choose another --out")

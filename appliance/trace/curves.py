@@ -50,12 +50,13 @@ def policy_layer_hits(setup: ReplaySetup, policy: str, capacities: list[int],
         if code == kernels.LRU:
             depths = kernels.lru_depths(pool.ptr, pool.items, pool.n_objects).astype(np.int64)
             # hits at capacity C per layer = requests with 1 <= depth <= C
-            table = np.zeros((n_layers, pool.n_objects + 1), dtype=np.int64)
-            np.add.at(table, (item_layer, depths), 1)
-            table[:, 0] = 0
-            cum = np.cumsum(table, axis=1)
+            reused = depths > 0
+            order = np.argsort(depths[reused], kind="stable")
+            sorted_depths = depths[reused][order]
+            sorted_layers = item_layer[reused][order]
             for ci, capacity in enumerate(capacities):
-                out[ci] += cum[:, min(capacity, pool.n_objects)]
+                upto = int(np.searchsorted(sorted_depths, capacity, side="right"))
+                out[ci] += np.bincount(sorted_layers[:upto], minlength=n_layers)
             continue
         next_use = (kernels.next_use_events(pool.ptr, pool.items, pool.n_objects)
                     if code == kernels.BELADY else None)

@@ -19,6 +19,7 @@ import numpy as np
 
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
+from appliance.core.nesting import MAX_NESTING, max_nesting
 
 MAGIC = b"MOETRACE"
 TRAILER_MAGIC = b"MOETEND\0"
@@ -27,6 +28,13 @@ PREAMBLE_BYTES = 16
 TRAILER_BYTES = 16
 KIND_PROMPT = 0
 KIND_DECODE = 1
+# What a reader accepts, so that every trace it accepts can be replayed in bounded memory:
+# replay keeps a few 8-byte words per (MoE layer, expert) object.
+MAX_HEADER_BYTES = 1 << 20
+MAX_LAYERS = 4096  # blocks; rows store the layer in 16 bits
+MAX_EXPERTS = 4096
+MAX_EXPERT_USED = 256
+MAX_OBJECTS = 1 << 20  # MoE layers x experts
 REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
     "format": str,
     "version": int,
@@ -109,14 +117,23 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
     if header["version"] != VERSION:
         raise ConfigError(f"{where}: header version {header['version']} but this reader "
                           f"understands version {VERSION}")
-    if header["n_expert_used"] < 1 or header["n_experts"] < header["n_expert_used"]:
+    for key, top in (("n_layers", MAX_LAYERS), ("n_experts", MAX_EXPERTS),
+                     ("n_expert_used", MAX_EXPERT_USED)):
+        if not 1 <= header[key] <= top:
+            raise ConfigError(f"{where}: header {key}={header[key]} is outside 1..{top}; "
+                              "the file is corrupt or from a model this reader cannot replay")
+    if header["n_experts"] < header["n_expert_used"]:
         raise ConfigError(f"{where}: header has n_expert_used={header['n_expert_used']} with "
                           f"n_experts={header['n_experts']}; the file is corrupt")
     layers = header["moe_layers"]
-    if (not layers or not all(isinstance(x, int) and 0 <= x < header["n_layers"] for x in layers)
+    if (not layers or not all(isinstance(x, int) and not isinstance(x, bool)
+                              and 0 <= x < header["n_layers"] for x in layers)
             or layers != sorted(set(layers))):
         raise ConfigError(f"{where}: header moe_layers must be ascending block indices below "
                           f"n_layers={header['n_layers']}")
+    if len(layers) * header["n_experts"] > MAX_OBJECTS:
+        raise ConfigError(f"{where}: {len(layers)} MoE layers x {header['n_experts']} experts "
+                          f"is over the {MAX_OBJECTS} experts a replay can track")
     return header
 
 
@@ -152,6 +169,9 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
     if version != VERSION:
         raise ConfigError(f"{where}: trace format version {version}, but this reader "
                           f"understands version {VERSION}; use a matching appliance")
+    if header_len > MAX_HEADER_BYTES:
+        raise ConfigError(f"{where}: header length {header_len} is over the "
+                          f"{MAX_HEADER_BYTES}-byte limit; the trace is corrupt")
     if (PREAMBLE_BYTES + header_len) % 8 or PREAMBLE_BYTES + header_len + TRAILER_BYTES > size:
         raise ConfigError(f"{where}: header length {header_len} does not fit the file "
                           f"({size} bytes); the trace is truncated or corrupt")
@@ -159,12 +179,15 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
     if trailer != TRAILER_MAGIC:
         raise ConfigError(f"{where}: trailer missing; the trace is truncated or was not "
                           "finished by its writer")
+    raw = bytes(buffer[PREAMBLE_BYTES:PREAMBLE_BYTES + header_len])
+    if max_nesting(raw) > MAX_NESTING:
+        raise ConfigError(f"{where}: trace header nests deeper than {MAX_NESTING} levels; "
+                          "the file is corrupt")
     try:
-        raw = bytes(buffer[PREAMBLE_BYTES:PREAMBLE_BYTES + header_len])
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ConfigError(f"{where}: trace header is not valid UTF-8 JSON; "
-                          "the file is corrupt") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ConfigError(f"{where}: trace header is not valid UTF-8 JSON (or holds a number "
+                          "too long to read); the file is corrupt") from None
     header = _check_header(header, where)
     dtype = row_dtype(header["n_expert_used"], header["has_weights"])
     body = size - PREAMBLE_BYTES - header_len - TRAILER_BYTES
@@ -213,6 +236,9 @@ def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.n
     rows = np.ascontiguousarray(rows)
     _check_rows(rows, header, str(path))
     encoded = encode_header(header)
+    if len(encoded) > MAX_HEADER_BYTES or max_nesting(encoded) > MAX_NESTING:
+        raise ConfigError(f"{path}: the header is over {MAX_HEADER_BYTES} bytes or nests deeper "
+                          f"than {MAX_NESTING} levels, which no reader accepts")
     try:
         with atomic.replacing(path) as handle:
             handle.write(struct.pack("<8sII", MAGIC, VERSION, len(encoded)))

@@ -10,6 +10,7 @@ redrawn so a token's k experts are distinct. The prompt is evaluated in micro-ba
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +41,11 @@ class TraceSynthSpec:
                               f"layers={self.n_layers}, experts={self.n_experts}, k={self.k}")
         if self.n_prompt < 0 or self.n_decode < 0 or self.n_prompt + self.n_decode == 0:
             raise ConfigError("synthetic trace needs at least one prompt or decode token")
+        if not 0 <= self.seed < 1 << 64:
+            raise ConfigError(f"seed must be from 0 to 2**64 - 1, got {self.seed}")
         if self.n_ubatch < 1:
             raise ConfigError(f"n_ubatch must be >= 1, got {self.n_ubatch}")
-        if self.skew < 0 or not 0.0 <= self.correlation <= 1.0:
+        if not math.isfinite(self.skew) or self.skew < 0 or not 0.0 <= self.correlation <= 1.0:
             raise ConfigError(f"skew must be >= 0 and correlation in [0, 1], got skew={self.skew}, "
                               f"correlation={self.correlation}")
 

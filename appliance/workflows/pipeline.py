@@ -24,7 +24,7 @@ from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
 from appliance.evidence.findings import NOT_COMPARABLE, compare, find_finding
-from appliance.host.docker import docker_client
+from appliance.host.docker import docker_client, engine_problem
 from appliance.host.gpu import visible_gpus
 from appliance.images.build import build_image
 from appliance.models.shapes import ModelSynthSpec
@@ -237,7 +237,7 @@ def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | N
               source: str = "auto", out_root: Path | None = None, key: Path | None = None,
               repeats: int | None = None) -> list[PipelineReport]:
     """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
-    profiles = preflight(lock, target, visible_gpus(), models_dir)
+    profiles = preflight(lock, target, visible_gpus(), models_dir, engine_problem())
     key = signing_key(key, unsigned=False)
     if key is None:
         raise ApplianceError("a reproduction is signed: make a key with `appliance keys init` "

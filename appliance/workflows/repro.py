@@ -9,6 +9,7 @@ from pathlib import Path
 
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock, Target
+from appliance.host.docker import engine_fix
 from appliance.host.gpu import Gpu, driver_satisfies, target_for_capability
 
 REPRO_PROFILES: dict[str, tuple[str, ...]] = {
@@ -44,11 +45,15 @@ def gpu_problem(lock: Lock, target: Target, gpus: list[Gpu]) -> str | None:
 
 
 def preflight(lock: Lock, target_name: str, gpus: list[Gpu],
-              models_dir: Path | None) -> list[str]:
-    """The profiles target_name reproduces, after checking this machine can run them."""
+              models_dir: Path | None, docker_problem: str | None) -> list[str]:
+    """The profiles target_name reproduces, after checking this machine can run them.
+    `docker_problem`: why the Docker engine is unreachable (`host.docker.engine_problem`)."""
     if target_name not in REPRO_PROFILES:
         raise ApplianceError(f"no reproduction for target {target_name!r}: choose one of "
                              f"{', '.join(REPRO_PROFILES)}")
+    if docker_problem is not None:
+        raise ApplianceError(f"repro-{target_name}: {docker_problem}; every reproduction runs "
+                             f"in Docker: {engine_fix()}")
     target = lock.target(target_name)
     problem = gpu_problem(lock, target, gpus)
     if problem is not None:

@@ -4,14 +4,17 @@ import ast
 import os
 import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from appliance.core import atomic
+from appliance.core.errors import ApplianceError
 from tests.conftest import REPO
 
-TMP_NAME = re.compile(r"^\.out\.json\.[A-Za-z0-9_]+\.tmp$")
+TMP_NAME = re.compile(r"^\.out\.json\.[0-9]+\.[A-Za-z0-9_]+\.tmp$")  # .NAME.PID.RANDOM.tmp
 
 
 def test_writes_exact_bytes_with_umask_permissions(tmp_path: Path) -> None:
@@ -86,3 +89,23 @@ def test_files_that_must_be_whole_go_through_core_atomic() -> None:
         if rel != "appliance/core/atomic.py" and (count := _plain_writes(path)):
             found[rel] = count
     assert found == PLAIN_WRITES
+
+
+def test_a_special_file_is_never_replaced(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ApplianceError, match="is not a regular file"):
+        atomic.write_bytes(fifo, b"x")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / f".out.json.{dead}.abc123.tmp"
+    alive = tmp_path / f".out.json.{os.getpid()}.def456.tmp"
+    stale.write_bytes(b"half")
+    alive.write_bytes(b"in progress")
+    atomic.write_json(tmp_path / "out.json", {"a": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [alive.name, "out.json"]

@@ -43,7 +43,7 @@ def test_one_capability_table_for_doctor_runs_and_reproductions() -> None:
         assert fitting_target([mock_gpu(cc)], lock) == name
         other = next(n for n in table.values() if n != name)
         with pytest.raises(ApplianceError, match=f"this machine fits repro-{name}"):
-            preflight(lock, other, [mock_gpu(cc)], Path("/"))
+            preflight(lock, other, [mock_gpu(cc)], Path("/"), None)
     assert target_for_capability("8.6", lock) is None
 
 

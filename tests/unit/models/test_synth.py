@@ -36,18 +36,16 @@ def test_same_seed_same_bytes(tmp_path: Path, arch: str) -> None:
     assert first["sha256"] == second["sha256"]
     other = synth(tmp_path / "c.gguf", *args[:-1], "8")
     assert other["sha256"] != first["sha256"]
-    assert not list(tmp_path.glob(".*partial"))
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (("--experts", "4", "--used", "8"), "--used 8 must be between 1 and --experts 4"),
-        (("--used", "0"), "--used 0 must be between 1"),
         (("--size", "1MiB"), "is too small for 4 layers x 64 experts"),
         (("--size", "40MiB", "--layers", "64"), "is too small for 64 layers"),
         (("--experts", "600", "--size", "4GiB"), "exceeds llama.cpp's limit of 512"),
-        (("--skew", "-1"), "--skew -1.0 must be >= 0"),
         (("--size", "lots"), "cannot read size 'lots'"),
     ],
 )
@@ -58,6 +56,26 @@ def test_refuses_impossible_shapes(tmp_path: Path, args: tuple[str, ...], messag
     assert message in result.stderr
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--used", "0"), "Invalid value for '--used': 0 is not in the range 1<=x"),
+        (("--skew", "-1"), "Invalid value for '--skew': -1.0 is not in the range x>=0"),
+        (("--skew", "nan"), "Invalid value for '--skew': 'nan' is not a finite number"),
+        (("--skew", "inf"), "Invalid value for '--skew': 'inf' is not a finite number"),
+        (("--seed", "-1"), "Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295"),
+    ],
+)
+def test_refuses_out_of_range_options(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    out = tmp_path / "m.gguf"
+    result = run_cli("model", "synth", str(out), "--arch", "qwen3moe", *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "(see `appliance model synth --help`)" in result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_qwen35moe_needs_two_layers(tmp_path: Path) -> None:

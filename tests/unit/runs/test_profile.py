@@ -79,6 +79,8 @@ def test_a_user_file_is_accepted_by_path(tmp_path: Path) -> None:
     (lambda r: r["model"].update(sha256="ABC"), "/model/sha256"),
     (lambda r: r["schedule"].update(order="random"), "/schedule/order"),
     (lambda r: r["schedule"].update(repeats=0), "/schedule/repeats: must be at least 1"),
+    (lambda r: r["schedule"].update(repeats=100000000), "/schedule/repeats: must be at most 1000"),
+    (lambda r: r["schedule"].update(seed=-1), "/schedule/seed: must be at least 0"),
     (lambda r: r["limits"].update(memory="lots"), "/limits/memory"),
     (lambda r: r["variants"].append(r["variants"][0]), "appears twice"),
     (lambda r: r["variants"][1]["env"].update(LLAMA_MMAP_DEMAND=1),

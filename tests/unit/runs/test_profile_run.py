@@ -105,7 +105,9 @@ def test_docker_down_is_one_line(tmp_path: Path) -> None:
     result = run_cli("run", str(profile), "--models", str(models), "--out", str(tmp_path / "r"),
                      env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"})
     assert result.returncode == 1
-    assert result.stderr.startswith("error: Docker engine not reachable")
+    assert result.stderr.startswith(f"error: Docker engine at unix://{tmp_path}/no-docker.sock "
+                                    "(DOCKER_HOST) not reachable: ")
+    assert "point DOCKER_HOST at a running engine" in result.stderr
     assert "appliance doctor" in result.stderr and result.stderr.count("\n") == 1
     assert not (tmp_path / "r").exists()
 

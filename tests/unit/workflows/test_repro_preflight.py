@@ -17,39 +17,39 @@ def gpu(cc: str, driver: str = "575.57.08", name: str = "NVIDIA GeForce RTX 5090
 
 
 def test_cpu_target_needs_nothing() -> None:
-    assert preflight(load_lock(), "cpu", [], None) == ["tiny-oversub"]
+    assert preflight(load_lock(), "cpu", [], None, None) == ["tiny-oversub"]
 
 
 def test_gpu_target_without_gpu_fails_with_the_reason() -> None:
     with pytest.raises(ApplianceError, match="repro-sm120: target sm120 needs an NVIDIA GPU "
                                              "of compute capability 12.0 and NVML finds no GPU"):
-        preflight(load_lock(), "sm120", [], Path("/"))
+        preflight(load_lock(), "sm120", [], Path("/"), None)
 
 
 def test_wrong_compute_capability_points_to_the_fitting_target() -> None:
     with pytest.raises(ApplianceError, match=r"needs compute capability 12\.0, found NVIDIA "
                                              r"GeForce RTX 4090 \(compute capability 8\.9\); "
                                              "this machine fits repro-sm89"):
-        preflight(load_lock(), "sm120", [gpu("8.9", name="NVIDIA GeForce RTX 4090")], Path("/"))
+        preflight(load_lock(), "sm120", [gpu("8.9", name="NVIDIA GeForce RTX 4090")], Path("/"), None)
 
 
 def test_old_driver_is_refused() -> None:
     with pytest.raises(ApplianceError, match="needs NVIDIA driver 570.124.06 or newer .* "
                                              "found 560.35.03"):
-        preflight(load_lock(), "sm120", [gpu("12.0", driver="560.35.03")], Path("/"))
+        preflight(load_lock(), "sm120", [gpu("12.0", driver="560.35.03")], Path("/"), None)
 
 
 def test_gpu_target_needs_models(tmp_path: Path) -> None:
     with pytest.raises(ApplianceError, match="pass MODELS=DIR"):
-        preflight(load_lock(), "sm89", [gpu("8.9")], None)
+        preflight(load_lock(), "sm89", [gpu("8.9")], None, None)
     with pytest.raises(ApplianceError, match="is not a directory"):
-        preflight(load_lock(), "sm89", [gpu("8.9")], tmp_path / "absent")
-    assert preflight(load_lock(), "sm89", [gpu("8.9")], tmp_path) == ["qwen35-8g", "qwen3-30b-16"]
+        preflight(load_lock(), "sm89", [gpu("8.9")], tmp_path / "absent", None)
+    assert preflight(load_lock(), "sm89", [gpu("8.9")], tmp_path, None) == ["qwen35-8g", "qwen3-30b-16"]
 
 
 def test_unknown_target() -> None:
     with pytest.raises(ApplianceError, match="no reproduction for target 'sm70'"):
-        preflight(load_lock(), "sm70", [], None)
+        preflight(load_lock(), "sm70", [], None, None)
 
 
 def test_cli_on_this_machine() -> None:

@@ -1,0 +1,1 @@
+"""Fuzzing the appliance's readers: `python -m fuzz` (what `make fuzz` runs)."""

@@ -1,0 +1,325 @@
+"""One harness per reader: valid seeds made by the project's own writers, a structure-aware
+mutation, and what a case runs (the reader and the code that consumes what it accepts).
+
+`setup(workdir)` runs in the parent before workers fork (seeds, fixtures, warm caches);
+`run(case)` runs in a worker and raises the project's ApplianceError to refuse a case.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fuzz import gguf_cases, remote_server
+from fuzz.mutate import mutate_bytes, mutate_tree
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Reader:
+    name: str
+    setup: Callable[[Path], list[bytes]]  # seeds
+    mutate: Callable[[random.Random, bytes], bytes]
+    run: Callable[[bytes], None]
+    workers: int = 2  # more for readers that mostly wait (the remote one's slow servers)
+    seeds: list[bytes] = field(default_factory=list)
+
+
+def _scratch() -> Path:
+    """A directory of this worker's own (made on first use, removed with the run's workdir)."""
+    base = Path(os.environ["APPLIANCE_FUZZ_WORKDIR"]) / f"worker-{os.getpid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+# GGUF header -> accounting -> plan -> text, as `appliance plan FILE` does
+
+class MemorySource:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.name = data, "case.gguf"
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self.data[offset:offset + size]
+
+    def total_size(self) -> int | None:
+        return len(self.data)
+
+
+def _plan_all(source: Any) -> None:
+    from appliance.planner.accounting import account_source
+    from appliance.planner.plan import PlanLimits, make_plan
+    from appliance.planner.render import render
+
+    acc = account_source(source)
+    acc.summary()
+    for vram in (0, 24 << 30):
+        plan = make_plan(acc, PlanLimits(ram_bytes=8 << 30, vram_bytes=vram, hit_rate=0.5))
+        render(acc, plan, "fuzz", "given")
+
+
+def run_gguf(case: bytes) -> None:
+    _plan_all(MemorySource(case))
+
+
+# the same through HTTP range requests from a server that misbehaves
+
+def run_remote(case: bytes) -> None:
+    from appliance.planner.remote import HttpRangeSource
+
+    url = remote_server.serve(case[0], case[1:])
+    _plan_all(HttpRangeSource(url, deadline_s=remote_server.CLIENT_DEADLINE_S))
+
+
+def remote_seeds(workdir: Path) -> list[bytes]:
+    return [bytes([remote_server.NORMAL]) + h for h in gguf_cases.seed_headers(workdir)]
+
+
+def mutate_remote(rng: random.Random, seed: bytes) -> bytes:
+    mode = remote_server.pick_mode(rng)
+    body = gguf_cases.mutate(rng, seed[1:]) if rng.random() < 0.6 else seed[1:]
+    return bytes([mode]) + body
+
+
+# route traces -> info, replay, curves
+
+def trace_seeds(workdir: Path) -> list[bytes]:
+    import numpy as np
+
+    from appliance.trace.format import row_dtype, write_trace
+    from appliance.trace.synth import TraceSynthSpec, synth_trace
+
+    seeds = []
+    for i, spec in enumerate((TraceSynthSpec(n_layers=2, n_experts=8, k=2, n_prompt=6, n_ubatch=4,
+                                        n_decode=8, seed=1),
+                              TraceSynthSpec(n_layers=3, n_experts=16, k=4, n_prompt=0, n_decode=12,
+                                        skew=0.0, seed=2))):
+        trace = synth_trace(spec)
+        header, rows = dict(trace.header), trace.rows
+        if i == 1:  # with gate weights
+            weighted = np.zeros(len(rows), dtype=row_dtype(spec.k, True))
+            for name in rows.dtype.names or ():
+                weighted[name] = rows[name]
+            weighted["weights"] = 0.25
+            header["has_weights"], rows = True, weighted
+        path = write_trace(workdir / f"seed-{i}.moetrace", header, rows)
+        seeds.append(path.read_bytes())
+    empty = dict(trace.header)
+    path = write_trace(workdir / "seed-empty.moetrace", empty, trace.rows[:0])
+    seeds.append(path.read_bytes())
+    return seeds
+
+
+def _trace_parts(data: bytes) -> tuple[dict[str, Any], bytes]:
+    (header_len,) = struct.unpack_from("<I", data, 12)
+    header = json.loads(data[16:16 + header_len])
+    return header, data[16 + header_len:-16]
+
+
+def _trace_bytes(header_text: bytes, rows: bytes, n_rows: int) -> bytes:
+    header_text += b" " * (-(16 + len(header_text)) % 8)
+    return (b"MOETRACE" + struct.pack("<II", 1, len(header_text)) + header_text + rows
+            + b"MOETEND\0" + struct.pack("<Q", n_rows))
+
+
+def mutate_trace(rng: random.Random, seed: bytes) -> bytes:
+    header, rows = _trace_parts(seed)
+    row_size = 12 + (8 if header["has_weights"] else 4) * header["n_expert_used"]
+    n_rows = len(rows) // row_size
+    text = json.dumps(header).encode()
+    roll = rng.random()
+    if roll < 0.4:
+        text = json.dumps(mutate_tree(rng, header)).encode()
+    elif roll < 0.55:
+        key = rng.choice(("n_layers", "n_experts", "n_expert_used", "moe_layers", "has_weights",
+                          "version", "format"))
+        changed = dict(header)
+        changed[key] = rng.choice((0, -1, 1, 2, 3, 1 << 16, 1 << 40, 1 << 62, 10 ** 20,
+                                   [0, 10 ** 20], [1, 0], [], True, 2.5, "x", None,
+                                   list(range(5000))))
+        text = json.dumps(changed).encode()
+    elif roll < 0.6:
+        text = text[:-1] + b', "big": ' + b"9" * rng.choice((400, 5000)) + b"}"
+    elif roll < 0.65:
+        depth = rng.choice((100, 100000))
+        text = text[:-1] + b', "deep": ' + b"[" * depth + b"0" + b"]" * depth + b"}"
+    elif roll < 0.8 and n_rows:  # rows: a field set to a boundary value
+        buf = bytearray(rows)
+        at = rng.randrange(n_rows) * row_size
+        offset, width = rng.choice(((0, 4), (4, 2), (6, 1), (8, 4), (12, 4), (row_size - 4, 4)))
+        value = rng.choice((0, 1, (1 << (8 * width)) - 1, 1 << (8 * width - 1), 7))
+        buf[at + offset:at + offset + width] = value.to_bytes(width, "little")
+        rows = bytes(buf)
+    elif roll < 0.85:
+        n_rows = rng.choice((0, n_rows + 1, n_rows - 1, 1 << 40, (1 << 64) - 1)) % (1 << 64)
+    else:
+        return mutate_bytes(rng, seed)
+    return _trace_bytes(text, rows, n_rows)
+
+
+def run_trace(case: bytes) -> None:
+    from appliance.trace.curves import curves_report, default_capacities
+    from appliance.trace.events import trace_events
+    from appliance.trace.format import Trace, parse_trace
+    from appliance.trace.info import trace_info
+    from appliance.trace.replay import ReplaySetup, replay_report, uniform_expert_bytes
+
+    header, rows = parse_trace(case, where="case.moetrace")
+    trace = Trace(header=header, rows=rows)
+    json.dumps(trace_info(trace))
+    events = trace_events(trace)
+    setup = ReplaySetup(events=events, k=trace.k,
+                        expert_bytes=uniform_expert_bytes(trace.moe_layers, 1 << 20),
+                        calibration=None)
+    for scope in ("per-layer", "global"):
+        caps = default_capacities(setup, scope, points=3)
+        replay_report(setup, header, ["lru", "lfu", "belady", "static-hot", "least-stale"],
+                      caps, scope)
+        curves_report(setup, header, ["lru", "fifo"], caps, scope)
+
+
+# engine lock and profiles, through the public loaders
+
+def lock_seeds(workdir: Path) -> list[bytes]:
+    return [(REPO / "engine" / "llama.cpp.lock.json").read_bytes()]
+
+
+def mutate_json(rng: random.Random, seed: bytes) -> bytes:
+    roll = rng.random()
+    if roll < 0.75:
+        return json.dumps(mutate_tree(rng, json.loads(seed)), indent=rng.choice((None, 2))).encode()
+    if roll < 0.8:
+        return b'{"a": ' * 200000 + b"1" + b"}" * 200000
+    if roll < 0.85:
+        return seed.replace(b'"', b'"\xff', 1)
+    return mutate_bytes(rng, seed)
+
+
+def run_lock(case: bytes) -> None:
+    from appliance.engine.lock import load_lock
+
+    path = _scratch() / "lock.json"
+    path.write_bytes(case)
+    lock = load_lock(path)
+    _ = lock.digest
+
+
+def profile_seeds(workdir: Path) -> list[bytes]:
+    from appliance.runs.profile import PROFILES_DIR
+
+    return [p.read_bytes() for p in sorted(PROFILES_DIR.glob("*.yaml"))]
+
+
+_parsed: dict[bytes, Any] = {}
+
+
+def mutate_yaml(rng: random.Random, seed: bytes) -> bytes:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    roll = rng.random()
+    if roll < 0.7:
+        if seed not in _parsed:
+            _parsed[seed] = yaml.load(seed, Loader=loader)  # noqa: S506 - a safe loader
+        tree = mutate_tree(rng, _parsed[seed])
+        return yaml.dump(tree, Dumper=dumper, allow_unicode=True).encode()
+    if roll < 0.74:
+        return b"a: &a [" + b"*a," * 8 + b"]\n" + b"b: &b [" + b"*a," * 8 + b"]\n"
+    if roll < 0.78:
+        return b"[" * 100000 + b"]" * 100000
+    if roll < 0.82:
+        return seed.replace(b"name:", b"name:\xff", 1)
+    if roll < 0.86:
+        return seed + b"\nname: duplicate\n"
+    return mutate_bytes(rng, seed)
+
+
+def run_profile(case: bytes) -> None:
+    from appliance.runs.plan import trial_plan
+    from appliance.runs.profile import load_profile
+
+    path = _scratch() / "case.yaml"
+    path.write_bytes(case)
+    profile = load_profile(str(path))
+    trial_plan(profile)
+
+
+# bundle manifest and attestation, through the public verifier
+
+BUNDLE_FILES = ("manifest.json", "attestation.dsse.json")
+
+
+def bundle_seeds(workdir: Path) -> list[bytes]:
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from appliance.attest.bundle import finalize_bundle
+    from appliance.attest.dsse import init_keys
+    from tests.fake_run import make_run
+
+    keys = init_keys(workdir / "keys")
+    run = make_run(workdir / "bundle")
+    finalize_bundle(run, keys.private)
+    os.environ["APPLIANCE_FUZZ_BUNDLE"] = str(run)
+    os.environ["APPLIANCE_FUZZ_PUBKEY"] = str(keys.public)
+    return [bytes([i]) + (run / name).read_bytes() for i, name in enumerate(BUNDLE_FILES)]
+
+
+def mutate_bundle(rng: random.Random, seed: bytes) -> bytes:
+    which, data = seed[0], seed[1:]
+    if which == 1 and rng.random() < 0.5:  # the signed statement inside the envelope
+        envelope = json.loads(data)
+        try:
+            statement = json.loads(base64.b64decode(envelope["payload"]))
+            envelope["payload"] = base64.b64encode(
+                json.dumps(mutate_tree(rng, statement)).encode()).decode()
+        except (KeyError, ValueError):
+            pass
+        return bytes([which]) + json.dumps(envelope).encode()
+    return bytes([which]) + mutate_json(rng, data)
+
+
+def run_bundle(case: bytes) -> None:
+    from appliance.attest.bundle import verdict, verify_bundle
+    from appliance.core.errors import ApplianceError
+
+    run = _scratch() / "bundle"
+    if not run.exists():
+        shutil.copytree(os.environ["APPLIANCE_FUZZ_BUNDLE"], run)
+    which = BUNDLE_FILES[case[0] % 2]
+    original = (run / which).read_bytes()
+    (run / which).write_bytes(case[1:])
+    try:
+        result = verdict(verify_bundle(run, Path(os.environ["APPLIANCE_FUZZ_PUBKEY"])))
+    finally:
+        (run / which).write_bytes(original)
+    if result != "verified":
+        raise ApplianceError(f"bundle {result}")
+
+
+READERS = {  # cheapest first
+    "gguf": Reader("gguf", gguf_cases.seed_headers, gguf_cases.mutate, run_gguf),
+    "lock": Reader("lock", lock_seeds, mutate_json, run_lock),
+    "trace": Reader("trace", trace_seeds, mutate_trace, run_trace),
+    "remote": Reader("remote", remote_seeds, mutate_remote, run_remote, workers=4),
+    "profile": Reader("profile", profile_seeds, mutate_yaml, run_profile),
+    "bundle": Reader("bundle", bundle_seeds, mutate_bundle, run_bundle),
+}
+
+
+def workdir() -> Path:
+    """A fresh directory for seeds and the workers' files, in memory where there is a tmpfs
+    (cases are written to files a hundred thousand times)."""
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix="appliance-fuzz-",
+                                 dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None))

@@ -1,0 +1,76 @@
+"""Every input under tests/regressions/ once crashed its reader; now each is refused with the
+project's own one-line error, naming the file, and nothing is changed."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from appliance.attest.bundle import (
+    ATTESTATION_FILE,
+    MANIFEST_FILE,
+    finalize_bundle,
+    verdict,
+    verify_bundle,
+)
+from appliance.attest.dsse import init_keys
+from appliance.core.errors import ApplianceError, ConfigError
+from appliance.engine.lock import load_lock
+from appliance.runs.profile import load_profile
+from tests.conftest import REPO
+from tests.fake_run import make_run
+
+REGRESSIONS = REPO / "tests" / "regressions"
+
+
+def _inputs(folder: str) -> list[Path]:
+    return sorted((REGRESSIONS / folder).iterdir())
+
+
+def _one_line(exc: ApplianceError, path: Path) -> None:
+    message = str(exc)
+    assert "\n" not in message and message.startswith(f"{path}: "), message
+
+
+@pytest.mark.parametrize("path", _inputs("lock"), ids=lambda p: p.name)
+def test_lock_regressions_are_refused(path: Path, tmp_path: Path) -> None:
+    copy = tmp_path / path.name
+    shutil.copy(path, copy)
+    with pytest.raises(ConfigError) as info:
+        load_lock(copy)
+    _one_line(info.value, copy)
+    assert copy.read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("path", _inputs("profile"), ids=lambda p: p.name)
+def test_profile_regressions_are_refused(path: Path, tmp_path: Path) -> None:
+    copy = tmp_path / path.name
+    shutil.copy(path, copy)
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(copy))
+    _one_line(info.value, copy)
+
+
+@pytest.fixture(scope="module")
+def signed_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("bundle")
+    keys = init_keys(root / "keys")
+    run = make_run(root)
+    finalize_bundle(run, keys.private)
+    assert verdict(verify_bundle(run, keys.public)) == "verified"
+    return run, keys.public
+
+
+@pytest.mark.parametrize("path", _inputs("bundle"), ids=lambda p: p.name)
+def test_bundle_regressions_fail_verification(path: Path, signed_bundle: tuple[Path, Path],
+                                              tmp_path: Path) -> None:
+    original, public = signed_bundle
+    run = tmp_path / "run"
+    shutil.copytree(original, run)
+    target = MANIFEST_FILE if path.name.startswith("manifest-") else ATTESTATION_FILE
+    shutil.copy(path, run / target)
+    checks = verify_bundle(run, public)
+    assert verdict(checks) == "failed"
+    failed = {c.name for c in checks if c.status == "fail"}
+    assert failed & {"manifest", "attestation", "attestation-digest", "manifest-matches-statement"}
+    assert all("\n" not in c.reason for c in checks)
