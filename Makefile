@@ -1,11 +1,16 @@
 # User-facing verbs. `make demo` runs the whole pipeline at miniature scale; `make test` runs
-# every test (Docker tests included when an engine is reachable).
+# every test (Docker tests included when an engine is reachable). Both first run the bootstrap
+# (host packages, Docker engine); `BOOTSTRAP=:` skips it.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APPLIANCE := $(PY) -m appliance
+BOOTSTRAP ?= scripts/bootstrap.sh
 
-.PHONY: venv test lint demo bench
+.PHONY: bootstrap venv test lint demo bench
+
+bootstrap:
+	@$(BOOTSTRAP)
 
 venv: $(VENV)/.installed
 
@@ -15,14 +20,16 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
-test: venv
+test: bootstrap
+	@$(MAKE) --no-print-directory venv
 	$(PY) -m pytest
 
 lint: venv
 	$(VENV)/bin/ruff check appliance tests
 	$(VENV)/bin/mypy appliance
 
-demo: venv
+demo: bootstrap
+	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo $(DEMO_ARGS)
 
 # Reproductions: preflight (fails fast without the GPU or MODELS a target needs), engine image,
