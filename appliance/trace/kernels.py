@@ -47,8 +47,15 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.core import config as numba_config
 
+from appliance.core.paths import cache_dir
 from appliance.trace.names import POLICIES
+
+# Compiled kernels are kept on disk under the appliance cache, so a second run loads instead
+# of compiling, also when the package directory is read-only. NUMBA_CACHE_DIR still wins.
+if not getattr(numba_config, "CACHE_DIR", ""):
+    numba_config.CACHE_DIR = str(cache_dir() / "numba")  # type: ignore[attr-defined]
 
 CODES = {name: code for code, name in enumerate(POLICIES)}
 FIFO, LRU, LFU, LFRU, LEAST_STALE, STATIC_HOT, BELADY = range(7)
