@@ -8,6 +8,7 @@ from rich.console import Console
 
 from appliance.attest.provenance import gpu_facts
 from appliance.cli.options import lock_option
+from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.workflows.pipeline import reproduce
 from appliance.workflows.repro import preflight
@@ -52,9 +53,11 @@ def repro_run(target: str, models_dir: Path | None, source: str, out_root: Path 
     reports = reproduce(load_lock(lock_path), target, console, models_dir=models_dir,
                         source=source, out_root=out_root, key=key, repeats=repeats)
     verdicts = [c["verdict"] for r in reports for c in r.comparisons]
-    if any(r.bundle_verdict != "verified" for r in reports) or \
-            any(v != "reproduced" for v in verdicts):
-        sys.exit(1)
+    unverified = sum(r.bundle_verdict != "verified" for r in reports)
+    missed = sum(v != "reproduced" for v in verdicts)
+    if unverified or missed:
+        raise ApplianceError(f"repro-{target}: {unverified} bundle(s) not verified, {missed} of "
+                             f"{len(verdicts)} finding(s) not reproduced (see the tables above)")
 
 
 COMMANDS: list[click.Command] = [repro_group]
