@@ -72,26 +72,17 @@ def fetch(source_spec: str, lock_path: Path | None, as_json: bool) -> None:
     fetch downloads nothing; a corrupted cache entry is detected and repaired.
     """
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TransferSpeedColumn,
-    )
 
+    from appliance.cli.progress import progress_display
+    from appliance.core.progress import BYTES, Progress
     from appliance.engine.source import fetch_source
 
     lock = load_lock(lock_path)
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-        console=console, transient=True, disable=as_json,
-    ) as bar:
-        task = bar.add_task(f"fetching {source_spec}", total=None)
+    with progress_display(quiet=as_json) as show:
 
         def progress(_: str, done: int, total: int | None) -> None:
-            bar.update(task, completed=done, total=total)
+            show(Progress(f"fetching {source_spec}", done, total, BYTES))
 
         tree = fetch_source(lock, source_spec, progress)
     for note in tree.notes:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from appliance.cli.options import json_option, lock_option
+from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.engine.lock import load_lock, write_lock
 from appliance.images.base import DEFAULT_EPOCH, make_base, record_in_lock
@@ -21,7 +21,6 @@ from appliance.images.build import (
     compile_check,
     drift_message,
     inspect_image,
-    ninja_progress,
     selftest,
 )
 from appliance.images.registry import pull_image, push_image
@@ -51,19 +50,9 @@ def build(target: str, source_spec: str, experimental: tuple[str, ...], jobs: in
     lock = load_lock(lock_path)
     lock.target(target)
     console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True,
-                  disable=as_json or not console.is_terminal) as bar:
-        task = bar.add_task(f"building {target}", total=None)
-
-        def on_line(line: str) -> None:
-            step = ninja_progress(line)
-            if step:
-                bar.update(task, completed=step[0], total=step[1], description=f"compiling {target}")
-            elif line.startswith("#") and " DONE " not in line:
-                bar.update(task, description=f"{target}: {line[:60]}")
-
-        result = build_image(lock, target, source_spec, experimental, jobs, builder, on_line)
+    with progress_display(quiet=as_json) as progress:
+        result = build_image(lock, target, source_spec, experimental, jobs, builder,
+                             progress=progress)
     if as_json:
         click.echo(json.dumps({
             "tag": result.tag, "image_id": result.image_id, "reused": result.reused,
@@ -112,19 +101,9 @@ def check_compile(target: str, build_base: str, cmake_args: tuple[str, ...], sou
                   jobs: int, lock_path: Path | None) -> None:
     """Compile TARGET's build stage on a local toolchain image (no image is kept)."""
     lock = load_lock(lock_path)
-    console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True,
-                  disable=not console.is_terminal) as bar:
-        task = bar.add_task(f"compiling {target}", total=None)
-
-        def on_line(line: str) -> None:
-            step = ninja_progress(line)
-            if step:
-                bar.update(task, completed=step[0], total=step[1])
-
+    with progress_display() as progress:
         log_path, seconds = compile_check(lock, target, source_spec, build_base, cmake_args,
-                                          jobs, on_line)
+                                          jobs, progress=progress)
     click.echo(f"{target} build stage compiled on {build_base} in {seconds:.0f} s; log {log_path}")
 
 

@@ -8,6 +8,7 @@ from rich.console import Console
 
 from appliance.attest.provenance import gpu_facts
 from appliance.cli.options import lock_option
+from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.workflows.pipeline import reproduce
@@ -50,8 +51,10 @@ def repro_run(target: str, models_dir: Path | None, source: str, out_root: Path 
     signed bundles, verification and the verdict against evidence/. Exits 1 unless every
     finding is reproduced."""
     console = Console(width=None if sys.stdout.isatty() else 160)
-    reports = reproduce(load_lock(lock_path), target, console, models_dir=models_dir,
-                        source=source, out_root=out_root, key=key, repeats=repeats)
+    with progress_display() as progress:
+        reports = reproduce(load_lock(lock_path), target, console, models_dir=models_dir,
+                            source=source, out_root=out_root, key=key, repeats=repeats,
+                            progress=progress)
     verdicts = [c["verdict"] for r in reports for c in r.comparisons]
     unverified = sum(r.bundle_verdict != "verified" for r in reports)
     missed = sum(v != "reproduced" for v in verdicts)

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from appliance.cli.options import json_option, lock_option, refuse_key_with_unsigned
+from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.host.docker import docker_client
@@ -52,10 +53,11 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
     profile = load_profile(profile_name)
     lock = load_lock(lock_path)
     if dry_run:
-        prepared, _ = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
-                                  dry_run=True, skip_digest=skip_digest_check, image=image,
-                                  gpu_index=gpu_index, client_factory=docker_client,
-                                  show_progress=not as_json)
+        with progress_display(quiet=as_json) as progress:
+            prepared, _ = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
+                                      dry_run=True, skip_digest=skip_digest_check, image=image,
+                                      gpu_index=gpu_index, client_factory=docker_client,
+                                      progress=progress)
         specs = planned_specs(prepared, LlamaMoeTraceEngine(prepared.image), secrets.token_hex(6))
         if as_json:
             click.echo(json.dumps({"profile": profile.name, "target": prepared.choice.target,
