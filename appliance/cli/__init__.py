@@ -28,8 +28,8 @@ VERBS: dict[str, Verb] = {
     "patches": Verb("appliance.cli.patches", "Manage the llama.cpp patch series (list, apply, "
                     "bracket check, edit and export)."),
     "image": Verb("appliance.cli.image", "Build, inspect, publish and pull engine images."),
-    "pull": Verb("appliance.cli.image", "Pull TARGET's published image by digest and check it "
-                 "against the lock."),
+    "pull": Verb("appliance.cli.image", "Pull TARGET's published image by digest, or load it "
+                 "--from an exported archive, and check it against the lock."),
     "model": Verb("appliance.cli.model", "Synthesize tiny MoE GGUF models and inspect GGUF "
                   "files."),
     "plan": Verb("appliance.cli.plan", "Plan placement and memory for a GGUF (path, header-only "

@@ -169,12 +169,83 @@ def push(target: str, registry: str, image_ref: str | None, lock_path: Path | No
     click.echo(f"pushed {published.local_tag} as {published.reference}")
 
 
-@click.command("pull")
+@image_group.command("export")
 @click.argument("target")
+@click.argument("archive", metavar="FILE", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--image", "image_ref", default=None,
+              help="Local image to export (default: the newest one built from this lock).")
+@click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Private key (or key directory) to sign the sidecar with "
+              "(default: the key from `appliance keys init`).")
 @lock_option
 @json_option
-def pull(target: str, lock_path: Path | None, as_json: bool) -> None:
-    """Pull TARGET's published image by digest and check it against the lock."""
+def export(target: str, archive: Path, image_ref: str | None, key: Path | None,
+           lock_path: Path | None, as_json: bool) -> None:
+    """Write TARGET's image to FILE (a docker archive) and FILE.sidecar.json, signed."""
+    from appliance.attest.dsse import load_signer
+    from appliance.images.archive import export_image, sidecar_path
+
+    signer = load_signer(key)
+    with progress_display(quiet=as_json) as progress:
+        sidecar = export_image(load_lock(lock_path), target, archive, signer, image_ref,
+                               progress)
+    if as_json:
+        click.echo(json.dumps({**sidecar.record(), "archive_path": str(archive),
+                               "sidecar_path": str(sidecar_path(archive))}, indent=2))
+        return
+    click.echo(f"exported {sidecar.tag} {sidecar.image_id} to {archive} "
+               f"({sidecar.archive_bytes} bytes, sha256 {sidecar.archive_sha256}); "
+               f"sidecar {sidecar_path(archive)} signed by {sidecar.keyid}")
+
+
+def _pull_from(lock_path: Path | None, target: str, archive: Path, key: Path | None,
+               tag: str | None, quiet: bool) -> InspectReport:
+    from appliance.attest.dsse import default_key_dir, load_public_key
+    from appliance.images.archive import (
+        load_image_archive,
+        read_sidecar,
+        sidecar_path,
+        verify_sidecar,
+    )
+
+    lock = load_lock(lock_path)
+    if not archive.is_file():
+        raise ApplianceError(f"{archive}: no such archive (write one with `appliance image "
+                             "export`)")
+    public = load_public_key(key or default_key_dir())
+    sidecar = read_sidecar(sidecar_path(archive))
+    with progress_display(quiet=quiet) as progress:
+        return load_image_archive(lock, target, archive, sidecar,
+                                  lambda s: verify_sidecar(s, public), tag, progress)
+
+
+@click.command("pull")
+@click.argument("target")
+@click.option("--from", "archive", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Load from a docker archive written by `appliance image "
+              "export` (with its FILE.sidecar.json) instead of the registry.")
+@click.option("--key", type=click.Path(path_type=Path), default=None,
+              help="With --from: the exporting key's public key file or directory "
+              "(default: the key from `appliance keys init`).")
+@click.option("--tag", default=None, help="With --from: tag the loaded image REF instead of "
+              "the tag in the sidecar.")
+@lock_option
+@json_option
+def pull(target: str, archive: Path | None, key: Path | None, tag: str | None,
+         lock_path: Path | None, as_json: bool) -> None:
+    """Pull TARGET's published image by digest, or load it --from an exported archive, and
+    check it against the lock."""
+    if archive is None and (key is not None or tag is not None):
+        raise ApplianceError("--key and --tag only go with --from FILE")
+    if archive is not None:
+        report = _pull_from(lock_path, target, archive, key, tag, as_json)
+        if as_json:
+            click.echo(json.dumps({"ref": report.ref, "image_id": report.image_id,
+                                   "matches": report.matches, "from": str(archive)}, indent=2))
+        else:
+            click.echo(f"loaded {report.image_id} from {archive} as {report.ref}: signed "
+                       "sidecar verified, matches the lock")
+        return
     report = pull_image(load_lock(lock_path), target)
     if as_json:
         click.echo(json.dumps({"ref": report.ref, "image_id": report.image_id,

@@ -20,8 +20,9 @@ def _amount(value: int, unit: str) -> str:
 
 
 class LinePrinter:
-    """One line per task when it starts, then whenever it crosses another LINE_EVERY_PERCENT
-    (at most one line every `min_seconds`, except the last)."""
+    """Lines for a task once it has run `min_seconds` (quick work prints nothing): then one
+    line each time it crosses another LINE_EVERY_PERCENT, at most one every `min_seconds`,
+    and its last step; without a total, one line every LINE_EVERY_SECONDS_UNKNOWN_TOTAL."""
 
     def __init__(self, min_seconds: float = LINE_MIN_SECONDS) -> None:
         self.min_seconds = min_seconds
@@ -29,25 +30,31 @@ class LinePrinter:
         self.last_mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}
 
-    def __call__(self, p: Progress) -> None:
-        now = time.monotonic()
-        first = p.task not in self.started
-        self.started.setdefault(p.task, now)
+    def _due(self, p: Progress, now: float) -> bool:
+        if now - self.started[p.task] < self.min_seconds:
+            return False
+        last = self.last_time.get(p.task)
         if p.total:
             mark = min(100, p.done * 100 // p.total) // LINE_EVERY_PERCENT
-            if not first and mark <= self.last_mark.get(p.task, -1):
-                return
-            recent = now - self.last_time.get(p.task, now - self.min_seconds) < self.min_seconds
-            if not first and recent and p.done < p.total:
-                return
+            if last is not None and mark <= self.last_mark.get(p.task, -1):
+                return False
+            if last is not None and now - last < self.min_seconds and p.done < p.total:
+                return False
             self.last_mark[p.task] = mark
+            return True
+        return last is None or now - last >= LINE_EVERY_SECONDS_UNKNOWN_TOTAL
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        self.started.setdefault(p.task, now)
+        if not self._due(p, now):
+            return
+        self.last_time[p.task] = now
+        if p.total:
             where = f"{_amount(p.done, p.unit)}/{_amount(p.total, p.unit)} " \
                     f"({p.done * 100 // p.total}%)"
         else:
-            if not first and now - self.last_time.get(p.task, now) < LINE_EVERY_SECONDS_UNKNOWN_TOTAL:
-                return
-            where = _amount(p.done, p.unit) if p.done else "started"
-        self.last_time[p.task] = now
+            where = _amount(p.done, p.unit) if p.done else "running"
         log = f"; log {p.log}" if p.log else ""
         click.echo(f"{p.task}: {where}, {now - self.started[p.task]:.0f} s{log}", err=True)
 

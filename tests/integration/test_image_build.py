@@ -177,12 +177,10 @@ def test_a_failed_build_shows_the_log_tail_and_leaves_no_tag(engine_image_cpu: s
     result = run_cli("image", "build", "--target", "cpu", "--source", "b10229",
                      "--builder", builder, "--lock", str(lock_path))
     assert result.returncode == 1
-    assert "\nerror: image build for cpu failed; last lines:\n" in f"\n{result.stderr}"
+    assert result.stderr.startswith("error: image build for cpu failed; last lines:")
     log_line = result.stderr.strip().splitlines()[-1]
     assert log_line.startswith("full log: ")
     log = Path(log_line.removeprefix("full log: "))
-    # without a terminal, progress is one line per step of 5 %, naming the same log
-    assert f"compiling cpu: started, 0 s; log {log}" in result.stderr.splitlines()
     assert "CUDA Toolkit not found" in log.read_text()
     assert not docker_client.images.list(name=tag)
 

@@ -15,20 +15,17 @@ def test_a_line_every_few_percent_with_the_log(capsys: pytest.CaptureFixture[str
     for step in range(1, 151):
         show(Progress("compiling cpu", step, 150, log=log))
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == "compiling cpu: started, 0 s; log /var/log/build.log"
+    assert lines[0] == "compiling cpu: running, 0 s; log /var/log/build.log"
     assert len(lines) == 1 + 100 // LINE_EVERY_PERCENT + 1
     assert lines[-1].startswith("compiling cpu: 150/150 (100%), ")
     assert all(line.endswith("; log /var/log/build.log") for line in lines)
 
 
-def test_the_last_line_is_never_throttled(capsys: pytest.CaptureFixture[str]) -> None:
+def test_quick_work_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     count = byte_counter("sha256 m.gguf", 10_000_000, LinePrinter(min_seconds=3600))
     for _ in range(10):
         count(1_000_000)
-    lines = capsys.readouterr().err.splitlines()
-    assert lines == [lines[0], lines[-1]]
-    assert lines[0].startswith("sha256 m.gguf: 1.0 MB/10.0 MB (10%)")
-    assert lines[-1].startswith("sha256 m.gguf: 10.0 MB/10.0 MB (100%)")
+    assert capsys.readouterr().err == ""
 
 
 def test_quiet_display_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,5 +36,4 @@ def test_quiet_display_prints_nothing(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_without_a_terminal_the_display_prints_lines(capsys: pytest.CaptureFixture[str]) -> None:
     with progress_display() as show:
-        show(Progress("fetching x", 0, 10, BYTES))
-    assert capsys.readouterr().err == "fetching x: 0.0 MB/0.0 MB (0%), 0 s\n"
+        assert isinstance(show, LinePrinter)
