@@ -70,7 +70,12 @@ release-check: venv
 bench-replay: venv
 	PYTHONPATH=. $(PY) -m bench.replay_bench
 
-bench: bench-replay
+# Wall time of --help, engine show and the trace verbs against `python -c pass`.
+.PHONY: bench-cli
+bench-cli: venv
+	PYTHONPATH=. $(PY) -m bench.cli_bench
+
+bench: bench-replay bench-cli
 
 # The llama.cpp patch series: bracket check, local engine build, cross-bracket trace equality,
 # and the route-aware prefetch measurement (root, cgroup v1 memory controller).
