@@ -50,6 +50,10 @@ def test_every_command_the_project_runs_comes_from_a_listed_package() -> None:
         assert owner in listed, f"{command} comes from {owner}, which the bootstrap does not list"
 
 
+# The project's minbase bookworm image has util-linux-extra (fincore) and nothing else listed.
+BARE_MISSING = [name for name in packages() if name != "util-linux-extra"]
+
+
 def _in_bare_debian(image: str, *args: str, user: str = "0") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["docker", "run", "--rm", "--network", "none", "--user", user,
@@ -63,13 +67,13 @@ def test_check_in_a_bare_debian_names_every_missing_package(runtime_base_image: 
     line = result.stdout.strip()
     assert line.startswith("bootstrap: missing host packages: ")
     missing = line.split(": ", 2)[2].split()
-    assert missing == list(packages())
+    assert missing == BARE_MISSING
 
 
 def test_without_root_it_prints_the_one_command_and_stops(runtime_base_image: str) -> None:
     result = _in_bare_debian(runtime_base_image, user="65534")
     assert result.returncode == 1
     lines = result.stdout.splitlines()
-    missing = " ".join(packages())
+    missing = " ".join(BARE_MISSING)
     assert lines[-1] == ("bootstrap: run: sudo apt-get update && sudo apt-get install -y "
                          f"--no-install-recommends {missing} ")
