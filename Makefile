@@ -75,6 +75,12 @@ bench-replay: venv
 bench-cli: venv
 	PYTHONPATH=. $(PY) -m bench.cli_bench
 
+# The cpu image's cold or reused build, a cache-hit rebuild, and a rebuild after a one-line
+# patch change (ccache in a BuildKit cache mount).
+.PHONY: bench-build
+bench-build: venv
+	PYTHONPATH=. $(PY) -m bench.build_bench
+
 bench: bench-replay bench-cli
 
 # The llama.cpp patch series: bracket check, local engine build, cross-bracket trace equality,
