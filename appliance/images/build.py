@@ -323,8 +323,10 @@ def compile_check(lock: Lock, target_name: str, source_spec: str, build_base: st
         apply_series(lock, source, context)
         with open(log_path, "w", buffering=1) as log:
             log.write(f"# compile check {target_name} on {build_base}: {args}\n")
-            lines = _build_lines(f"compiling {target_name} on {build_base}", log_path, progress,
-                                 on_line)
+            task = f"compiling {target_name} on {build_base}"
+            if progress is not None:
+                progress(Progress(task, 0, None, log=log_path))
+            lines = _build_lines(task, log_path, progress, on_line)
             status = _run_buildkit(client_path, context, "", args, {}, log, lines,
                                    ["--target", "build", "--iidfile", str(iidfile)])
     finally:
