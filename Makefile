@@ -1,11 +1,16 @@
 # User-facing verbs. `make demo` runs the whole pipeline at miniature scale; `make test` runs
-# every test (Docker tests included when an engine is reachable).
+# every test (Docker tests included when an engine is reachable). Both first run the bootstrap
+# (host packages, Docker engine); `BOOTSTRAP=:` skips it.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APPLIANCE := $(PY) -m appliance
+BOOTSTRAP ?= scripts/bootstrap.sh
 
-.PHONY: venv test lint demo bench fuzz
+.PHONY: bootstrap venv test lint demo bench fuzz
+
+bootstrap:
+	@$(BOOTSTRAP)
 
 venv: $(VENV)/.installed
 
@@ -15,7 +20,8 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
-test: venv
+test: bootstrap
+	@$(MAKE) --no-print-directory venv
 	$(PY) -m pytest
 
 lint: venv
@@ -29,7 +35,8 @@ FUZZ_SEED ?= 0
 fuzz: venv
 	$(PY) -m fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 
-demo: venv
+demo: bootstrap
+	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo $(DEMO_ARGS)
 
 # Reproductions: preflight (fails fast without the GPU or MODELS a target needs), engine image,
@@ -70,7 +77,18 @@ release-check: venv
 bench-replay: venv
 	PYTHONPATH=. $(PY) -m bench.replay_bench
 
-bench: bench-replay
+# Wall time of --help, engine show and the trace verbs against `python -c pass`.
+.PHONY: bench-cli
+bench-cli: venv
+	PYTHONPATH=. $(PY) -m bench.cli_bench
+
+# The cpu image's cold or reused build, a cache-hit rebuild, and a rebuild after a one-line
+# patch change (ccache in a BuildKit cache mount).
+.PHONY: bench-build
+bench-build: venv
+	PYTHONPATH=. $(PY) -m bench.build_bench
+
+bench: bench-replay bench-cli
 
 # The llama.cpp patch series: bracket check, local engine build, cross-bracket trace equality,
 # and the route-aware prefetch measurement (root, cgroup v1 memory controller).

@@ -47,6 +47,7 @@ def lcs_run(reader, policy: str, capacity: int, n: int) -> tuple[int, float]:  #
 
 
 def warm_up() -> None:
+    kernels.compile_kernels()  # small inputs would otherwise run as plain Python
     small = trace_events(synth_trace(TraceSynthSpec(n_decode=8))).stream
     for policy in kernels.POLICIES:
         our_run(single_item_stream(small), policy, 8)

@@ -4,33 +4,84 @@ Each verb group lives in its own module in this package; expected failures raise
 ApplianceError and reach the user as one line on stderr with a non-zero exit status.
 """
 
+import importlib
 import signal
 import sys
 import traceback
+from typing import NamedTuple
 
 import click
 
 from appliance import __version__
-from appliance.cli import (
-    bundle,
-    demo,
-    doctor,
-    engine,
-    evidence,
-    image,
-    keys,
-    model,
-    patches,
-    plan,
-    release_check,
-    repro,
-    run,
-    trace,
-)
 from appliance.core.errors import ApplianceError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Verb(NamedTuple):
+    module: str
+    summary: str
+
+
+# Each verb's module is imported only when the verb runs, so `appliance --help` and the quick
+# verbs do not load docker, numpy, numba or the signing libraries. `summary` is the verb's
+# short help as `appliance --help` lists it (a test keeps it equal to the command's own).
+VERBS: dict[str, Verb] = {
+    "engine": Verb("appliance.cli.engine", "The engine lock and verified llama.cpp sources."),
+    "patches": Verb("appliance.cli.patches", "Manage the llama.cpp patch series (list, apply, "
+                    "bracket check, edit and export)."),
+    "image": Verb("appliance.cli.image", "Build, inspect, publish and pull engine images."),
+    "pull": Verb("appliance.cli.image", "Pull TARGET's published image by digest, or load it "
+                 "--from an exported archive, and check it against the lock."),
+    "model": Verb("appliance.cli.model", "Synthesize tiny MoE GGUF models and inspect GGUF "
+                  "files."),
+    "plan": Verb("appliance.cli.plan", "Plan placement and memory for a GGUF (path, header-only "
+                 "file or URL) under limits."),
+    "run": Verb("appliance.cli.run", "Run an experiment PROFILE (a built-in name or a YAML file) "
+                "in the engine image."),
+    "trace": Verb("appliance.cli.trace", "Inspect and replay MoE route traces through "
+                  "expert-cache policies."),
+    "bundle": Verb("appliance.cli.bundle", "Sign and verify run bundles."),
+    "evidence": Verb("appliance.cli.evidence", "Published results and comparison of new runs "
+                     "against them."),
+    "doctor": Verb("appliance.cli.doctor", "Check this machine: Docker engine and cgroups, a "
+                   "BuildKit client, the NVIDIA runtime, GPUs and driver (NVML), the engine "
+                   "target that fits, swap, fincore."),
+    "keys": Verb("appliance.cli.keys", "Signing keys for run bundles (kept outside any "
+                 "repository)."),
+    "release-check": Verb("appliance.cli.release_check", "Check that the tracked files hold no "
+                          "weights, traces, secrets or host details."),
+    "repro": Verb("appliance.cli.repro", "Reproduce the published findings on a target (what "
+                  "`make repro-<target>` runs)."),
+    "demo": Verb("appliance.cli.demo", "The whole pipeline at miniature scale: a tiny synthetic "
+                 "MoE model about twice the memory limit, run on the cpu image (profile "
+                 "tiny-oversub: baseline, demand mmap, demand mmap with route-aware prefetch), "
+                 "sealed as a bundle, verified, its disk reads compared with an LRU replay of "
+                 "its own route trace, and compared with evidence/."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose verbs are imported on first use; the listing comes from VERBS."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(VERBS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        verb = VERBS.get(cmd_name)
+        if verb is None:
+            return None
+        module = importlib.import_module(verb.module)
+        return next(c for c in module.COMMANDS if c.name == cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, click.Command(name, help=VERBS[name].summary).get_short_help_str(limit))
+                for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="appliance")
 @click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
 @click.pass_context
@@ -45,10 +96,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-for module in (engine, patches, image, model, plan, run, trace, bundle, evidence, doctor, keys,
-               release_check, repro, demo):
-    for command in module.COMMANDS:
-        cli.add_command(command)
+def _debug_requested(ctx: click.Context | None) -> bool:
+    return bool(ctx is not None and isinstance(ctx.find_root().obj, dict)
+                and ctx.find_root().obj.get("debug"))
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -56,17 +106,19 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main() -> None:
-    debug = "--debug" in sys.argv[1:]
+    """The entry point: the only place that turns errors into exit statuses."""
     # SIGTERM cleans up like Ctrl-C: temporary files removed, containers stopped, runs marked
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        cli.main(standalone_mode=False, prog_name="appliance")
-    except ApplianceError as exc:
-        if debug:
-            traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+        with cli.make_context("appliance", sys.argv[1:]) as ctx:
+            try:
+                cli.invoke(ctx)
+            except ApplianceError as exc:
+                if _debug_requested(ctx):
+                    traceback.print_exc()
+                click.echo(f"error: {exc}", err=True)
+                sys.exit(exc.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.UsageError as exc:  # one line, like every other refusal

@@ -15,8 +15,8 @@ from appliance.attest.bundle import (
     verify_bundle,
 )
 from appliance.attest.dsse import default_key_dir, existing_default_key
-from appliance.cli.options import json_option
-from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.cli.options import json_option, refuse_key_with_unsigned
+from appliance.core.errors import ApplianceError, IntegrityError
 
 bundle_dir = click.argument("directory", type=click.Path(path_type=Path, file_okay=False,
                                                          exists=True))
@@ -36,8 +36,7 @@ def bundle_group() -> None:
 @click.option("--force", is_flag=True, help="Re-seal even though files changed since sealing.")
 def bundle_sign(directory: Path, key: Path | None, unsigned: bool, force: bool) -> None:
     """Write the manifest and the signed attestation of a run directory."""
-    if unsigned and key is not None:
-        raise ConfigError("--key and --unsigned contradict each other: choose one")
+    refuse_key_with_unsigned(key, unsigned)
     if not unsigned and key is None:
         key = existing_default_key()
         if key is None:

@@ -7,6 +7,7 @@ import click
 from rich.console import Console
 
 from appliance.cli.options import REPEATS, OutputPath, lock_option
+from appliance.cli.progress import progress_display
 from appliance.engine.lock import load_lock
 from appliance.workflows.pipeline import demo
 
@@ -28,8 +29,9 @@ def demo_command(source: str, out: Path | None, models_dir: Path | None, repeats
     mmap with route-aware prefetch), sealed as a bundle, verified, its disk reads compared
     with an LRU replay of its own route trace, and compared with evidence/."""
     console = Console(width=None if sys.stdout.isatty() else 160)
-    demo(load_lock(lock_path), console, source=source, out=out, models_dir=models_dir,
-         repeats=repeats)
+    with progress_display() as progress:
+        demo(load_lock(lock_path), console, source=source, out=out, models_dir=models_dir,
+             repeats=repeats, progress=progress)
 
 
 COMMANDS: list[click.Command] = [demo_command]

@@ -1,13 +1,13 @@
 """CLI: `appliance doctor`."""
 
 import json
-import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from appliance.cli.options import json_option, lock_option
+from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.host.doctor import FAIL, PASS, diagnose
 
@@ -32,7 +32,8 @@ def doctor_command(lock_path: Path | None, as_json: bool) -> None:
             fix = f"  [dim]fix: {check.fix}[/]" if check.fix else ""
             console.print(f"[{STYLE[check.status]}]{check.status:4}[/] {check.name:26} {check.detail}{fix}")
     if not report.ok:
-        sys.exit(1)
+        failed = [check.name for check in report.checks if check.status == FAIL]
+        raise ApplianceError(f"this machine fails {len(failed)} check(s): {', '.join(failed)}")
 
 
 COMMANDS: list[click.Command] = [doctor_command]

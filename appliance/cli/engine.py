@@ -4,14 +4,10 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-from rich.table import Table
 
 from appliance.cli.engine_build import build as build_command
 from appliance.cli.options import json_option, lock_option
 from appliance.engine.lock import load_lock
-from appliance.engine.source import fetch_source
 
 
 @click.group("engine")
@@ -28,6 +24,9 @@ def show(lock_path: Path | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"digest": lock.digest, "lock": lock.raw}, indent=2))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     console.print(f"[bold]engine lock[/] {lock.path}")
     console.print(f"digest       sha256:{lock.digest}")
@@ -72,16 +71,18 @@ def fetch(source_spec: str, lock_path: Path | None, as_json: bool) -> None:
     Stand-in archives are checked against the lock's sha256 before extraction; a second
     fetch downloads nothing; a corrupted cache entry is detected and repaired.
     """
+    from rich.console import Console
+
+    from appliance.cli.progress import progress_display
+    from appliance.core.progress import BYTES, Progress
+    from appliance.engine.source import fetch_source
+
     lock = load_lock(lock_path)
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-        console=console, transient=True, disable=as_json,
-    ) as bar:
-        task = bar.add_task(f"fetching {source_spec}", total=None)
+    with progress_display(quiet=as_json) as show:
 
         def progress(_: str, done: int, total: int | None) -> None:
-            bar.update(task, completed=done, total=total)
+            show(Progress(f"fetching {source_spec}", done, total, BYTES))
 
         tree = fetch_source(lock, source_spec, progress)
     for note in tree.notes:

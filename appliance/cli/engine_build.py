@@ -1,4 +1,4 @@
-"""CLI: `appliance engine build --local`, a subcommand of the `engine` group (cli/engine.py)."""
+"""CLI: `appliance engine build --local` (a verb of the `engine` group)."""
 
 import json
 from pathlib import Path
@@ -7,9 +7,7 @@ import click
 
 from appliance.cli.options import json_option, lock_option
 from appliance.core.errors import ApplianceError
-from appliance.engine.local_build import build_source
 from appliance.engine.lock import load_lock
-from appliance.engine.source import fetch_source
 
 
 @click.command("build")
@@ -24,6 +22,9 @@ from appliance.engine.source import fetch_source
 def build(lock_path: Path | None, local: bool, source_spec: str, experimental: tuple[str, ...],
           as_json: bool) -> None:
     """Build the patched llama.cpp (llama-moe-trace, -completion, -bench, -simple), cached."""
+    from appliance.engine.local_build import build_source
+    from appliance.engine.source import fetch_source
+
     if not local:
         raise ApplianceError("only --local builds are done here; for images use `appliance image build`")
     lock = load_lock(lock_path)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from appliance.cli.options import json_option, lock_option
+from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.engine.lock import load_lock, write_lock
 from appliance.images import labels as L
@@ -22,7 +22,6 @@ from appliance.images.build import (
     compile_check,
     drift_message,
     inspect_image,
-    ninja_progress,
     selftest,
 )
 from appliance.images.registry import pull_image, push_image
@@ -53,19 +52,9 @@ def build(target: str, source_spec: str, experimental: tuple[str, ...], jobs: in
     lock = load_lock(lock_path)
     lock.target(target)
     console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True,
-                  disable=as_json or not console.is_terminal) as bar:
-        task = bar.add_task(f"building {target}", total=None)
-
-        def on_line(line: str) -> None:
-            step = ninja_progress(line)
-            if step:
-                bar.update(task, completed=step[0], total=step[1], description=f"compiling {target}")
-            elif line.startswith("#") and " DONE " not in line:
-                bar.update(task, description=f"{target}: {line[:60]}")
-
-        result = build_image(lock, target, source_spec, experimental, jobs, builder, on_line)
+    with progress_display(quiet=as_json) as progress:
+        result = build_image(lock, target, source_spec, experimental, jobs, builder,
+                             progress=progress)
     if as_json:
         click.echo(json.dumps({
             "tag": result.tag, "image_id": result.image_id, "reused": result.reused,
@@ -114,19 +103,9 @@ def check_compile(target: str, build_base: str, cmake_args: tuple[str, ...], sou
                   jobs: int, lock_path: Path | None) -> None:
     """Compile TARGET's build stage on a local toolchain image (no image is kept)."""
     lock = load_lock(lock_path)
-    console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True,
-                  disable=not console.is_terminal) as bar:
-        task = bar.add_task(f"compiling {target}", total=None)
-
-        def on_line(line: str) -> None:
-            step = ninja_progress(line)
-            if step:
-                bar.update(task, completed=step[0], total=step[1])
-
+    with progress_display() as progress:
         log_path, seconds = compile_check(lock, target, source_spec, build_base, cmake_args,
-                                          jobs, on_line)
+                                          jobs, progress=progress)
     click.echo(f"{target} build stage compiled on {build_base} in {seconds:.0f} s; log {log_path}")
 
 
@@ -192,12 +171,83 @@ def push(target: str, registry: str, image_ref: str | None, lock_path: Path | No
     click.echo(f"pushed {published.local_tag} as {published.reference}")
 
 
-@click.command("pull")
+@image_group.command("export")
 @click.argument("target")
+@click.argument("archive", metavar="FILE", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--image", "image_ref", default=None,
+              help="Local image to export (default: the newest one built from this lock).")
+@click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Private key (or key directory) to sign the sidecar with "
+              "(default: the key from `appliance keys init`).")
 @lock_option
 @json_option
-def pull(target: str, lock_path: Path | None, as_json: bool) -> None:
-    """Pull TARGET's published image by digest and check it against the lock."""
+def export(target: str, archive: Path, image_ref: str | None, key: Path | None,
+           lock_path: Path | None, as_json: bool) -> None:
+    """Write TARGET's image to FILE (a docker archive) and FILE.sidecar.json, signed."""
+    from appliance.attest.dsse import load_signer
+    from appliance.images.archive import export_image, sidecar_path
+
+    signer = load_signer(key)
+    with progress_display(quiet=as_json) as progress:
+        sidecar = export_image(load_lock(lock_path), target, archive, signer, image_ref,
+                               progress)
+    if as_json:
+        click.echo(json.dumps({**sidecar.record(), "archive_path": str(archive),
+                               "sidecar_path": str(sidecar_path(archive))}, indent=2))
+        return
+    click.echo(f"exported {sidecar.tag} {sidecar.image_id} to {archive} "
+               f"({sidecar.archive_bytes} bytes, sha256 {sidecar.archive_sha256}); "
+               f"sidecar {sidecar_path(archive)} signed by {sidecar.keyid}")
+
+
+def _pull_from(lock_path: Path | None, target: str, archive: Path, key: Path | None,
+               tag: str | None, quiet: bool) -> InspectReport:
+    from appliance.attest.dsse import default_key_dir, load_public_key
+    from appliance.images.archive import (
+        load_image_archive,
+        read_sidecar,
+        sidecar_path,
+        verify_sidecar,
+    )
+
+    lock = load_lock(lock_path)
+    if not archive.is_file():
+        raise ApplianceError(f"{archive}: no such archive (write one with `appliance image "
+                             "export`)")
+    public = load_public_key(key or default_key_dir())
+    sidecar = read_sidecar(sidecar_path(archive))
+    with progress_display(quiet=quiet) as progress:
+        return load_image_archive(lock, target, archive, sidecar,
+                                  lambda s: verify_sidecar(s, public), tag, progress)
+
+
+@click.command("pull")
+@click.argument("target")
+@click.option("--from", "archive", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Load from a docker archive written by `appliance image "
+              "export` (with its FILE.sidecar.json) instead of the registry.")
+@click.option("--key", type=click.Path(path_type=Path), default=None,
+              help="With --from: the exporting key's public key file or directory "
+              "(default: the key from `appliance keys init`).")
+@click.option("--tag", default=None, help="With --from: tag the loaded image REF instead of "
+              "the tag in the sidecar.")
+@lock_option
+@json_option
+def pull(target: str, archive: Path | None, key: Path | None, tag: str | None,
+         lock_path: Path | None, as_json: bool) -> None:
+    """Pull TARGET's published image by digest, or load it --from an exported archive, and
+    check it against the lock."""
+    if archive is None and (key is not None or tag is not None):
+        raise ApplianceError("--key and --tag only go with --from FILE")
+    if archive is not None:
+        report = _pull_from(lock_path, target, archive, key, tag, as_json)
+        if as_json:
+            click.echo(json.dumps({"ref": report.ref, "image_id": report.image_id,
+                                   "matches": report.matches, "from": str(archive)}, indent=2))
+        else:
+            click.echo(f"loaded {report.image_id} from {archive} as {report.ref}: signed "
+                       "sidecar verified, matches the lock")
+        return
     report = pull_image(load_lock(lock_path), target)
     if as_json:
         click.echo(json.dumps({"ref": report.ref, "image_id": report.image_id,

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from appliance.cli.options import POSITIVE, SEED, OutputPath, finite, json_option
+from appliance.cli.progress import progress_display
 from appliance.core.units import format_size, parse_size
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, ModelSynthSpec
 from appliance.models.skeleton import write_skeleton
@@ -36,7 +37,8 @@ def synth_command(out: Path, arch: str, size_text: str, experts: int, used: int,
     """Write a tiny synthetic MoE GGUF that llama.cpp loads and runs (same seed, same bytes)."""
     spec = ModelSynthSpec(arch=arch, size_bytes=parse_size(size_text), experts=experts, used=used,
                      layers=layers, skew=skew, seed=seed, expert_type=expert_type)
-    result = synthesize(spec, out)
+    with progress_display(quiet=as_json) as progress:
+        result = synthesize(spec, out, progress)
     for stale in result.stale_removed:
         click.echo(f"removed {stale}, left by an earlier synth that was killed", err=True)
     record = {

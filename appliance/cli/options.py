@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from appliance.core import atomic
+from appliance.core.errors import ConfigError
 from appliance.core.limits import MAX_REPEATS, MAX_SEED
 
 MAX_COUNT = 1 << 31  # tokens, steps, batch sizes
@@ -67,3 +68,9 @@ lock_option = click.option(
          "the checkout).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+
+def refuse_key_with_unsigned(key: Path | None, unsigned: bool) -> None:
+    """`--key` and `--unsigned` together are refused the same way by every verb that signs."""
+    if unsigned and key is not None:
+        raise ConfigError("--key and --unsigned contradict each other: choose one")

@@ -7,6 +7,8 @@ import click
 from rich.console import Console
 
 from appliance.cli.options import REPEATS, OutputPath, lock_option
+from appliance.cli.progress import progress_display
+from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.evidence.findings import REPRODUCED
 from appliance.host.docker import docker_endpoint, engine_problem
@@ -52,12 +54,16 @@ def repro_run(target: str, models_dir: Path | None, source: str, out_root: Path 
     signed bundles, verification and the verdict against evidence/. Exits 1 unless every
     finding is reproduced."""
     console = Console(width=None if sys.stdout.isatty() else 160)
-    reports = reproduce(load_lock(lock_path), target, console, models_dir=models_dir,
-                        source=source, out_root=out_root, key=key, repeats=repeats)
+    with progress_display() as progress:
+        reports = reproduce(load_lock(lock_path), target, console, models_dir=models_dir,
+                            source=source, out_root=out_root, key=key, repeats=repeats,
+                            progress=progress)
     verdicts = [c["verdict"] for r in reports for c in r.comparisons]
-    if any(r.bundle_verdict != "verified" for r in reports) or \
-            any(v != REPRODUCED for v in verdicts):
-        sys.exit(1)
+    unverified = sum(r.bundle_verdict != "verified" for r in reports)
+    missed = sum(v != REPRODUCED for v in verdicts)
+    if unverified or missed:
+        raise ApplianceError(f"repro-{target}: {unverified} bundle(s) not verified, {missed} of "
+                             f"{len(verdicts)} finding(s) not reproduced (see the tables above)")
 
 
 COMMANDS: list[click.Command] = [repro_group]

@@ -8,7 +8,15 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from appliance.cli.options import RATE, REPEATS, OutputPath, lock_option
+from appliance.cli.options import (
+    RATE,
+    REPEATS,
+    OutputPath,
+    json_option,
+    lock_option,
+    refuse_key_with_unsigned,
+)
+from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.host.docker import docker_client
@@ -35,7 +43,7 @@ from appliance.workflows.pipeline import execute_profile
 @click.option("--gpu", "gpu_index", type=click.IntRange(min=0), default=None, help="GPU index (default 0).")
 @click.option("--trial-timeout", type=RATE, default=None, metavar="SECONDS",
               help="Stop a trial's engine after this long and record it as timed out.")
-@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+@json_option
 @click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
               help="Private key (or key directory) to sign the bundle with "
               "(default: the key from `appliance keys init`, if any).")
@@ -45,15 +53,19 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
                 dry_run: bool, skip_digest_check: bool, image: str | None,
                 gpu_index: int | None, trial_timeout: float | None, as_json: bool,
                 key: Path | None, unsigned: bool, lock_path: Path | None) -> None:
-    """Run an experiment PROFILE (a built-in name or a YAML file) in the engine image."""
+    """Run an experiment PROFILE (a built-in name or a YAML file) in the engine image.
+
+    With --dry-run --json the trial plan is printed as JSON."""
+    refuse_key_with_unsigned(key, unsigned)
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
     profile = load_profile(profile_name)
     lock = load_lock(lock_path)
     if dry_run:
-        prepared, _ = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
-                                  dry_run=True, skip_digest=skip_digest_check, image=image,
-                                  gpu_index=gpu_index, client_factory=docker_client,
-                                  show_progress=not as_json)
+        with progress_display(quiet=as_json) as progress:
+            prepared, _ = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
+                                      dry_run=True, skip_digest=skip_digest_check, image=image,
+                                      gpu_index=gpu_index, client_factory=docker_client,
+                                      progress=progress)
         specs = planned_specs(prepared, LlamaMoeTraceEngine(prepared.image), secrets.token_hex(6))
         if as_json:
             click.echo(json.dumps({"profile": profile.name, "target": prepared.choice.target,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from appliance.cli.options import FRACTION, NON_NEGATIVE, POSITIVE, SEED, OutputPath, finite
+from appliance.cli.options import FRACTION, NON_NEGATIVE, POSITIVE, SEED, OutputPath, finite, json_option
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.trace.names import POLICIES
@@ -86,7 +86,7 @@ def trace_group() -> None:
 
 @trace_group.command("info")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 def info_cmd(trace_path: Path, as_json: bool) -> None:
     """Model, layers, experts, steps, tokens, distinct experts and reuse distances per layer."""
     from appliance.trace.format import read_trace
@@ -158,7 +158,7 @@ def _replay_options(func: Any) -> Any:
 @click.option("--capacity", "capacity", multiple=True, required=True,
               help="Experts per cache (repeat or comma list).")
 @_replay_options
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 def replay_cmd(trace_path: Path, capacity: tuple[str, ...], policy: tuple[str, ...], scope: str,
                expert_bytes: str | None, model: Path | None, calibration: Path | None,
                as_json: bool) -> None:

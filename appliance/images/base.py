@@ -6,8 +6,8 @@ SOURCE_DATE_EPOCH, and this module wraps it in a docker-archive whose image conf
 here with the same fixed date. The image ID is the sha256 of that config, so the same tarball
 always yields the same ID (`docker import` would stamp the current time into it instead).
 
-Two roles: `runtime` (minbase plus the OpenMP runtime) and `build` (plus compilers, cmake,
-ninja). Both drop documentation, manual pages and locales.
+Two roles: `runtime` (minbase plus the OpenMP runtime) and `build` (plus compilers, ccache,
+cmake, ninja). Both drop documentation, manual pages and locales.
 """
 
 import io
@@ -25,12 +25,12 @@ from pathlib import Path
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
 from appliance.core.errors import ApplianceError
 
-DEFAULT_EPOCH = 1767225600  # 2026-01-01T00:00:00Z
+DEFAULT_EPOCH = 1772323200  # 2026-03-01T00:00:00Z
 SUITE = "bookworm"
 REPOSITORY = "moe-appliance/debian-{role}"
 PACKAGES = {
     "runtime": ("libgomp1",),
-    "build": ("build-essential", "cmake", "ninja-build"),
+    "build": ("build-essential", "ccache", "cmake", "ninja-build"),
 }
 DPKG_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
 BASE_TAG_RE = re.compile(

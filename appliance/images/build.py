@@ -21,6 +21,7 @@ from typing import Any
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.paths import cache_dir, repo_root
+from appliance.core.progress import BYTES, Progress, ProgressFn
 from appliance.engine.lock import Lock, Target
 from appliance.engine.patches import apply_series, series_digest
 from appliance.engine.source import SourceTree, fetch_source
@@ -33,6 +34,7 @@ DEFAULT_JOBS = 2
 LOG_TAIL_LINES = 15
 BUILDERS = ("auto", "buildkit", "classic")
 NINJA_STEP_RE = re.compile(r"\[(\d+)/(\d+)\]")
+CACHE_MOUNT_RE = re.compile(r"^RUN --mount=type=cache,\S+ ", re.MULTILINE)
 
 OnLine = Callable[[str], None]
 
@@ -163,11 +165,27 @@ def _run_buildkit(client_path: str, context: Path, tag: str, args: dict[str, str
     return proc.wait()
 
 
+def classic_dockerfile(text: str) -> str:
+    """The Dockerfile without BuildKit cache mounts, which the classic builder rejects."""
+    return CACHE_MOUNT_RE.sub("RUN ", text)
+
+
 def _run_classic(client: Any, context: Path, tag: str, args: dict[str, str],
                  labels: dict[str, str], log: Any, on_line: OnLine | None) -> int:
+    dockerfile = context.parent / f"{context.name}.classic.Dockerfile"
+    dockerfile.write_text(classic_dockerfile(dockerfile_path().read_text()))
+    try:
+        stream = client.api.build(path=str(context), dockerfile=str(dockerfile), tag=tag,
+                                  buildargs=args, labels=labels, rm=True, forcerm=True,
+                                  decode=True)
+        failed = _follow_classic(stream, log, on_line)
+    finally:
+        dockerfile.unlink(missing_ok=True)
+    return failed
+
+
+def _follow_classic(stream: Any, log: Any, on_line: OnLine | None) -> int:
     failed = 0
-    stream = client.api.build(path=str(context), dockerfile=str(dockerfile_path()), tag=tag,
-                              buildargs=args, labels=labels, rm=True, forcerm=True, decode=True)
     for chunk in stream:
         text = chunk.get("stream") or chunk.get("status") or ""
         if "error" in chunk:
@@ -179,14 +197,50 @@ def _run_classic(client: Any, context: Path, tag: str, args: dict[str, str],
     return failed
 
 
+def _fetch_progress(spec: str, progress: ProgressFn | None) -> Any:
+    if progress is None:
+        return None
+
+    def report(_: str, done: int, total: int | None) -> None:
+        progress(Progress(f"fetching {spec}", done, total, BYTES))
+
+    return report
+
+
+def _base_log(ref: str, progress: ProgressFn | None, on_line: OnLine | None) -> OnLine:
+    def log(line: str) -> None:
+        if progress is not None:
+            progress(Progress(f"making base image {ref}", 0, None))
+        if on_line is not None:
+            on_line(line)
+
+    return log
+
+
+def _build_lines(task: str, log_path: Path, progress: ProgressFn | None,
+                 on_line: OnLine | None) -> OnLine:
+    """Every build log line to on_line; ninja's `[n/m]` steps to progress, with the log path."""
+    def line(text: str) -> None:
+        if on_line is not None:
+            on_line(text)
+        step = ninja_progress(text)
+        if step is not None and progress is not None:
+            progress(Progress(task, step[0], step[1], log=log_path))
+
+    return line
+
+
 def build_image(lock: Lock, target_name: str, source_spec: str, experimental: Sequence[str] = (),
                 jobs: int = DEFAULT_JOBS, builder: str = "auto",
-                on_line: OnLine | None = None) -> BuildResult:
-    """Build (or reuse) the engine image for one target from a verified, patched source."""
+                on_line: OnLine | None = None,
+                progress: ProgressFn | None = None) -> BuildResult:
+    """Build (or reuse) the engine image for one target from a verified, patched source.
+
+    `on_line` gets every build log line; `progress` the fetch, base and compile steps."""
     target = lock.target(target_name)
     client = docker_client()
-    source = fetch_source(lock, source_spec)
-    made = [ensure_base(ref, log=on_line or (lambda _: None))
+    source = fetch_source(lock, source_spec, _fetch_progress(source_spec, progress))
+    made = [ensure_base(ref, log=_base_log(ref, progress, on_line))
             for ref in (target.runtime_base, target.build_base)]
     inputs = plan_inputs(lock, target_name, source, client, experimental)
     tag = L.image_tag(lock, target_name, source.identity, experimental, inputs.series_digest)
@@ -211,13 +265,17 @@ def build_image(lock: Lock, target_name: str, source_spec: str, experimental: Se
                 "llama-moe-trace patch (check patches/llama.cpp/series)")
         labels = L.expected_labels(lock, inputs, _now())
         args = {**inputs.build_args, "JOBS": str(jobs)}
+        task = f"compiling {target_name}"
+        if progress is not None:
+            progress(Progress(task, 0, None, log=log_path))
+        lines = _build_lines(task, log_path, progress, on_line)
         with open(log_path, "w", buffering=1) as log:
             log.write(f"# appliance image build {target_name} -> {tag} ({kind} builder)\n")
             if kind == "buildkit":
                 assert client_path is not None
-                status = _run_buildkit(client_path, context, tag, args, labels, log, on_line)
+                status = _run_buildkit(client_path, context, tag, args, labels, log, lines)
             else:
-                status = _run_classic(client, context, tag, args, labels, log, on_line)
+                status = _run_classic(client, context, tag, args, labels, log, lines)
     finally:
         shutil.rmtree(context, ignore_errors=True)
     if status != 0:
@@ -239,7 +297,8 @@ def ninja_progress(line: str) -> tuple[int, int] | None:
 
 def compile_check(lock: Lock, target_name: str, source_spec: str, build_base: str,
                   extra_cmake_args: Sequence[str] = (), jobs: int = DEFAULT_JOBS,
-                  on_line: OnLine | None = None) -> tuple[Path, float]:
+                  on_line: OnLine | None = None,
+                  progress: ProgressFn | None = None) -> tuple[Path, float]:
     """Build only the Dockerfile's build stage for a target on another build base; keep nothing.
 
     Proves a target's compile step (e.g. CUDA for sm120) where its real base images cannot be
@@ -250,7 +309,7 @@ def compile_check(lock: Lock, target_name: str, source_spec: str, build_base: st
     resolve_base(client, build_base, None)
     _, client_path = choose_builder("buildkit")
     assert client_path is not None
-    source = fetch_source(lock, source_spec)
+    source = fetch_source(lock, source_spec, _fetch_progress(source_spec, progress))
     args = {**build_args(target), "BUILD_BASE": build_base, "RUNTIME_BASE": build_base,
             "CMAKE_ARGS": " ".join([*target.cmake_args, *extra_cmake_args]), "JOBS": str(jobs)}
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -263,7 +322,11 @@ def compile_check(lock: Lock, target_name: str, source_spec: str, build_base: st
         apply_series(lock, source, context)
         with open(log_path, "w", buffering=1) as log:
             log.write(f"# compile check {target_name} on {build_base}: {args}\n")
-            status = _run_buildkit(client_path, context, "", args, {}, log, on_line,
+            task = f"compiling {target_name} on {build_base}"
+            if progress is not None:
+                progress(Progress(task, 0, None, log=log_path))
+            lines = _build_lines(task, log_path, progress, on_line)
+            status = _run_buildkit(client_path, context, "", args, {}, log, lines,
                                    ["--target", "build", "--iidfile", str(iidfile)])
     finally:
         shutil.rmtree(context, ignore_errors=True)

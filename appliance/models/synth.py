@@ -14,6 +14,7 @@ from gguf.constants import LlamaFileType
 
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
+from appliance.core.progress import ProgressFn, byte_counter
 from appliance.models import weights
 from appliance.models.shapes import Layout, ModelSynthSpec, solve_layout
 from appliance.models.vocab import Vocab, byte_vocab
@@ -79,8 +80,9 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
     w.add_uint64("appliance.synth.size_request", spec.size_bytes)
 
 
-def synthesize(spec: ModelSynthSpec, out: Path) -> SynthResult:
-    """Write the model to `out` (via a temporary name, renamed when complete)."""
+def synthesize(spec: ModelSynthSpec, out: Path, progress: ProgressFn | None = None) -> SynthResult:
+    """Write the model to `out` (via a temporary name, renamed when complete); `progress`
+    gets the tensor bytes written."""
     atomic.refuse_special(out)
     vocab = byte_vocab()
     layout = solve_layout(spec, len(vocab.tokens))
@@ -102,10 +104,13 @@ def synthesize(spec: ModelSynthSpec, out: Path) -> SynthResult:
             writer.write_padding(fout, fout.tell())
             fout.flush()
             digest.update(tmp.read_bytes())  # header only: nothing else written yet
+            data_bytes = sum(t.nbytes + -t.nbytes % writer.data_alignment for t in layout.tensors)
+            written = byte_counter(f"writing {out.name}", data_bytes, progress)
 
             def emit(data: bytes) -> None:
                 fout.write(data)
                 digest.update(data)
+                written(len(data))
 
             for t in layout.tensors:
                 if t.role == "experts":

@@ -10,12 +10,11 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
 from appliance.core import atomic
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.core.paths import cache_dir
+from appliance.core.progress import ProgressFn, byte_counter
 from appliance.core.units import format_size
 from appliance.runs.profile import ModelManifest
 
@@ -57,22 +56,16 @@ def _load_cache() -> dict[str, str]:
     return data if isinstance(data, dict) else {}
 
 
-def cached_sha256(path: Path, show_progress: bool = True) -> tuple[str, bool]:
-    """(sha256, came from cache) for a file, hashing only when size/mtime/inode changed."""
+def cached_sha256(path: Path, progress: ProgressFn | None = None) -> tuple[str, bool]:
+    """(sha256, came from cache) for a file, hashing only when size/mtime/inode changed;
+    `progress` gets the bytes hashed."""
     real = path.resolve()
     stat = real.stat()
     key = _cache_key(real, stat)
     cache = _load_cache()
     if key in cache:
         return cache[key], True
-    if show_progress:
-        columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                   TimeRemainingColumn())
-        with Progress(*columns, transient=True) as progress:
-            task = progress.add_task(f"sha256 {real.name}", total=stat.st_size)
-            digest = sha256_file(real, lambda n: progress.advance(task, n))
-    else:
-        digest = sha256_file(real)
+    digest = sha256_file(real, byte_counter(f"sha256 {real.name}", stat.st_size, progress))
     # Drop this file's stale entries and those of files that no longer exist.
     cache = {k: v for k, v in _load_cache().items()
              if not k.startswith(f"{real}|") and Path(k.split("|", 1)[0]).exists()}
@@ -107,12 +100,12 @@ def locate_model(manifest: ModelManifest, models_dir: Path) -> tuple[Path, int]:
 
 
 def check_model(manifest: ModelManifest, models_dir: Path, skip_digest: bool = False,
-                show_progress: bool = True) -> CheckedModel:
+                progress: ProgressFn | None = None) -> CheckedModel:
     """Size first (cheap), then sha256 unless skipped; refuses a missing or different file."""
     path, size = locate_model(manifest, models_dir)
     if skip_digest:
         return CheckedModel(path, manifest.file, size, None, SKIPPED, False)
-    digest, from_cache = cached_sha256(path, show_progress)
+    digest, from_cache = cached_sha256(path, progress)
     if manifest.sha256 is None:
         return CheckedModel(path, manifest.file, size, digest, UNPINNED, from_cache)
     if digest != manifest.sha256:

@@ -14,6 +14,7 @@ import docker.errors
 
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.limits import MAX_REPEATS
+from appliance.core.progress import ProgressFn
 from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.host.cgroups import block_device_for, cgroup_version
@@ -109,7 +110,7 @@ class PreparedRun:
 def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int | None,
                 out: Path | None, dry_run: bool, skip_digest: bool, image: str | None,
                 gpu_index: int | None, client_factory: Any,
-                show_progress: bool = True) -> tuple[PreparedRun, Any]:
+                progress: ProgressFn | None = None) -> tuple[PreparedRun, Any]:
     """All checks, cheapest first. Returns the prepared run and a Docker client (None in a
     dry run); `client_factory()` connects (or raises the "Docker down" error)."""
     if repeats is not None and not 1 <= repeats <= MAX_REPEATS:
@@ -133,8 +134,7 @@ def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int 
         image = f"{IMAGE_REPOSITORY}:<sm89|sm120>-{lock.digest[:12]}"
     elif client is not None:
         find_image(client, [image])
-    model = check_model(profile.model, models_dir, skip_digest=skip_digest,
-                        show_progress=show_progress)
+    model = check_model(profile.model, models_dir, skip_digest=skip_digest, progress=progress)
     settings = ContainerSettings(models_dir=models_dir, block_device=block_device_for(model.path),
                                  cgroup_version=cgroup_version(), gpu_device_ids=choice.gpu_ids)
     prepared = PreparedRun(profile, model, choice, image, not dry_run, settings,

@@ -45,10 +45,64 @@ Policies (victim = smallest key among unpinned residents):
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
+
+from appliance.core.paths import cache_dir
 from appliance.trace.names import POLICIES
+
+# Work up to this many requests runs as plain Python: importing numba and loading even cached
+# machine code costs more than a small trace's whole replay. Above it, every kernel is
+# compiled once per process (loaded from the on-disk cache after the first time).
+COMPILE_ABOVE_REQUESTS = 20_000
+_KERNELS: list[tuple[Callable[..., Any], dict[str, Any]]] = []
+_compiled = False
+
+
+def kernel(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a function as a kernel, compiled by `compile_kernels` with these numba options."""
+    def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+        _KERNELS.append((func, options))
+        return func
+    return mark
+
+
+def compile_kernels() -> None:
+    """Replace every kernel of this module by its numba version, cached on disk under the
+    appliance cache (so a read-only package works too); NUMBA_CACHE_DIR still wins."""
+    global _compiled
+    if _compiled:
+        return
+    from numba import njit
+    from numba.core import config
+
+    if not getattr(config, "CACHE_DIR", ""):
+        config.CACHE_DIR = str(cache_dir() / "numba")  # type: ignore[attr-defined]
+    namespace = globals()
+    for func, options in _KERNELS:
+        namespace[func.__name__] = njit(cache=True, **options)(func)
+    _compiled = True
+
+
+def cache_stats() -> dict[str, tuple[int, int]]:
+    """(cache hits, cache misses) of every compiled kernel that ran in this process."""
+    namespace = globals()
+    stats = {}
+    for func, _ in _KERNELS:
+        compiled = namespace[func.__name__]
+        if _compiled and compiled.stats.cache_path:
+            hits = sum(compiled.stats.cache_hits.values())
+            misses = sum(compiled.stats.cache_misses.values())
+            if hits or misses:
+                stats[func.__name__] = (hits, misses)
+    return stats
+
+
+def _prepare(n_requests: int) -> None:
+    if n_requests > COMPILE_ABOVE_REQUESTS:
+        compile_kernels()
 
 CODES = {name: code for code, name in enumerate(POLICIES)}
 FIFO, LRU, LFU, LFRU, LEAST_STALE, STATIC_HOT, BELADY = range(7)
@@ -56,9 +110,14 @@ LFRU_HALF_LIFE_STEPS = 8.0
 NEVER = np.iinfo(np.int64).max // 4
 
 
-@njit(cache=True)
 def next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
     """For each request, the index of the next event requesting the same object (or NEVER)."""
+    _prepare(items.shape[0])
+    return _next_use_events(ptr, items, n_obj)
+
+
+@kernel()
+def _next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
     n_events = ptr.shape[0] - 1
     out = np.empty(items.shape[0], dtype=np.int64)
     upcoming = np.full(n_obj, NEVER, dtype=np.int64)
@@ -73,7 +132,7 @@ def next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarra
 # ---- list (recency/insertion order) helpers: sentinel s = n_obj; nxt[s] newest, prv[s] oldest
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _unlink(prv: np.ndarray, nxt: np.ndarray, x: int) -> None:
     p = prv[x]
     n = nxt[x]
@@ -81,7 +140,7 @@ def _unlink(prv: np.ndarray, nxt: np.ndarray, x: int) -> None:
     prv[n] = p
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _push_newest(prv: np.ndarray, nxt: np.ndarray, s: int, x: int) -> None:
     first = nxt[s]
     nxt[x] = first
@@ -93,7 +152,7 @@ def _push_newest(prv: np.ndarray, nxt: np.ndarray, s: int, x: int) -> None:
 # ---- indexed binary min-heap; entries keep their keys inline (hk1, hk2) for locality
 
 
-@njit(cache=True)
+@kernel()
 def _sift_up(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray,
              i: int) -> None:
     k1 = hk1[i]
@@ -115,7 +174,7 @@ def _sift_up(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarr
     where[x] = i
 
 
-@njit(cache=True)
+@kernel()
 def _sift_down(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, i: int,
                size: int) -> None:
     k1 = hk1[i]
@@ -142,7 +201,7 @@ def _sift_down(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.nda
     where[x] = i
 
 
-@njit(cache=True)
+@kernel()
 def _heap_remove(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray,
                  x: int, size: int) -> int:
     """Remove x; return the new size."""
@@ -160,7 +219,7 @@ def _heap_remove(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.n
     return size
 
 
-@njit(cache=True)
+@kernel()
 def _heap_set(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, x: int,
               k1: float, k2: int, size: int) -> int:
     """Insert x or change its key; return the new size."""
@@ -180,12 +239,13 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
              ev_layer: np.ndarray, n_layers: int, n_obj: int, capacity: int,
              static_count: np.ndarray, next_use: np.ndarray) -> np.ndarray:
     """Replay one pool; return 1 for every request that hit, 0 for a miss (see module doc)."""
+    _prepare(items.shape[0])
     if code in (FIFO, LRU, LEAST_STALE):
         return _simulate_list(code, ptr, items, ev_step, ev_layer, n_layers, n_obj, capacity)
     return _simulate_heap(code, ptr, items, ev_step, n_obj, capacity, static_count, next_use)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _mark_hits_and_pins(ptr: np.ndarray, items: np.ndarray, e: int, capacity: int,
                         resident: np.ndarray, hits: np.ndarray, pin: np.ndarray) -> int:
     """Record the event's hits, pin what it keeps; return the first item it keeps."""
@@ -199,7 +259,7 @@ def _mark_hits_and_pins(ptr: np.ndarray, items: np.ndarray, e: int, capacity: in
     return first
 
 
-@njit(cache=True)
+@kernel()
 def _simulate_list(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
                    ev_layer: np.ndarray, n_layers: int, n_obj: int,
                    capacity: int) -> np.ndarray:
@@ -281,7 +341,7 @@ def _simulate_list(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.nd
     return hits
 
 
-@njit(cache=True)
+@kernel()
 def _simulate_heap(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
                    n_obj: int, capacity: int, static_count: np.ndarray,
                    next_use: np.ndarray) -> np.ndarray:
@@ -353,7 +413,6 @@ def _simulate_heap(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.nd
     return hits
 
 
-@njit(cache=True)
 def lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
     """Mattson stack distance of every request under the event semantics (0 = first touch).
 
@@ -362,6 +421,12 @@ def lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
     capacity C exactly when 1 <= depth <= C; this equals `simulate(LRU, ...)` at every C,
     oversized events included, so one pass gives the whole LRU curve.
     """
+    _prepare(items.shape[0])
+    return _lru_depths(ptr, items, n_obj)
+
+
+@kernel()
+def _lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
     n = items.shape[0]
     tree = np.zeros(n + 1, dtype=np.int64)  # Fenwick tree over ticks 1..n: 1 = some last touch
     last = np.zeros(n_obj, dtype=np.int64)  # tick of the last touch, 0 = never

@@ -20,6 +20,7 @@ from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.core.paths import cache_dir
+from appliance.core.progress import ProgressFn
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
@@ -54,11 +55,13 @@ def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Con
                     image: str | None = None, out: Path | None = None,
                     repeats: int | None = None, key: Path | None = None,
                     unsigned: bool = False, trial_timeout: float | None = None,
-                    skip_digest: bool = False, gpu_index: int | None = None) -> RunOutcome:
+                    skip_digest: bool = False, gpu_index: int | None = None,
+                    progress: ProgressFn | None = None) -> RunOutcome:
     """Run every trial of profile and seal the run directory as a (signed) bundle."""
     prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
                                    dry_run=False, skip_digest=skip_digest, image=image,
-                                   gpu_index=gpu_index, client_factory=docker_client)
+                                   gpu_index=gpu_index, client_factory=docker_client,
+                                   progress=progress)
     print_header(console, prepared)
     stand_in = stand_in_of(prepared.image, lock)
     if stand_in is not None:
@@ -96,17 +99,18 @@ def choose_source(lock: Lock, requested: str, console: Console) -> str:
         return FALLBACK_STAND_IN
 
 
-def ensure_engine_image(lock: Lock, target: str, source: str, console: Console) -> str:
+def ensure_engine_image(lock: Lock, target: str, source: str, console: Console,
+                        progress: ProgressFn | None = None) -> str:
     console.print(f"engine image for [bold]{target}[/bold] from source [bold]{source}[/bold] "
-                  "(a first build compiles llama.cpp: several minutes)")
-    with console.status("building engine image"):
-        built = build_image(lock, target, source)
+                  "(a first build compiles llama.cpp: about 15 minutes on 2 cores)")
+    built = build_image(lock, target, source, progress=progress)
     state = "reused (inputs unchanged)" if built.reused else f"built in {built.seconds:.0f} s"
     console.print(f"image {built.tag} {state}")
     return built.tag
 
 
-def ensure_synth_model(profile: Profile, models_dir: Path, console: Console) -> Path:
+def ensure_synth_model(profile: Profile, models_dir: Path, console: Console,
+                       progress: ProgressFn | None = None) -> Path:
     """Synthesize the profile's model into models_dir unless it is there already."""
     synth = profile.model.synth
     path = models_dir / profile.model.file
@@ -119,7 +123,7 @@ def ensure_synth_model(profile: Profile, models_dir: Path, console: Console) -> 
     console.print(f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
                   f"skew {synth['skew']}, seed {synth['seed']})")
     models_dir.mkdir(parents=True, exist_ok=True)
-    result = synthesize(spec, path)
+    result = synthesize(spec, path, progress)
     console.print(f"model {path.name}: {result.size_bytes} bytes, sha256 {result.sha256}")
     return path
 
@@ -213,18 +217,21 @@ def print_report(report: PipelineReport, console: Console) -> None:
 
 
 def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None = None,
-         models_dir: Path | None = None, repeats: int | None = None) -> PipelineReport:
-    """The whole pipeline at miniature scale on the cpu image (profile tiny-oversub)."""
+         models_dir: Path | None = None, repeats: int | None = None,
+         progress: ProgressFn | None = None) -> PipelineReport:
+    """The whole pipeline at miniature scale on the cpu image (profile tiny-oversub);
+    `progress` gets the image build, model synthesis and hashing steps."""
     profile = load_profile("tiny-oversub")
     models_dir = models_dir or cache_dir() / "models" / "demo"
-    tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console)
-    ensure_synth_model(profile, models_dir, console)
+    tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console,
+                              progress)
+    ensure_synth_model(profile, models_dir, console, progress)
     key = signing_key(None, unsigned=False)
     if key is None:
         console.print("no signing key (make one with `appliance keys init`): the bundle is "
                       "sealed unsigned and says so")
     outcome = execute_profile(profile, models_dir, lock, console, image=tag, out=out,
-                              repeats=repeats, key=key)
+                              repeats=repeats, key=key, progress=progress)
     report = verify_and_compare(outcome, profile, key, console)
     report.paging = read_paging_analysis(outcome.run_dir)
     print_report(report, console)
@@ -235,22 +242,24 @@ def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None
 
 def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | None,
               source: str = "auto", out_root: Path | None = None, key: Path | None = None,
-              repeats: int | None = None) -> list[PipelineReport]:
+              repeats: int | None = None,
+              progress: ProgressFn | None = None) -> list[PipelineReport]:
     """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
     profiles = preflight(lock, target, visible_gpus(), models_dir, engine_problem())
     key = signing_key(key, unsigned=False)
     if key is None:
         raise ApplianceError("a reproduction is signed: make a key with `appliance keys init` "
                              "(kept outside the repository), or pass --key")
-    tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console)
+    tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console,
+                              progress)
     reports = []
     for name in profiles:
         profile = load_profile(name)
         directory = models_dir or cache_dir() / "models" / "demo"
-        ensure_synth_model(profile, directory, console)
+        ensure_synth_model(profile, directory, console, progress)
         out = out_root / name if out_root is not None else None
         outcome = execute_profile(profile, directory, lock, console, image=tag, out=out,
-                                  repeats=repeats, key=key)
+                                  repeats=repeats, key=key, progress=progress)
         report = verify_and_compare(outcome, profile, key, console)
         report.paging = read_paging_analysis(outcome.run_dir)
         print_report(report, console)

@@ -68,6 +68,19 @@ def test_runtime_image_is_small_non_root_and_has_no_compiler(engine_image_cpu: s
     assert [word for word in out if word.startswith("/")] == [], "a compiler or linker is present"
 
 
+def test_the_compiler_cache_stays_out_of_the_image(engine_image_cpu: str,
+                                                  docker_client) -> None:  # type: ignore[no-untyped-def]
+    image = docker_client.images.get(engine_image_cpu)
+    history = " ".join(str(layer.get("CreatedBy", "")) for layer in image.history())
+    assert "ccache" not in history and "--mount" not in history
+    assert not any("CCACHE" in env for env in image.attrs["Config"].get("Env") or [])
+    out = docker_client.containers.run(
+        engine_image_cpu, ["sh", "-c", "ls -d /ccache /root/.ccache /root/.cache/ccache; "
+                           "command -v ccache; true"],
+        remove=True, network_mode="none", stderr=True).decode()
+    assert "No such file" in out and "/usr/bin/ccache" not in out
+
+
 def test_selftest_passes_for_every_tool(engine_image_cpu: str) -> None:
     result = run_cli("image", "selftest", engine_image_cpu, "--json")
     checks = json.loads(result.stdout)

@@ -93,7 +93,7 @@ def _run(docker_client: Any, image: str, profile_path: Path, models: Path, out: 
     profile, lock = load_profile(str(profile_path)), load_lock()
     prepared, client = prepare_run(profile, models, lock, repeats=None, out=out, dry_run=False,
                                    skip_digest=False, image=image, gpu_index=None,
-                                   client_factory=lambda: docker_client, show_progress=False)
+                                   client_factory=lambda: docker_client)
     ctx = RunContext(client, profile, CommandEngine(image, COMMANDS), prepared.model,
                      prepared.settings, prepared.run_dir, run_id, Console(quiet=True),
                      trial_timeout_s=timeout_s)
@@ -193,7 +193,7 @@ DRIVER = textwrap.dedent("""
     profile, lock = load_profile(profile_path), load_lock()
     prepared, client = prepare_run(profile, Path(models), lock, repeats=None, out=Path(out),
         dry_run=False, skip_digest=False, image=image, gpu_index=None,
-        client_factory=docker_client, show_progress=False)
+        client_factory=docker_client)
     engine = CommandEngine(image, {"baseline": ["sh", "-c", "echo waiting; sleep 300"],
                                    "demand-mmap": ["true"]})
     ctx = RunContext(client, profile, engine, prepared.model, prepared.settings,

@@ -177,8 +177,12 @@ def resolve(args: list[str]) -> tuple[click.Command, list[str]]:
     from appliance.cli import cli
 
     command: click.Command = cli
-    while args and isinstance(command, click.Group) and args[0] in command.commands:
-        command = command.commands[args.pop(0)]
+    while args and isinstance(command, click.Group):
+        sub = command.get_command(click.Context(command), args[0])
+        if sub is None:
+            break
+        command = sub
+        args.pop(0)
     return command, args
 
 
