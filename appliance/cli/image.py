@@ -12,6 +12,7 @@ from appliance.cli.options import json_option, lock_option
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.engine.lock import load_lock, write_lock
+from appliance.images import labels as L
 from appliance.images.base import DEFAULT_EPOCH, make_base, record_in_lock
 from appliance.images.build import (
     BUILDERS,
@@ -62,10 +63,10 @@ def build(target: str, source_spec: str, experimental: tuple[str, ...], jobs: in
         return
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
-    source_kind = result.labels.get("io.moe-appliance.engine.source-kind")
+    source_kind = result.labels.get(L.SOURCE_KIND)
     if source_kind != "canonical":
         console.print(f"[bold yellow]{str(source_kind).upper()} source "
-                      f"{result.labels.get('io.moe-appliance.engine.source-name')}: not the canonical pin[/]")
+                      f"{result.labels.get(L.SOURCE_NAME)}: not the canonical pin[/]")
     if result.reused:
         click.echo(f"{result.tag} is up to date (inputs unchanged): {result.image_id}")
     else:
