@@ -51,6 +51,7 @@ from appliance.core.errors import ConfigError, IntegrityError
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 MAX_SEAL_BYTES = 64 << 20
 COMPLETE = "complete"
+RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc")
 
 
 class Verdict(Enum):
@@ -109,6 +110,19 @@ class Verification:
                 "allowed": sorted(ALLOW_FLAGS[v] for v in self.allowed), "signer": self.signer,
                 "bundle_digest": self.bundle_digest, "summary": self.summary(),
                 "checks": [check.as_dict() for check in self.checks]}
+
+
+def _field(value: Any, key: str) -> Any:
+    """value[key] when value is a JSON object, else None."""
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values have the same canonical JSON (False when either cannot have one)."""
+    try:
+        return canonical_json(a) == canonical_json(b)
+    except (RecursionError, ValueError, TypeError):
+        return False
 
 
 def _reject_name(name: Any) -> str | None:
@@ -366,7 +380,7 @@ class _Verifier:
             return
         signed = self.state.statement["predicate"].get("provenance")
         record, problem = self._subject_json(PROVENANCE_FILE)
-        if problem is None and canonical_json(record) != canonical_json(signed):
+        if problem is None and not _same_json(record, signed):
             problem = (f"{PROVENANCE_FILE} differs from the provenance in the signed predicate "
                        "(compared as canonical JSON)")
         self.add("provenance", problem is None, problem or f"{PROVENANCE_FILE} equals the "
@@ -377,13 +391,17 @@ class _Verifier:
             return
         run, problem = self._subject_json(RUN_FILE)
         status = run.get("status") if isinstance(run, dict) else None
-        attested = (self.state.statement["predicate"].get("run") or {}).get("status")
+        attested = _field(self.state.statement["predicate"].get("run"), "status")
         listed = (self.state.manifest or {}).get("run_status")
         if problem is None and status not in RUN_STATUSES:
             problem = f"{RUN_FILE} status must be one of {', '.join(RUN_STATUSES)}"
         if problem is None and not status == attested == listed:
             problem = (f"{RUN_FILE} says {status!r}, the signed predicate {attested!r}, the "
                        f"manifest {listed!r}")
+        signed_run = self.state.statement["predicate"].get("run")
+        differ = [key for key in RUN_FIELDS if _field(run, key) != _field(signed_run, key)]
+        if problem is None and differ:
+            problem = f"{RUN_FILE} and the signed predicate differ on {', '.join(differ)}"
         if problem is not None:
             self.add("run-status", False, problem, [RUN_FILE])
             return

@@ -181,3 +181,54 @@ def test_cli_help_documents_every_exit_code() -> None:
     for verdict in Verdict:
         assert f"{verdict.exit_code}  {verdict.label}" in text
     assert "--allow-untrusted" in text and "--allow-unsigned" in text
+
+
+def _paths(value: object, prefix: tuple[object, ...] = (), depth: int = 3) -> list[tuple]:
+    """Every path into a JSON value down to depth, the value itself included."""
+    found: list[tuple] = [prefix]
+    if depth == 0:
+        return found
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*prefix, key), depth - 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value[:2]):
+            found += _paths(item, (*prefix, index), depth - 1)
+    return found
+
+
+def _replace(value: object, path: tuple, new: object) -> object:
+    if not path:
+        return new
+    copy = json.loads(json.dumps(value))
+    target = copy
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = new
+    return copy
+
+
+SHAPES = ([], {}, "x", 7, None)
+
+
+def test_any_field_of_the_manifest_in_another_shape_is_a_refusal(fresh: Path,
+                                                                 trust_store: Path) -> None:
+    manifest = json.loads((fresh / MANIFEST_FILE).read_text())
+    for path in _paths(manifest):
+        for shape in SHAPES:
+            (fresh / MANIFEST_FILE).write_text(json.dumps(_replace(manifest, path, shape)))
+            result = verify_bundle(fresh)  # never raises
+            assert result.verdict in (Verdict.TAMPERED, Verdict.VERIFIED), (path, shape)
+
+
+def test_any_field_of_a_signed_statement_in_another_shape_is_a_refusal(
+        fresh: Path, keys: Keys, trust_store: Path) -> None:
+    envelope = json.loads((fresh / ATTESTATION_FILE).read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    for path in _paths(statement, depth=4):
+        for shape in SHAPES:
+            if _replace(statement, path, shape) == statement:
+                continue
+            sign_statement(fresh, _replace(statement, path, shape), keys.trusted)
+            result = verify_bundle(fresh)
+            assert result.verdict is Verdict.TAMPERED, (path, shape, result.summary())
