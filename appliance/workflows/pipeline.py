@@ -26,7 +26,7 @@ from appliance.core.paths import cache_dir
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import REPRODUCED, compare, find_finding
+from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, compare, find_finding
 from appliance.host.docker import docker_client
 from appliance.images.build import build_image
 from appliance.models.shapes import SynthSpec
@@ -194,7 +194,7 @@ def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
         try:
             finding = find_finding(finding_id)
         except ApplianceError as exc:
-            report.comparisons.append({"evidence": finding_id, "verdict": "not comparable",
+            report.comparisons.append({"evidence": finding_id, "verdict": NOT_COMPARABLE,
                                        "reasons": [str(exc)]})
             continue
         report.comparisons.append(compare(outcome.run_dir, finding, verification).as_dict())

@@ -12,15 +12,18 @@ import pytest
 
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Status
+from appliance.core.paths import cache_dir
 from tests.conftest import REPO, run_cli
 
 LIMIT = 200 * 2**20
 
 
 def user_env(tmp: Path) -> dict[str, str]:
-    """A newcomer's machine: no signing key, an empty trust store, a fresh home."""
+    """A newcomer's machine: no signing key, an empty trust store, a fresh home (the cache
+    stays where it is, so the engine image and the model are reused)."""
     return {"HOME": str(tmp / "home"), "XDG_CONFIG_HOME": str(tmp / "config"),
-            "APPLIANCE_TRUSTED_KEYS": str(tmp / "trusted-keys")}
+            "APPLIANCE_TRUSTED_KEYS": str(tmp / "trusted-keys"),
+            "APPLIANCE_CACHE": str(cache_dir())}
 
 
 def make(target: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ def test_doctor_json_reports_the_engine_and_cpu_target(docker_client) -> None:  
     result = run_cli("doctor", "--json")
     report = json.loads(result.stdout)
     checks = {c["name"]: c for c in report["checks"]}
-    assert checks["docker engine"]["status"] == "pass"
+    assert Status(checks["docker engine"]["status"]) is Status.PASS
     assert report["facts"]["docker_version"] == docker_client.version()["Version"]
     assert report["facts"]["cgroup_version"] in {"1", "2"}
     assert report["target"] == "cpu"  # no GPU on CI machines
