@@ -57,7 +57,7 @@ def signing_key(key: Path | None, unsigned: bool, console: Console) -> Path | No
                   f"  private key {pair.private} (keep it; never commit it)\n"
                   f"  public key  {pair.public}, key id {pair.keyid}\n"
                   f"  trusted on this machine through {trusted}; others trust your bundles "
-                  "with `appliance keys trust` on that public key file")
+                  "with `appliance keys trust` on that public key file", soft_wrap=True)
     return pair.private.parent
 
 
@@ -189,7 +189,8 @@ def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
         pubkey = key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
     verification = verify_bundle(outcome.run_dir, pubkey)
     report = PipelineReport(outcome.run_dir, verification)
-    console.print(f"bundle verification: {verification.summary()}", markup=False)
+    console.print(f"bundle verification: {verification.summary()}", markup=False,
+                  soft_wrap=True)
     for finding_id in profile.evidence:
         try:
             finding = find_finding(finding_id)
