@@ -1,56 +1,43 @@
-"""Acceptance for bundle verification on a bundle from a real cpu-engine run: the tamper
-battery through `appliance bundle verify` (sealing key trusted, no --key), the independent
-verifier, and `evidence compare` on a bundle re-signed by a key nobody trusts."""
+"""Acceptance for bundle verification on a bundle from a real cpu-engine run (the session's
+`make demo`, tests/e2e/conftest.py): the tamper battery through `appliance bundle verify`
+(sealing key trusted, no --key), the independent verifier, and `evidence compare` on a
+bundle re-signed by a key nobody trusts."""
 
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import init_keys
-from appliance.attest.trust import trust_key
 from appliance.attest.verify import Verdict
-from appliance.core.paths import cache_dir
-from appliance.runs.profile import load_profile
-from appliance.workflows.pipeline import ensure_synth_model
 from tests.conftest import run_cli
+from tests.e2e.conftest import DemoRun
 from tests.independent import run_independent_verifier
 from tests.tamper import Keys, another_genuine_bundle, cases, snapshot
 
 CASE_NAMES = [case.name for case in cases(Path("other"))]
-PROFILE = "tiny-oversub"
 
 
 @pytest.fixture(scope="session")
-def real_keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
-    root = tmp_path_factory.mktemp("real-keys")
-    return Keys(trusted=init_keys(root / "trusted"), untrusted=init_keys(root / "untrusted"))
+def real_keys(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> Keys:
+    """The key `make demo` made and trusted, and a stranger's."""
+    stranger = init_keys(tmp_path_factory.mktemp("stranger") / "keys")
+    return Keys(trusted=demo_run.key, untrusted=stranger)
 
 
 @pytest.fixture(scope="session")
-def store(tmp_path_factory: pytest.TempPathFactory, real_keys: Keys) -> dict[str, str]:
-    """Environment for the CLI: a trust store holding only the sealing key."""
-    directory = tmp_path_factory.mktemp("trusted-keys")
-    trust_key(real_keys.trusted.public, directory)
-    return {"APPLIANCE_TRUSTED_KEYS": str(directory)}
+def store(demo_run: DemoRun) -> dict[str, str]:
+    """The demo user's environment: a trust store holding only the demo's key."""
+    return demo_run.env
 
 
 @pytest.fixture(scope="session")
-def real_bundle(engine_image_cpu: str, real_keys: Keys,
-                tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One genuine bundle per session: the demo profile, one repeat, on the cpu image."""
-    models = cache_dir() / "models" / "demo"
-    ensure_synth_model(load_profile(PROFILE), models, Console(quiet=True))
-    out = tmp_path_factory.mktemp("real-run") / "bundle"
-    result = run_cli("run", PROFILE, "--models", str(models), "--repeats", "1", "--image",
-                     engine_image_cpu, "--key", str(real_keys.trusted.private.parent),
-                     "--out", str(out), timeout=2400)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert json.loads((out / "run.json").read_text())["status"] == "complete"
-    return out
+def real_bundle(demo_run: DemoRun) -> Path:
+    """The genuine bundle of the session's `make demo` on the cpu engine image."""
+    assert json.loads((demo_run.run / "run.json").read_text())["status"] == "complete"
+    return demo_run.run
 
 
 @pytest.fixture(scope="session")

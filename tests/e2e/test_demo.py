@@ -2,9 +2,6 @@
 model at twice the memory limit, cold-cache trials, sealed bundles, evidence verdicts."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,26 +9,10 @@ import pytest
 
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Status
-from appliance.core.paths import cache_dir
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
+from tests.e2e.conftest import DemoRun, make, user_env
 
 LIMIT = 200 * 2**20
-
-
-def user_env(tmp: Path) -> dict[str, str]:
-    """A newcomer's machine: no signing key, an empty trust store, a fresh home (the cache
-    stays where it is, so the engine image and the model are reused)."""
-    return {"HOME": str(tmp / "home"), "XDG_CONFIG_HOME": str(tmp / "config"),
-            "APPLIANCE_TRUSTED_KEYS": str(tmp / "trusted-keys"),
-            "APPLIANCE_CACHE": str(cache_dir())}
-
-
-def make(target: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run a Makefile target with the test's interpreter as the venv (nothing is installed)."""
-    venv = Path(sys.executable).parent.parent
-    env = dict(os.environ, PYTHONPATH=str(REPO), **user_env(tmp))
-    return subprocess.run(["make", "-o", "venv", target, f"VENV={venv}", *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=2400)
 
 
 def trials(run: Path) -> list[dict[str, Any]]:
@@ -41,10 +22,8 @@ def trials(run: Path) -> list[dict[str, Any]]:
 @pytest.mark.docker
 @pytest.mark.engine
 @pytest.mark.slow
-def test_make_demo_runs_the_miniature_experiment(engine_image_cpu: str, tmp_path: Path) -> None:
-    run = tmp_path / "demo"
-    result = make("demo", tmp_path, f"DEMO_ARGS=--out {run}")
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+def test_make_demo_runs_the_miniature_experiment(demo_run: DemoRun) -> None:
+    run, result, tmp_path = demo_run.run, demo_run.result, demo_run.home
     assert "STAND-IN" in result.stdout  # GitHub is unreachable here: the fallback is said loudly
     assert json.loads((run / "run.json").read_text())["status"] == "complete"
 
