@@ -112,7 +112,11 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None,
     signer = _signer_for(key)
     if not (run_dir / PROVENANCE_FILE).exists():
         write_provenance(run_dir, collect_run_provenance(run_dir, docker_client))
-    provenance = json.loads((run_dir / PROVENANCE_FILE).read_text())
+    try:
+        provenance = json.loads((run_dir / PROVENANCE_FILE).read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{run_dir / PROVENANCE_FILE}: not JSON ({exc}): remove it to have "
+                          "it collected again, or restore it") from None
     digests = _current_digests(run_dir)
     digest = bundle_digest(digests)
     predicate = {

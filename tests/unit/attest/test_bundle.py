@@ -10,6 +10,7 @@ import pytest
 from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE, finalize_bundle
 from appliance.attest.dsse import load_public_key
 from appliance.core.errors import ConfigError, IntegrityError
+from tests.conftest import run_cli
 from tests.fake_run import make_run
 from tests.tamper import Keys
 
@@ -78,3 +79,18 @@ def test_provenance_is_sanitized(signed: Path) -> None:
     assert record["run"]["image_id"] == "sha256:" + "5a" * 32
     assert record["model"]["sha256"].startswith("3b1d2e5c")
     assert record["host"]["cgroup_version"] in (1, 2)
+
+
+@pytest.mark.parametrize("name, content", [("provenance.json", b"{"), ("run.json", b"\xff"),
+                                           ("run.json", b"[1]"), ("manifest.json", b"[")])
+def test_malformed_inputs_to_sealing_are_one_line_refusals(tmp_path: Path, keys: Keys,
+                                                           name: str, content: bytes) -> None:
+    run = make_run(tmp_path)
+    finalize_bundle(run, keys.trusted.private)
+    (run / name).write_bytes(content)
+    result = run_cli("bundle", "sign", str(run), "--key", str(keys.trusted.private), "--force")
+    if name == "manifest.json":  # an unreadable old manifest is simply replaced
+        assert result.returncode == 0, result.stderr
+        return
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert name in result.stderr and "Traceback" not in result.stderr
