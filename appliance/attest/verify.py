@@ -276,11 +276,11 @@ class _Verifier:
         if recorded is not None and signed_by(envelope, recorded):
             self.state.origin = Verdict.UNTRUSTED
             self.state.signer = recorded.keyid
-            where = "the key given with --key" if self.given_key else \
-                f"the trust store ({trusted_keys_dir()})"
-            self.state.signer_note = f"valid signature by key {recorded.keyid}, not in {where}"
+            where = "is not the key given with --key" if self.given_key else \
+                f"is not in the trust store ({trusted_keys_dir()})"
+            self.state.signer_note = f"valid signature by key {recorded.keyid}, which {where}"
             self.add("signature", False, f"valid ed25519 signature by {recorded.keyid} (id "
-                     f"recomputed from the key in {MANIFEST_FILE}), which is not {where}",
+                     f"recomputed from the key in {MANIFEST_FILE}), which {where}",
                      integrity=False)
             self.state.origin_check = self.checks[-1]
             return
