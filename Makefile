@@ -68,7 +68,7 @@ reference-plans: venv
 # Attestation and evidence: what git tracks may be published; keys for signing bundles.
 .PHONY: release-check
 release-check: venv
-	$(APPLIANCE) release-check
+	$(APPLIANCE) release-check --history
 	$(APPLIANCE) evidence list
 
 # Route replay speed against libCacheSim on the same requests (one core), and the

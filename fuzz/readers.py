@@ -290,7 +290,7 @@ def mutate_bundle(rng: random.Random, seed: bytes) -> bytes:
 
 
 def run_bundle(case: bytes) -> None:
-    from appliance.attest.bundle import verdict, verify_bundle
+    from appliance.attest.verify import Verdict, verify_bundle
     from appliance.core.errors import ApplianceError
 
     run = _scratch() / "bundle"
@@ -300,11 +300,13 @@ def run_bundle(case: bytes) -> None:
     original = (run / which).read_bytes()
     (run / which).write_bytes(case[1:])
     try:
-        result = verdict(verify_bundle(run, Path(os.environ["APPLIANCE_FUZZ_PUBKEY"])))
+        result = verify_bundle(run, Path(os.environ["APPLIANCE_FUZZ_PUBKEY"]))
     finally:
         (run / which).write_bytes(original)
-    if result != "verified":
-        raise ApplianceError(f"bundle {result}")
+    if any("\n" in check.reason for check in result.checks):
+        raise AssertionError("a verification check's reason is not one line")
+    if result.verdict is not Verdict.VERIFIED:
+        raise ApplianceError(f"bundle {result.verdict}")
 
 
 READERS = {  # cheapest first

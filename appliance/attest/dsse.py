@@ -6,16 +6,22 @@ PKCS#8 PEM private key and the public key as a securesystemslib key dictionary, 
 any git checkout (default ~/.config/appliance/keys).
 """
 
+import base64
+import binascii
+import hashlib
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from securesystemslib.dsse import Envelope
-from securesystemslib.exceptions import VerificationError
-from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
+from securesystemslib.formats import encode_canonical
+from securesystemslib.signer import CryptoSigner, Key, Signer, SSlibKey
 
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
@@ -25,6 +31,8 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TYPE = "urn:moe-appliance:predicate:run:v1"
 PRIVATE_KEY_FILE = "appliance-ed25519.key"
 PUBLIC_KEY_FILE = "appliance-ed25519.pub.json"
+KEY_TYPE = "ed25519"
+HEX_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -69,27 +77,58 @@ def init_keys(directory: Path | None = None, force: bool = False) -> KeyPair:
     signer = CryptoSigner.generate_ed25519()
     atomic.write_bytes(private, signer.private_bytes, mode=0o600)
     key = signer.public_key
-    atomic.write_json(public, {"keyid": key.keyid, **key.to_dict()}, sort_keys=False)
+    atomic.write_json(public, key_as_dict(key))
     return KeyPair(private=private, public=public, keyid=key.keyid)
 
 
 def load_public_key(path: Path) -> SSlibKey:
-    """A public key file written by init_keys (a directory means its public key file)."""
+    """A public key file written by init_keys (a directory means its public key file).
+
+    The key id is recomputed from the key material; the file's `keyid` field is ignored.
+    """
     if path.is_dir():
         path = path / PUBLIC_KEY_FILE
     try:
         data = json.loads(path.read_text())
-        return public_key_from_dict(data)
     except FileNotFoundError:
         raise ConfigError(f"{path}: public key not found "
                           "(make one with `appliance keys init`)") from None
-    except (json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not an appliance public key file ({exc})") from None
+    try:
+        return public_key_from_dict(data)
+    except ValueError as exc:
         raise ConfigError(f"{path}: not an appliance public key file ({exc})") from None
 
 
-def public_key_from_dict(data: dict[str, Any]) -> SSlibKey:
-    fields = {k: v for k, v in data.items() if k != "keyid"}
-    return SSlibKey.from_dict(data["keyid"], fields)
+def key_id(keytype: str, scheme: str, keyval: dict[str, Any]) -> str:
+    """securesystemslib's key id: sha256 of the canonical JSON of keytype, scheme and keyval."""
+    canonical = encode_canonical({"keytype": keytype, "scheme": scheme, "keyval": keyval})
+    assert isinstance(canonical, str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def public_key_from_dict(data: Any) -> SSlibKey:
+    """An ed25519 public key from its securesystemslib dictionary, with its id recomputed.
+
+    ValueError names the field that is wrong; a `keyid` in data is never used.
+    """
+    if not isinstance(data, dict):
+        raise ValueError("a public key is a JSON object")
+    keyval = data.get("keyval")
+    if data.get("keytype") != KEY_TYPE or data.get("scheme") != KEY_TYPE:
+        raise ValueError(f"keytype and scheme must be {KEY_TYPE!r}")
+    if not isinstance(keyval, dict) or set(keyval) != {"public"} or not isinstance(
+            keyval["public"], str) or not HEX_KEY.fullmatch(keyval["public"]):
+        raise ValueError("keyval must be {\"public\": <64 lowercase hex digits>}")
+    material = {"public": keyval["public"]}
+    fields = {"keytype": KEY_TYPE, "scheme": KEY_TYPE, "keyval": material}
+    return SSlibKey.from_dict(key_id(KEY_TYPE, KEY_TYPE, material), fields)
+
+
+def key_as_dict(key: Key) -> dict[str, Any]:
+    """The public key file's content: the securesystemslib dictionary and its key id."""
+    return {"keyid": key.keyid, **key.to_dict()}
 
 
 def load_signer(path: Path | None = None) -> Signer:
@@ -124,15 +163,54 @@ def envelope_for(statement: dict[str, Any], signer: Signer | None) -> dict[str, 
     return result
 
 
-def read_envelope(data: dict[str, Any]) -> tuple[Envelope, dict[str, Any]]:
-    """The envelope and its decoded statement; IntegrityError when either is malformed."""
+@dataclass(frozen=True)
+class ParsedEnvelope:
+    """A DSSE envelope read strictly: decoded payload and (keyid hint, signature bytes) pairs."""
+
+    payload: bytes
+    payload_type: str
+    signatures: list[tuple[str, bytes]]
+
+    def pae(self) -> bytes:
+        return pae(self.payload_type, self.payload)
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding: what a signature covers."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(payload), payload)
+
+
+def _b64(value: Any, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise IntegrityError(f"attestation {what} is not a base64 string")
     try:
-        envelope = Envelope.from_dict(json.loads(json.dumps(data)))
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise IntegrityError(f"attestation is not a DSSE envelope: {exc}") from None
-    if envelope.payload_type != PAYLOAD_TYPE:
-        raise IntegrityError(f"attestation payload type is {envelope.payload_type!r}, "
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise IntegrityError(f"attestation {what} is not valid base64") from None
+
+
+def parse_envelope(data: Any) -> ParsedEnvelope:
+    """The envelope's parts, or IntegrityError naming the first malformed field."""
+    if not isinstance(data, dict) or set(data) != {"payload", "payloadType", "signatures"}:
+        raise IntegrityError("attestation is not a DSSE envelope (exactly payload, payloadType "
+                             "and signatures)")
+    if data["payloadType"] != PAYLOAD_TYPE:
+        raise IntegrityError(f"attestation payload type is {data['payloadType']!r}, "
                              f"expected {PAYLOAD_TYPE!r}")
+    payload = _b64(data["payload"], "payload")
+    if not isinstance(data["signatures"], list):
+        raise IntegrityError("attestation signatures is not a list")
+    signatures = []
+    for index, entry in enumerate(data["signatures"]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("keyid", ""), str):
+            raise IntegrityError(f"attestation signature {index} is not {{keyid, sig}}")
+        signatures.append((entry.get("keyid", ""), _b64(entry.get("sig"), f"signature {index}")))
+    return ParsedEnvelope(payload, PAYLOAD_TYPE, signatures)
+
+
+def read_statement(envelope: ParsedEnvelope) -> dict[str, Any]:
+    """The in-toto Statement v1 inside an envelope; IntegrityError when it is not one."""
     try:
         statement = json.loads(envelope.payload)
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep
@@ -140,18 +218,26 @@ def read_envelope(data: dict[str, Any]) -> tuple[Envelope, dict[str, Any]]:
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise IntegrityError(f"attestation payload is not an in-toto Statement v1 "
                              f"({STATEMENT_TYPE})")
-    return envelope, statement
+    return statement
 
 
-def verify_envelope(envelope: Envelope, key: SSlibKey) -> None:
-    """Raise IntegrityError unless key made a valid signature over the envelope."""
-    if not envelope.signatures:
-        raise IntegrityError("the attestation carries no signature")
-    signed_by = sorted(str(keyid) for keyid in envelope.signatures)
-    if key.keyid not in envelope.signatures:
-        raise IntegrityError(f"signed by key {', '.join(signed_by)}, "
-                             f"not by the given key {key.keyid}")
-    try:
-        envelope.verify([key], 1)
-    except (VerificationError, AttributeError, TypeError, ValueError):  # malformed signatures
-        raise IntegrityError(f"signature by key {key.keyid} does not match the statement") from None
+def read_envelope(data: Any) -> tuple[ParsedEnvelope, dict[str, Any]]:
+    """The envelope and its decoded statement; IntegrityError when either is malformed."""
+    envelope = parse_envelope(data)
+    return envelope, read_statement(envelope)
+
+
+def signed_by(envelope: ParsedEnvelope, key: SSlibKey) -> bool:
+    """Whether any signature in the envelope is key's over the envelope's PAE.
+
+    The signatures' keyid fields are hints anyone can write: every signature is tried.
+    """
+    public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(key.keyval["public"]))
+    message = envelope.pae()
+    for _, signature in envelope.signatures:
+        try:
+            public.verify(signature, message)
+        except InvalidSignature:
+            continue
+        return True
+    return False

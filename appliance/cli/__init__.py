@@ -46,9 +46,11 @@ VERBS: dict[str, Verb] = {
                    "BuildKit client, the NVIDIA runtime, GPUs and driver (NVML), the engine "
                    "target that fits, swap, fincore."),
     "keys": Verb("appliance.cli.keys", "Signing keys for run bundles (kept outside any "
-                 "repository)."),
-    "release-check": Verb("appliance.cli.release_check", "Check that the tracked files hold no "
-                          "weights, traces, secrets or host details."),
+                 "repository) and the keys you trust."),
+    "release-check": Verb("appliance.cli.release_check", "Check that the committed and staged "
+                          "files (git's blobs, not the working tree) hold no weights, traces, "
+                          "secrets or host details; each finding names the commit that added "
+                          "it."),
     "repro": Verb("appliance.cli.repro", "Reproduce the published findings on a target (what "
                   "`make repro-<target>` runs)."),
     "demo": Verb("appliance.cli.demo", "The whole pipeline at miniature scale: a tiny synthetic "

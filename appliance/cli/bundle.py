@@ -2,25 +2,19 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from appliance.attest.bundle import (
-    MANIFEST_FILE,
-    Check,
-    checks_as_json,
-    finalize_bundle,
-    sealed_digests_match,
-    verdict,
-    verify_bundle,
-)
-from appliance.attest.dsse import default_key_dir, existing_default_key
+from appliance.attest.bundle import MANIFEST_FILE, finalize_bundle, sealed_digests_match
+from appliance.attest.dsse import default_key_dir, existing_default_key, public_key_from_dict
+from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.cli.options import json_option, refuse_key_with_unsigned
-from appliance.core.errors import ApplianceError, IntegrityError
+from appliance.core.checks import check_lines
+from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 
 bundle_dir = click.argument("directory", type=click.Path(path_type=Path, file_okay=False,
                                                          exists=True))
-MARKS = {"pass": "PASS", "fail": "FAIL", "warn": "WARN"}
 
 
 @click.group("bundle")
@@ -48,56 +42,87 @@ def bundle_sign(directory: Path, key: Path | None, unsigned: bool, force: bool) 
                              f"({', '.join(changed[:5])}): check them, then pass --force")
     finalize_bundle(directory, None if unsigned else key)
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    how = "unsigned" if unsigned else f"signed by {manifest['attestation']['public_key']['keyid']}"
+    signer = None if unsigned else public_key_from_dict(manifest["attestation"]["public_key"])
+    how = "unsigned" if signer is None else f"signed by {signer.keyid}"
     click.echo(f"sealed {len(manifest['files'])} files, {how}; bundle digest "
                f"{manifest['bundle_digest']}")
 
 
-def print_checks(checks: list[Check]) -> None:
-    width = max(len(c.name) for c in checks)
-    for check in checks:
-        click.echo(f"{MARKS[check.status]}  {check.name:<{width}}  {check.reason}")
-    click.echo(f"verdict: {verdict(checks).upper()}")
+def print_verification(result: Verification) -> None:
+    for line in check_lines(result.checks):
+        click.echo(line)
+    click.echo(result.summary())
 
 
-@bundle_group.command("verify")
+@bundle_group.command("verify", epilog=(
+    "\b\nExit status (one per verdict):\n"
+    + "\n".join(f"  {v.exit_code}  {v.label}" for v in Verdict)
+    + "\n  0  also for untrusted / unsigned when --allow-untrusted / --allow-unsigned accept it"
+    + "\n  2  not a directory, or a --key file that cannot be read"))
 @bundle_dir
 @click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Public key (file or key directory) the bundle must be signed with.")
+              help="Public key (file or key directory) the bundle must be signed with; "
+                   "default: any key in the trust store (`appliance keys list`).")
+@click.option("--allow-untrusted", is_flag=True,
+              help="Accept a valid signature by a key you do not trust (exploring someone "
+                   "else's bundle); the verdict says so.")
+@click.option("--allow-unsigned", is_flag=True,
+              help="Accept an unsigned bundle whose contents verify; the verdict says so.")
 @json_option
-def bundle_verify(directory: Path, key: Path | None, as_json: bool) -> None:
-    """Recompute every digest, check the signature and the run status, offline."""
-    checks = verify_bundle(directory, key)
+def bundle_verify(directory: Path, key: Path | None, allow_untrusted: bool,
+                  allow_unsigned: bool, as_json: bool) -> None:
+    """Recompute every digest, check the signature against trusted keys and the run status,
+    offline. Exits 0 only for a verified bundle (or one an --allow flag accepts)."""
+    result = verify_bundle(directory, key, allow_untrusted=allow_untrusted,
+                           allow_unsigned=allow_unsigned)
     if as_json:
-        click.echo(json.dumps(checks_as_json(checks), indent=2))
+        click.echo(json.dumps(result.as_json(), indent=2))
     else:
-        print_checks(checks)
-    state = verdict(checks)
-    if state == "failed":
-        failed = [c.name for c in checks if c.status == "fail"]
-        raise IntegrityError(f"bundle verification failed: {', '.join(failed)}")
-    if state == "incomplete":
-        raise ApplianceError("the bundle verifies, but records an incomplete run")
+        print_verification(result)
+    if not result.accepted:
+        raise ApplianceError(f"bundle {result.verdict.label}: {result.advice}",
+                             exit_code=result.exit_code)
 
 
 @bundle_group.command("show")
 @bundle_dir
 @json_option
 def bundle_show(directory: Path, as_json: bool) -> None:
-    """Summarize a bundle: run, seal, engine, model and host."""
+    """Summarize a bundle as it claims to be (run, seal, engine, model, host), without
+    verifying it: `appliance bundle verify` says whether to believe it."""
     try:
         manifest = json.loads((directory / MANIFEST_FILE).read_text())
         provenance = json.loads((directory / "provenance.json").read_text())
     except FileNotFoundError as exc:
         raise ApplianceError(f"{directory}: {Path(str(exc.filename)).name} missing: seal the "
                              "run with `appliance bundle sign`") from None
-    key = manifest["attestation"].get("public_key")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{directory}: manifest or provenance unreadable ({exc})") from None
+    try:
+        summary = _summary(manifest, provenance)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{directory}: not a bundle this version can show (field {exc} "
+                          "missing or malformed)") from None
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    for name, value in summary.items():
+        text = value if isinstance(value, str | int) or value is None else json.dumps(value)
+        click.echo(f"{name:<14} {text}")
+    click.echo("not verified here: run `appliance bundle verify` before trusting any of this")
+
+
+def _summary(manifest: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
+    try:
+        signer = public_key_from_dict(manifest["attestation"]["public_key"]).keyid
+    except (KeyError, TypeError, ValueError):
+        signer = None
     engine, host, model = provenance["engine"], provenance["host"], provenance["model"]
-    summary = {
+    return {
         "run": provenance["run"],
         "bundle_digest": manifest["bundle_digest"],
         "files": len(manifest["files"]),
-        "signed_by": key["keyid"] if key else None,
+        "signed_by": signer,
         "engine": {"lock_sha256": engine["lock_sha256"], "source": engine["source"],
                    "series_sha256": engine["series_sha256"]},
         "image": (provenance.get("image") or {}).get("id"),
@@ -106,12 +131,6 @@ def bundle_show(directory: Path, as_json: bool) -> None:
                                           "swap_bytes", "docker_version")}
                 | {"gpus": [g.get("name") for g in host.get("gpus", [])]},
     }
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    for name, value in summary.items():
-        text = value if isinstance(value, str | int) or value is None else json.dumps(value)
-        click.echo(f"{name:<14} {text}")
 
 
 COMMANDS: list[click.Command] = [bundle_group]

@@ -10,13 +10,20 @@ from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.evidence.findings import (
     REPRODUCED,
+    UNTRUSTED_INPUT,
     Comparison,
     claimed_evidence,
     compare,
     draft_finding,
     find_finding,
     load_findings,
+    verified_input,
 )
+
+allow_untrusted_option = click.option(
+    "--allow-untrusted", is_flag=True,
+    help="Read a bundle that is unsigned or signed by a key you do not trust; every line of "
+         "the result says \"untrusted input\".")
 
 
 @click.group("evidence")
@@ -70,12 +77,13 @@ def evidence_show(finding_id: str, as_json: bool) -> None:
 
 
 def print_comparison(result: Comparison) -> None:
-    click.echo(f"{result.evidence}: {result.verdict.upper()}")
+    mark_input = f"[{UNTRUSTED_INPUT}] " if result.untrusted_input else ""
+    click.echo(f"{mark_input}{result.evidence}: {result.verdict.upper()}")
     for claim in result.claims:
         mark = {True: "holds", False: "FAILS", None: "n/a"}[claim.holds]
-        click.echo(f"  {mark:<6} {claim.claim}: {claim.reason}")
+        click.echo(f"{mark_input}  {mark:<6} {claim.claim}: {claim.reason}")
     for reason in result.reasons:
-        click.echo(f"  why: {reason}")
+        click.echo(f"{mark_input}  why: {reason}")
 
 
 @evidence_group.command("compare")
@@ -83,25 +91,28 @@ def print_comparison(result: Comparison) -> None:
 @click.option("--evidence", "ids", multiple=True,
               help="Evidence id to compare with (default: those the run's profile names).")
 @click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Public key the bundle must be signed with.")
+              help="Public key the bundle must be signed with (default: any trusted key).")
+@allow_untrusted_option
 @json_option
 def evidence_compare(bundle: Path, ids: tuple[str, ...], key: Path | None,
-                     as_json: bool) -> None:
-    """Whether a run bundle reproduces the evidence it claims to."""
+                     allow_untrusted: bool, as_json: bool) -> None:
+    """Whether a run bundle reproduces the evidence it claims to (after full verification)."""
+    verification = verified_input(bundle, key, allow_untrusted)
     wanted = list(ids) or claimed_evidence(bundle)
     if not wanted:
         raise ApplianceError("the run's profile names no evidence: pass --evidence ID "
                              "(see `appliance evidence list`)")
-    results = [compare(bundle, find_finding(i), key) for i in wanted]
+    results = [compare(bundle, find_finding(i), verification) for i in wanted]
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in results], indent=2))
     else:
         for result in results:
             print_comparison(result)
     missed = [r.evidence for r in results if r.verdict != REPRODUCED]
+    mark_input = f"[{UNTRUSTED_INPUT}] " if verification.untrusted_input else ""
     if missed:
-        raise ApplianceError(f"{len(missed)} of {len(results)} not reproduced or not "
-                             f"comparable: {', '.join(missed)}")
+        raise ApplianceError(f"{mark_input}{len(missed)} of {len(results)} not reproduced or "
+                             f"not comparable: {', '.join(missed)}")
 
 
 @evidence_group.command("draft")
@@ -114,13 +125,16 @@ def evidence_compare(bundle: Path, ids: tuple[str, ...], key: Path | None,
 @click.option("--tolerance", type=finite(min=0), default=0.25, show_default=True,
               help="Relative tolerance a later reproduction's ratios must hold.")
 @click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Public key the bundle must be signed with.")
+              help="Public key the bundle must be signed with (default: any trusted key).")
+@allow_untrusted_option
 @click.option("--out", type=OutputPath(), default=None,
               help="Write the finding here (default: print it).")
 def evidence_draft(bundle: Path, finding_id: str, title: str, summary: str | None,
-                   baseline: str, tolerance: float, key: Path | None, out: Path | None) -> None:
+                   baseline: str, tolerance: float, key: Path | None, allow_untrusted: bool,
+                   out: Path | None) -> None:
     """Draft a reproduction finding from a verified bundle, for review before committing."""
-    raw = draft_finding(bundle, finding_id, title, summary or title, baseline, tolerance, key)
+    raw = draft_finding(bundle, finding_id, title, summary or title, baseline, tolerance, key,
+                        allow_untrusted)
     text = json.dumps(raw, indent=2) + "\n"
     if out is None:
         click.echo(text, nl=False)
@@ -128,7 +142,8 @@ def evidence_draft(bundle: Path, finding_id: str, title: str, summary: str | Non
     if out.exists():
         raise ApplianceError(f"{out} exists: choose another --out or remove it first")
     atomic.write_text(out, text)
-    click.echo(f"wrote {out}: review scope.controlled and the variant descriptions")
+    mark_input = f"[{UNTRUSTED_INPUT}] " if UNTRUSTED_INPUT in raw["title"] else ""
+    click.echo(f"{mark_input}wrote {out}: review scope.controlled and the variant descriptions")
 
 
 COMMANDS: list[click.Command] = [evidence_group]

@@ -4,12 +4,19 @@ from pathlib import Path
 
 import click
 
-from appliance.attest.dsse import default_key_dir, init_keys
+from appliance.attest.dsse import default_key_dir
+from appliance.attest.trust import (
+    init_trusted_keys,
+    store_entries,
+    trust_key,
+    trusted_keys_dir,
+    untrust_key,
+)
 
 
 @click.group("keys")
 def keys_group() -> None:
-    """Signing keys for run bundles (kept outside any repository)."""
+    """Signing keys for run bundles (kept outside any repository) and the keys you trust."""
 
 
 @keys_group.command("init")
@@ -17,11 +24,41 @@ def keys_group() -> None:
               default=None, help="Where to keep the key pair (default ~/.config/appliance/keys).")
 @click.option("--force", is_flag=True, help="Replace an existing key pair.")
 def keys_init(directory: Path | None, force: bool) -> None:
-    """Make an ed25519 key pair for signing bundles."""
-    pair = init_keys(directory or default_key_dir(), force=force)
+    """Make an ed25519 key pair for signing bundles and trust its public key."""
+    pair, stored = init_trusted_keys(directory or default_key_dir(), force=force)
     click.echo(f"private key: {pair.private} (mode 0600, never share or commit it)")
     click.echo(f"public key:  {pair.public}")
     click.echo(f"key id:      {pair.keyid}")
+    click.echo(f"trusted:     {stored}")
+
+
+@keys_group.command("trust")
+@click.argument("file", type=click.Path(path_type=Path, exists=True))
+def keys_trust(file: Path) -> None:
+    """Trust the public key in FILE (a .pub.json file or a key directory)."""
+    key, stored = trust_key(file)
+    click.echo(f"trusted {key.keyid} ({stored})")
+
+
+@keys_group.command("list")
+def keys_list() -> None:
+    """The trusted keys, by id (recomputed from each key), and files that are ignored."""
+    entries = store_entries()
+    if not entries:
+        click.echo(f"no trusted keys in {trusted_keys_dir()}")
+    for entry in entries:
+        if entry.key is not None:
+            click.echo(f"{entry.key.keyid}  {entry.path}")
+        else:
+            click.echo(f"IGNORED {entry.path}: {entry.problem}")
+
+
+@keys_group.command("untrust")
+@click.argument("keyid")
+def keys_untrust(keyid: str) -> None:
+    """Stop trusting the key KEYID (its id, or at least 8 leading characters)."""
+    removed = untrust_key(keyid)
+    click.echo(f"removed {removed}")
 
 
 COMMANDS: list[click.Command] = [keys_group]

@@ -5,13 +5,11 @@ from pathlib import Path
 
 import click
 
-from appliance.attest.bundle import checks_as_json
 from appliance.cli.options import json_option
+from appliance.core.checks import check_lines, failed, worst
 from appliance.core.errors import ApplianceError
 from appliance.core.paths import repo_root
 from appliance.release.check import DEFAULT_MAX_BYTES, release_check
-
-MARKS = {"pass": "PASS", "fail": "FAIL", "warn": "WARN"}
 
 
 @click.command("release-check")
@@ -19,21 +17,23 @@ MARKS = {"pass": "PASS", "fail": "FAIL", "warn": "WARN"}
               default=None, help="Checkout to check (default: this project's checkout).")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES,
               show_default=True, help="Largest file size allowed in the repository.")
+@click.option("--history", is_flag=True,
+              help="Scan every blob of every reachable commit, not only the index and HEAD.")
 @json_option
-def release_check_command(root: Path | None, max_bytes: int, as_json: bool) -> None:
-    """Check that the tracked files hold no weights, traces, secrets or host details."""
-    checks = release_check(root or repo_root(), max_bytes)
+def release_check_command(root: Path | None, max_bytes: int, history: bool,
+                          as_json: bool) -> None:
+    """Check that the committed and staged files (git's blobs, not the working tree) hold no
+    weights, traces, secrets or host details; each finding names the commit that added it."""
+    checks = release_check(root or repo_root(), max_bytes, history)
     if as_json:
-        report = checks_as_json(checks)
-        report["verdict"] = "fail" if any(c.status == "fail" for c in checks) else "pass"
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json.dumps({"verdict": worst(checks).value,
+                               "checks": [c.as_dict() for c in checks]}, indent=2))
     else:
-        width = max(len(c.name) for c in checks)
-        for check in checks:
-            click.echo(f"{MARKS[check.status]}  {check.name:<{width}}  {check.reason}")
-    failed = [c.name for c in checks if c.status == "fail"]
-    if failed:
-        raise ApplianceError(f"release check failed: {', '.join(failed)}")
+        for line in check_lines(checks):
+            click.echo(line)
+    failing = [c.name for c in failed(checks)]
+    if failing:
+        raise ApplianceError(f"release check failed: {', '.join(failing)}")
 
 
 COMMANDS: list[click.Command] = [release_check_command]

@@ -46,7 +46,7 @@ from appliance.workflows.pipeline import execute_profile
 @json_option
 @click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
               help="Private key (or key directory) to sign the bundle with "
-              "(default: the key from `appliance keys init`, if any).")
+              "(default: the key from `appliance keys init`, made and trusted on first use).")
 @click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature (it says so).")
 @lock_option
 def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: int | None,

@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from appliance.attest.bundle import verdict as bundle_verdict
-from appliance.attest.bundle import verify_bundle
-from appliance.core.errors import ConfigError
+from appliance.attest.verify import Verdict, Verification, verify_bundle
+from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.paths import evidence_dir
 from appliance.core.strict_load import load_json
 from appliance.core.units import size_or_none
@@ -27,6 +26,7 @@ from appliance.core.validation import raise_for, schema_errors
 SCHEMA_NAME = "finding"
 MAX_FINDING_BYTES = 256 << 10  # published findings are under 4 KiB
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
+UNTRUSTED_INPUT = "untrusted input"
 RATIO_CONSISTENCY = 1e-3
 
 
@@ -131,9 +131,29 @@ class Comparison:
     verdict: str
     reasons: list[str] = field(default_factory=list)
     claims: list[ClaimResult] = field(default_factory=list)
+    untrusted_input: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        result = asdict(self)
+        result["input"] = UNTRUSTED_INPUT if self.untrusted_input else "verified input"
+        return result
+
+
+def verified_input(bundle: Path, pubkey: Any = None,
+                   allow_untrusted: bool = False) -> Verification:
+    """Full verification of a bundle evidence is to read; refuses what does not verify.
+
+    A tampered bundle is always refused. An unsigned bundle, or one signed by a key that is
+    not trusted, is refused unless allow_untrusted: then it is read as untrusted input. An
+    incomplete run passes here and is reported as not comparable.
+    """
+    result = verify_bundle(bundle, pubkey, allow_untrusted=allow_untrusted,
+                           allow_unsigned=allow_untrusted)
+    if result.accepted or result.verdict is Verdict.INCOMPLETE:
+        return result
+    hint = "" if result.verdict is Verdict.TAMPERED else " (or pass --allow-untrusted)"
+    raise ApplianceError(f"{bundle}: bundle {result.verdict.label}: {result.advice}{hint}",
+                         exit_code=result.exit_code)
 
 
 def _read_json(path: Path) -> Any:
@@ -267,15 +287,16 @@ def _check_identity(facts: BundleFacts, finding: Finding) -> ClaimResult | None:
                        f"outputs {word[observed]}, the evidence says {word[claimed]}")
 
 
-def compare(bundle: Path, finding: Finding, pubkey: Any = None) -> Comparison:
-    """Whether the run bundle reproduces the finding, with the reason for each part."""
-    result = Comparison(evidence=finding.id, verdict=NOT_COMPARABLE)
-    checks = verify_bundle(bundle, pubkey)
-    state = bundle_verdict(checks)
-    if state != "verified":
-        failed = ", ".join(c.name for c in checks if c.status == "fail")
-        result.reasons.append(f"the bundle is {state} ({failed}): only a verified, complete "
-                              "run can reproduce evidence")
+def compare(bundle: Path, finding: Finding, verification: Verification) -> Comparison:
+    """Whether the run bundle reproduces the finding, with the reason for each part.
+
+    verification is verified_input's for the same bundle: only an accepted bundle is read.
+    """
+    result = Comparison(evidence=finding.id, verdict=NOT_COMPARABLE,
+                        untrusted_input=verification.untrusted_input)
+    if not verification.accepted:
+        result.reasons.append(f"the bundle is {verification.verdict.label}: only a verified, "
+                              "complete run can reproduce evidence")
         return result
     if finding.status == "plan-unverified" or not finding.raw["claims"]:
         result.reasons.append("the evidence is a plan with nothing measured to compare with")
@@ -317,19 +338,20 @@ def _significant(value: float, digits: int = 6) -> float:
 
 def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
                   baseline: str = "baseline", tolerance: float = 0.25,
-                  pubkey: Any = None) -> dict[str, Any]:
+                  pubkey: Any = None, allow_untrusted: bool = False) -> dict[str, Any]:
     """A reproduction finding drawn from a verified bundle: medians, ratios against baseline.
 
     Every scope field comes from the bundle (model manifest, schedule, provenance, results);
     what the bundle does not record is left null and listed under scope.unknown. The caller
     reviews the draft (controlled conditions, descriptions) before adding it to evidence/.
+    With allow_untrusted, a bundle whose origin is not trusted is drafted with "untrusted
+    input" in its title, summary and scope.not_controlled.
     """
-    checks = verify_bundle(run_dir, pubkey)
-    state = bundle_verdict(checks)
-    if state != "verified":
-        raise ConfigError(f"{run_dir}: the bundle is {state}: only a verified, complete run "
-                          "can become evidence (see `appliance bundle verify`)")
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    verification = verified_input(run_dir, pubkey, allow_untrusted)
+    if not verification.accepted:
+        raise ConfigError(f"{run_dir}: the bundle is {verification.verdict.label}: only a "
+                          "verified, complete run can become evidence (see `appliance bundle "
+                          "verify`)")
     provenance = _read_json(run_dir / "provenance.json") or {}
     facts = BundleFacts.read(run_dir)
     names = sorted((facts.results.get("variants") or {}).keys())
@@ -374,13 +396,16 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
         "controlled": [], "not_controlled": [],
         "unknown": [],
     }
+    if verification.untrusted_input:
+        title, summary = f"[{UNTRUSTED_INPUT}] {title}", f"[{UNTRUSTED_INPUT}] {summary}"
+        scope["not_controlled"].append(f"{UNTRUSTED_INPUT}: {verification.advice}")
     scope["unknown"] = [f"scope.{key}: not recorded in the bundle" for key in
                         ("memory_limit_bytes", "swap_bytes", "n_predict", "repeats")
                         if scope[key] is None]
     identical = facts.byte_identical()
     raw = {
         "schema_version": 1, "id": finding_id, "title": title, "origin": "reproduction",
-        "status": "measured", "summary": summary, "bundle_digest": manifest["bundle_digest"],
+        "status": "measured", "summary": summary, "bundle_digest": verification.bundle_digest,
         "profile": facts.profile.get("name"), "scope": scope,
         "variants": {v: f"profile variant {v}" for v in names},
         "metrics": metrics, "claims": claims,

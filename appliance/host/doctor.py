@@ -5,20 +5,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance.core.checks import Check, Status, worst
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock
 from appliance.host.docker import buildkit_client, connect, docker_endpoint, engine_fix, one_line
 from appliance.host.gpu import Gpu, NvmlUnavailable, detect_gpus, driver_satisfies, fitting_target
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
-
-
-@dataclass
-class Check:
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
+PASS, WARN, FAIL = Status.PASS, Status.WARN, Status.FAIL
 
 
 @dataclass
@@ -29,11 +22,11 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return all(check.status != FAIL for check in self.checks)
+        return worst(self.checks) is not FAIL
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "target": self.target, "facts": self.facts,
-                "checks": [asdict(check) for check in self.checks]}
+                "checks": [check.as_dict() for check in self.checks]}
 
 
 def _docker_facts() -> tuple[Check, dict[str, Any]]:
@@ -45,7 +38,8 @@ def _docker_facts() -> tuple[Check, dict[str, Any]]:
         version = client.version()
     except Exception as exc:  # noqa: BLE001 - any failure means the engine is not usable
         detail = problem or f"Docker engine at {docker_endpoint()}: {one_line(exc)}"
-        return Check("docker engine", FAIL, detail, engine_fix()), {"docker_endpoint": docker_endpoint()}
+        return (Check("docker engine", FAIL, detail, fix=engine_fix()),
+                {"docker_endpoint": docker_endpoint()})
     facts = {
         "docker_endpoint": docker_endpoint(),
         "docker_version": version.get("Version"),
@@ -62,7 +56,7 @@ def _buildkit_check() -> Check:
     found = buildkit_client()
     if found is None:
         return Check("buildkit client", WARN, "no docker client with BuildKit found",
-                     "install Debian's docker.io or the buildx plugin; the SDK's classic builder is used")
+                     fix="install Debian's docker.io or the buildx plugin; the SDK's classic builder is used")
     path, how = found
     return Check("buildkit client", PASS, f"{path} ({how})")
 
@@ -71,7 +65,7 @@ def _nvidia_runtime_check(runtimes: list[str]) -> Check:
     if "nvidia" in runtimes or shutil.which("nvidia-container-runtime") or shutil.which("nvidia-ctk"):
         return Check("nvidia container runtime", PASS, "present")
     return Check("nvidia container runtime", WARN, "absent: GPU targets cannot run here",
-                 "install nvidia-container-toolkit for sm89/sm120 runs; cpu runs need nothing")
+                 fix="install nvidia-container-toolkit for sm89/sm120 runs; cpu runs need nothing")
 
 
 def _gpu_checks(lock: Lock) -> tuple[list[Check], list[Gpu], str]:
@@ -79,9 +73,9 @@ def _gpu_checks(lock: Lock) -> tuple[list[Check], list[Gpu], str]:
         gpus = detect_gpus()
     except NvmlUnavailable as exc:
         return [Check("gpu", WARN, f"NVML unavailable ({exc}): no NVIDIA GPU visible",
-                      "fine for the cpu target; for GPUs install the NVIDIA driver")], [], "cpu"
+                      fix="fine for the cpu target; for GPUs install the NVIDIA driver")], [], "cpu"
     if not gpus:
-        return [Check("gpu", WARN, "NVML found no GPU", "fine for the cpu target")], [], "cpu"
+        return [Check("gpu", WARN, "NVML found no GPU", fix="fine for the cpu target")], [], "cpu"
     checks = [Check("gpu", PASS, f"GPU {g.index}: {g.name}, compute {g.compute_capability}, "
                     f"driver {g.driver}, {g.memory_bytes / 2**30:.1f} GiB") for g in gpus]
     target_name = fitting_target(gpus, lock)
@@ -93,7 +87,7 @@ def _gpu_checks(lock: Lock) -> tuple[list[Check], list[Gpu], str]:
         else:
             checks.append(Check("driver", FAIL, f"{gpus[0].driver} < {target.cuda.min_driver} needed by "
                                 f"{target_name} (CUDA {target.cuda.version})",
-                                f"upgrade the NVIDIA driver to {target.cuda.min_driver} or newer"))
+                                fix=f"upgrade the NVIDIA driver to {target.cuda.min_driver} or newer"))
     return checks, gpus, target_name
 
 
@@ -104,7 +98,7 @@ def _swap_check() -> tuple[Check, int]:
             swap_kib = int(line.split()[1])
     if swap_kib:
         return Check("swap", WARN, f"on ({swap_kib // 1024} MiB)",
-                     "runs set memswap_limit == mem_limit, so swap is not used by trials; "
+                     fix="runs set memswap_limit == mem_limit, so swap is not used by trials; "
                      "disable swap for host-level comparisons"), swap_kib * 1024
     return Check("swap", PASS, "off"), 0
 
@@ -113,7 +107,7 @@ def _fincore_check() -> Check:
     if shutil.which("fincore"):
         return Check("fincore", PASS, shutil.which("fincore") or "")
     return Check("fincore", WARN, "not found; page residency is measured with mincore instead",
-                 "install util-linux (fincore) to cross-check residency")
+                 fix="install util-linux (fincore) to cross-check residency")
 
 
 def diagnose(lock: Lock) -> Report:

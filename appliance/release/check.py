@@ -1,17 +1,19 @@
-"""Release check: what git tracks may be published.
+"""Release check: what git holds may be published.
 
-Named checks over the tracked files of a checkout: no model weights or GGUF files, no raw
-route traces, nothing over a size limit, no private network addresses, home-directory paths,
-credentials or tokens, and every evidence file valid against its schema. Each check passes or
-fails with the offending files (and lines) named.
+Named checks over the blobs of a checkout's index and HEAD (read with git, never from the
+working tree; with history, every reachable commit): no model weights or GGUF files, no raw
+route traces, nothing over a size limit, no private network addresses or home-directory
+paths, no credentials or tokens (binary files included), and every evidence file valid
+against its schema. Each failure names the file, the line and the commit that introduced it.
 """
 
 import re
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.attest.bundle import Check
+from appliance.core.checks import Check, Status
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.evidence.findings import load_findings
 
@@ -21,6 +23,8 @@ WEIGHT_MAGICS = (b"GGUF",)
 TRACE_SUFFIXES = (".moetrace",)
 TRACE_MAGICS = (b"MOETRACE",)
 SHOWN = 8
+SCAN_LIMIT = 64 << 20
+ALLOW_FILE = ".release-check-allow"
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1?\d?\d)"
 PRIVATE_ADDRESS = re.compile(
@@ -45,44 +49,159 @@ CREDENTIALS = {
 }
 
 
-def tracked_files(root: Path) -> list[str]:
-    """Paths git tracks in root (relative, sorted)."""
-    result = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True,
+@dataclass(frozen=True)
+class Blob:
+    """One committed or staged file version: where it is, and the commit that introduced it."""
+
+    path: str
+    oid: str
+    commit: str | None = None
+
+    def origin(self) -> str:
+        return f"introduced in {self.commit[:12]}" if self.commit else "staged, not committed"
+
+
+def _git(root: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    result = subprocess.run(["git", "-C", str(root), *args], input=stdin, capture_output=True,
                             check=False)
     if result.returncode != 0:
-        raise ApplianceError(f"{root}: not a git checkout ({result.stderr.decode().strip()}): "
-                             "run the release check from the project's repository")
-    return sorted(p for p in result.stdout.decode().split("\0") if p)
+        raise ApplianceError(f"{root}: git {args[0]} failed "
+                             f"({result.stderr.decode(errors='replace').strip()}): run the "
+                             "release check in a git checkout of the project")
+    return result.stdout
 
 
-def _head(path: Path, size: int = 16) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read(size)
+def _records(output: bytes) -> list[tuple[str, str]]:
+    """(path, blob id) from `ls-files -s -z` or `ls-tree -r -z` output; submodules skipped."""
+    found = []
+    for record in output.split(b"\0"):
+        if not record:
+            continue
+        meta, _, path = record.decode("utf-8", errors="surrogateescape").partition("\t")
+        fields = meta.split()
+        if fields[0] == "160000":
+            continue
+        oid = fields[1] if len(fields) == 3 and fields[1] != "blob" else fields[2]
+        found.append((path, oid))
+    return found
 
 
-def _text(path: Path) -> str | None:
-    data = path.read_bytes()
-    if b"\0" in data[:8192]:
-        return None
-    return data.decode("utf-8", errors="replace")
+def _has_head(root: Path) -> bool:
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "-q", "HEAD"],
+                          capture_output=True, check=False).returncode == 0
 
 
-def _result(name: str, hits: list[str], ok: str, problem: str) -> Check:
+def committed_blobs(root: Path, history: bool = False) -> list[Blob]:
+    """The blobs in the index and HEAD (with history: in every reachable commit), each once.
+
+    Working-tree edits are never read: what is committed or staged is what can be published.
+    With history, each blob carries the first commit (oldest first) that has it at its path.
+    """
+    probe = subprocess.run(["git", "-C", str(root), "rev-parse", "--git-dir"],
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise ApplianceError(f"{root}: not a git checkout ({probe.stderr.strip()}): run the "
+                             "release check from the project's repository")
+    first: dict[tuple[str, str], str | None] = {}
+    if history:
+        commits = _git(root, "rev-list", "--all", "--reverse", "--topo-order").decode().split()
+        for commit in commits:
+            for entry in _records(_git(root, "ls-tree", "-r", "-z", "--full-tree", commit)):
+                first.setdefault(entry, commit)
+    elif _has_head(root):
+        for entry in _records(_git(root, "ls-tree", "-r", "-z", "--full-tree", "HEAD")):
+            first.setdefault(entry, None)
+    for entry in _records(_git(root, "ls-files", "-s", "-z")):
+        first.setdefault(entry, None)
+    return [Blob(path, oid, commit) for (path, oid), commit in sorted(first.items())]
+
+
+def introducing_commit(root: Path, blob: Blob) -> Blob:
+    """blob with the oldest reachable commit that added it at its path (None if only staged)."""
+    if blob.commit is not None or not _has_head(root):
+        return blob
+    out = _git(root, "log", "--all", "--reverse", "--format=%H", f"--find-object={blob.oid}",
+               "--", blob.path).decode().split()
+    return Blob(blob.path, blob.oid, out[0] if out else None)
+
+
+def read_blobs(root: Path, oids: list[str], limit: int) -> dict[str, tuple[int, bytes]]:
+    """oid -> (size, content); blobs larger than limit carry only their first 16 bytes."""
+    unique = sorted(set(oids))
+    if not unique:
+        return {}
+    sizes: dict[str, int] = {}
+    for line in _git(root, "cat-file", "--batch-check",
+                     stdin="\n".join(unique).encode() + b"\n").decode().splitlines():
+        oid, _, length = line.split()
+        sizes[oid] = int(length)
+    small = [oid for oid in unique if sizes[oid] <= limit]
+    out = _git(root, "cat-file", "--batch", stdin="\n".join(small).encode() + b"\n")
+    blobs: dict[str, tuple[int, bytes]] = {}
+    position = 0
+    for oid in small:
+        header_end = out.index(b"\n", position)
+        size = int(out[position:header_end].split()[2])
+        blobs[oid] = (size, out[header_end + 1:header_end + 1 + size])
+        position = header_end + 1 + size + 1
+    for oid in unique:
+        if oid not in blobs:
+            with subprocess.Popen(["git", "-C", str(root), "cat-file", "blob", oid],
+                                  stdout=subprocess.PIPE) as proc:
+                assert proc.stdout is not None
+                head = proc.stdout.read(16)
+                proc.kill()
+            blobs[oid] = (sizes[oid], head)
+    return blobs
+
+
+def reviewed_blobs(root: Path) -> set[tuple[str, str]]:
+    """(path, blob id) pairs listed in the staged ALLOW_FILE: file versions a person reviewed
+    and found to hold only test fixtures. A changed file is a new blob and is scanned again."""
+    listed = subprocess.run(["git", "-C", str(root), "cat-file", "blob", f":{ALLOW_FILE}"],
+                            capture_output=True, check=False)
+    if listed.returncode != 0:
+        return set()
+    allowed = set()
+    for number, line in enumerate(listed.stdout.decode(errors="replace").splitlines(), 1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not re.fullmatch(r"[0-9a-f]{40}", fields[0]):
+            raise ConfigError(f"{ALLOW_FILE}:{number}: expected `<blob id> <path>  # reason`")
+        allowed.add((fields[1], fields[0]))
+    return allowed
+
+
+def _is_text(data: bytes) -> bool:
+    return b"\0" not in data[:8192]
+
+
+Hit = tuple[Blob, str]
+
+
+def _result(root: Path, name: str, hits: list[Hit], ok: str, problem: str) -> Check:
+    """PASS, or FAIL naming each hit (`path:line (what, introduced in COMMIT)`)."""
     if not hits:
-        return Check(name, "pass", ok)
-    shown = "; ".join(hits[:SHOWN]) + (f"; and {len(hits) - SHOWN} more" if len(hits) > SHOWN
-                                       else "")
-    return Check(name, "fail", f"{problem}: {shown}",
-                 sorted({h.split(":", 1)[0] for h in hits}))
+        return Check(name, Status.PASS, ok)
+    origins: dict[Blob, str] = {}
+    shown = []
+    for blob, text in hits[:SHOWN]:
+        if blob not in origins:
+            origins[blob] = introducing_commit(root, blob).origin()
+        shown.append(f"{text}, {origins[blob]})")
+    more = f"; and {len(hits) - SHOWN} more" if len(hits) > SHOWN else ""
+    return Check(name, Status.FAIL, f"{problem}: {'; '.join(shown)}{more}",
+                 sorted({blob.path for blob, _ in hits}))
 
 
-def _scan_lines(texts: dict[str, str], match: Callable[[str], str | None]) -> list[str]:
+def _scan_lines(texts: dict[Blob, str], match: Callable[[str], str | None]) -> list[Hit]:
     hits = []
-    for rel, text in texts.items():
+    for blob, text in texts.items():
         for number, line in enumerate(text.splitlines(), 1):
             what = match(line)
             if what is not None:
-                hits.append(f"{rel}:{number} ({what})")
+                hits.append((blob, f"{blob.path}:{number} ({what}"))
     return hits
 
 
@@ -100,47 +219,61 @@ def _credential(line: str) -> str | None:
     return None
 
 
-def _evidence_check(root: Path, tracked: list[str]) -> Check:
-    if not any(p.startswith("evidence/") and p.endswith(".json") for p in tracked):
-        return Check("evidence-valid", "pass", "no evidence files tracked")
+def _evidence_check(root: Path, paths: set[str]) -> Check:
+    if not any(p.startswith("evidence/") and p.endswith(".json") for p in paths):
+        return Check("evidence-valid", Status.PASS, "no evidence files tracked")
     try:
         findings = load_findings(root / "evidence")
     except ConfigError as exc:
-        return Check("evidence-valid", "fail", str(exc).replace(f"{root}/", ""))
-    return Check("evidence-valid", "pass", f"{len(findings)} evidence files valid against "
+        return Check("evidence-valid", Status.FAIL, str(exc).replace(f"{root}/", ""))
+    return Check("evidence-valid", Status.PASS, f"{len(findings)} evidence files valid against "
                  "their schema")
 
 
-def release_check(root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Check]:
-    """Every named release check over the files git tracks in root."""
-    tracked = [p for p in tracked_files(root) if (root / p).is_file()]
-    weights, traces, large = [], [], []
-    texts: dict[str, str] = {}
-    for rel in tracked:
-        path = root / rel
-        head, lower = _head(path), rel.lower()
-        if lower.endswith(WEIGHT_SUFFIXES) or head.startswith(WEIGHT_MAGICS):
-            weights.append(rel)
-        if lower.endswith(TRACE_SUFFIXES) or head.startswith(TRACE_MAGICS):
-            traces.append(rel)
-        size = path.stat().st_size
+def release_check(root: Path, max_bytes: int = DEFAULT_MAX_BYTES,
+                  history: bool = False) -> list[Check]:
+    """Every named release check over the blobs git holds for root: the index and HEAD, or
+    with history every blob of every reachable commit. Binary blobs are scanned for
+    credentials too; the other line checks read text blobs."""
+    blobs = committed_blobs(root, history)
+    contents = read_blobs(root, [b.oid for b in blobs], max(max_bytes, SCAN_LIMIT))
+    reviewed = reviewed_blobs(root)
+    weights: list[Hit] = []
+    traces: list[Hit] = []
+    large: list[Hit] = []
+    texts: dict[Blob, str] = {}
+    binaries: dict[Blob, str] = {}
+    for blob in blobs:
+        size, data = contents[blob.oid]
+        lower = blob.path.lower()
+        if lower.endswith(WEIGHT_SUFFIXES) or data.startswith(WEIGHT_MAGICS):
+            weights.append((blob, f"{blob.path} (model weights"))
+        if lower.endswith(TRACE_SUFFIXES) or data.startswith(TRACE_MAGICS):
+            traces.append((blob, f"{blob.path} (route trace"))
         if size > max_bytes:
-            large.append(f"{rel} ({size} bytes)")
+            large.append((blob, f"{blob.path} ({size} bytes"))
+        if size > SCAN_LIMIT or (blob.path, blob.oid) in reviewed:
             continue
-        text = _text(path)
-        if text is not None:
-            texts[rel] = text
+        if _is_text(data):
+            texts[blob] = data.decode("utf-8", errors="replace")
+        else:
+            binaries[blob] = data.decode("latin-1")
+    scope = "in any reachable commit" if history else "in the index or HEAD"
+    skipped = sum((b.path, b.oid) in reviewed for b in blobs)
+    note = f" ({skipped} reviewed file versions in {ALLOW_FILE} not read)" if skipped else ""
     return [
-        _result("no-model-weights", weights, "no GGUF or other weight files tracked",
-                "model weights are tracked"),
-        _result("no-raw-traces", traces, "no raw route traces tracked", "raw traces are tracked"),
-        _result("file-size", large, f"every tracked file is at most {max_bytes} bytes",
+        _result(root, "no-model-weights", weights, f"no GGUF or other weight files {scope}",
+                "model weights are committed"),
+        _result(root, "no-raw-traces", traces, f"no raw route traces {scope}",
+                "raw traces are committed"),
+        _result(root, "file-size", large, f"every file {scope} is at most {max_bytes} bytes",
                 f"files over {max_bytes} bytes"),
-        _result("no-private-addresses", _scan_lines(texts, _first(PRIVATE_ADDRESS)),
-                "no private network addresses", "private network addresses"),
-        _result("no-home-paths", _scan_lines(texts, _first(HOME_PATH)),
-                "no home-directory paths", "home-directory paths"),
-        _result("no-credentials", _scan_lines(texts, _credential),
-                "no credentials or tokens", "credentials or tokens"),
-        _evidence_check(root, tracked),
+        _result(root, "no-private-addresses", _scan_lines(texts, _first(PRIVATE_ADDRESS)),
+                f"no private network addresses{note}", "private network addresses"),
+        _result(root, "no-home-paths", _scan_lines(texts, _first(HOME_PATH)),
+                f"no home-directory paths{note}", "home-directory paths"),
+        _result(root, "no-credentials", _scan_lines({**texts, **binaries}, _credential),
+                f"no credentials or tokens {scope}, text or binary{note}",
+                "credentials or tokens"),
+        _evidence_check(root, {b.path for b in blobs}),
     ]

@@ -15,8 +15,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from appliance.attest.bundle import finalize_bundle, verdict, verify_bundle
+from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
+from appliance.attest.trust import init_trusted_keys
+from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.core.paths import cache_dir
@@ -24,7 +26,7 @@ from appliance.core.progress import ProgressFn
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import NOT_COMPARABLE, compare, find_finding
+from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, compare, find_finding
 from appliance.host.docker import docker_client, engine_problem
 from appliance.host.gpu import visible_gpus
 from appliance.images.build import build_image
@@ -42,13 +44,23 @@ from appliance.workflows.repro import preflight
 FALLBACK_STAND_IN = "b10229"
 
 
-def signing_key(key: Path | None, unsigned: bool) -> Path | None:
-    """The key to sign with: --key, else the default key when one exists, else none."""
+def signing_key(key: Path | None, unsigned: bool, console: Console) -> Path | None:
+    """The key to sign with: --key, else the user's default key, made (and trusted) with
+    `appliance keys init` on first use; none only when unsigned is asked for."""
     if unsigned:
         return None
     if key is not None:
         return key
-    return existing_default_key()
+    existing = existing_default_key()
+    if existing is not None:
+        return existing
+    pair, trusted = init_trusted_keys()
+    console.print(f"no signing key yet: made one as `appliance keys init` does.\n"
+                  f"  private key {pair.private} (keep it; never commit it)\n"
+                  f"  public key  {pair.public}, key id {pair.keyid}\n"
+                  f"  trusted on this machine through {trusted}; others trust your bundles "
+                  "with `appliance keys trust` on that public key file", soft_wrap=True)
+    return pair.private.parent
 
 
 def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Console, *,
@@ -70,7 +82,8 @@ def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Con
     ctx = RunContext(client, profile, LlamaMoeTraceEngine(prepared.image), prepared.model,
                      prepared.settings, prepared.run_dir, secrets.token_hex(6), console,
                      trial_timeout_s=trial_timeout)
-    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned), docker_client=client)
+    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned, console),
+                             docker_client=client)
 
     def finalize(run_dir: Path) -> None:
         write_paging_analysis(run_dir, prepared.model.path, profile)
@@ -162,20 +175,27 @@ def write_paging_analysis(run_dir: Path, model_path: Path, profile: Profile) -> 
 @dataclass
 class PipelineReport:
     run_dir: Path
-    bundle_verdict: str
+    verification: Verification
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     paging: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def reproduced(self) -> bool:
+        """The bundle verified and every finding it names was reproduced."""
+        return self.verification.verdict is Verdict.VERIFIED and all(
+            c["verdict"] == REPRODUCED for c in self.comparisons)
 
 
 def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
                        console: Console) -> PipelineReport:
+    """Verify the run's bundle against the key that signed it, then compare with evidence."""
     pubkey = None
     if key is not None:
         pubkey = key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
-    checks = verify_bundle(outcome.run_dir, pubkey)
-    report = PipelineReport(outcome.run_dir, verdict(checks))
-    console.print(f"bundle verification: [bold]{report.bundle_verdict}[/bold] "
-                  f"({sum(c.status == 'pass' for c in checks)}/{len(checks)} checks pass)")
+    verification = verify_bundle(outcome.run_dir, pubkey)
+    report = PipelineReport(outcome.run_dir, verification)
+    console.print(f"bundle verification: {verification.summary()}", markup=False,
+                  soft_wrap=True)
     for finding_id in profile.evidence:
         try:
             finding = find_finding(finding_id)
@@ -183,7 +203,7 @@ def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
             report.comparisons.append({"evidence": finding_id, "verdict": NOT_COMPARABLE,
                                        "reasons": [str(exc)]})
             continue
-        report.comparisons.append(compare(outcome.run_dir, finding, pubkey).as_dict())
+        report.comparisons.append(compare(outcome.run_dir, finding, verification).as_dict())
     return report
 
 
@@ -226,10 +246,7 @@ def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None
     tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console,
                               progress)
     ensure_synth_model(profile, models_dir, console, progress)
-    key = signing_key(None, unsigned=False)
-    if key is None:
-        console.print("no signing key (make one with `appliance keys init`): the bundle is "
-                      "sealed unsigned and says so")
+    key = signing_key(None, False, console)
     outcome = execute_profile(profile, models_dir, lock, console, image=tag, out=out,
                               repeats=repeats, key=key, progress=progress)
     report = verify_and_compare(outcome, profile, key, console)
@@ -246,10 +263,7 @@ def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | N
               progress: ProgressFn | None = None) -> list[PipelineReport]:
     """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
     profiles = preflight(lock, target, visible_gpus(), models_dir, engine_problem())
-    key = signing_key(key, unsigned=False)
-    if key is None:
-        raise ApplianceError("a reproduction is signed: make a key with `appliance keys init` "
-                             "(kept outside the repository), or pass --key")
+    key = signing_key(key, False, console)
     tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console,
                               progress)
     reports = []

@@ -4,17 +4,20 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from appliance.attest.dsse import PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, KeyPair
 from appliance.core.errors import ApplianceError
+from appliance.core.paths import cache_dir
 from appliance.engine.local_build import build_source
 from appliance.engine.lock import load_lock
 from appliance.engine.source import fetch_source
-from tests.conftest import unavailable
+from tests.conftest import REPO, unavailable
 from tests.engine_image import engine_image_cpu  # noqa: F401 - a fixture, used by name
 
 
@@ -76,3 +79,47 @@ def run_tracer(bin_dir: Path, model: Path, out: Path, *args: str, prompt: str,
     if check:
         assert run.result.returncode == 0, run.result.stderr.decode(errors="replace")[-2000:]
     return run
+
+
+def user_env(tmp: Path) -> dict[str, str]:
+    """A newcomer's machine: no signing key, an empty trust store, a fresh home (the cache
+    stays where it is, so the engine image and the model are reused)."""
+    return {"HOME": str(tmp / "home"), "XDG_CONFIG_HOME": str(tmp / "config"),
+            "APPLIANCE_TRUSTED_KEYS": str(tmp / "trusted-keys"),
+            "APPLIANCE_CACHE": str(cache_dir())}
+
+
+def make(target: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a Makefile target with the test's interpreter as the venv (nothing is installed)."""
+    venv = Path(sys.executable).parent.parent
+    env = dict(os.environ, PYTHONPATH=str(REPO), **user_env(tmp))
+    return subprocess.run(["make", "-o", "venv", target, f"VENV={venv}", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=2400)
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One `make demo` on a machine with no key: its output, bundle, user and the key it made."""
+
+    result: subprocess.CompletedProcess[str]
+    run: Path
+    home: Path
+    env: dict[str, str]
+
+    @property
+    def key(self) -> KeyPair:
+        keys = self.home / "config" / "appliance" / "keys"
+        keyid = json.loads((keys / PUBLIC_KEY_FILE).read_text())["keyid"]
+        return KeyPair(keys / PRIVATE_KEY_FILE, keys / PUBLIC_KEY_FILE, keyid)
+
+
+@pytest.fixture(scope="session")
+def demo_run(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """`make demo` once per session: the genuine bundle the demo and attestation tests read."""
+    request.getfixturevalue("engine_image_cpu")  # built (or reused) first, failing under CI
+    home = tmp_path_factory.mktemp("newcomer")
+    run = home / "demo"
+    result = make("demo", home, f"DEMO_ARGS=--out {run}")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return DemoRun(result, run, home, user_env(home))

@@ -2,26 +2,17 @@
 model at twice the memory limit, cold-cache trials, sealed bundles, evidence verdicts."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from appliance.attest.bundle import verdict, verify_bundle
-from tests.conftest import REPO
+from appliance.attest.verify import Verdict, verify_bundle
+from appliance.core.checks import Status
+from tests.conftest import run_cli
+from tests.e2e.conftest import DemoRun, make, user_env
 
 LIMIT = 200 * 2**20
-
-
-def make(target: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run a Makefile target with the test's interpreter as the venv (nothing is installed)."""
-    venv = Path(sys.executable).parent.parent
-    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp / "config"))
-    return subprocess.run(["make", "-o", "venv", target, f"VENV={venv}", *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=2400)
 
 
 def trials(run: Path) -> list[dict[str, Any]]:
@@ -31,10 +22,8 @@ def trials(run: Path) -> list[dict[str, Any]]:
 @pytest.mark.docker
 @pytest.mark.engine
 @pytest.mark.slow
-def test_make_demo_runs_the_miniature_experiment(engine_image_cpu: str, tmp_path: Path) -> None:
-    run = tmp_path / "demo"
-    result = make("demo", tmp_path, f"DEMO_ARGS=--out {run}")
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+def test_make_demo_runs_the_miniature_experiment(demo_run: DemoRun) -> None:
+    run, result, tmp_path = demo_run.run, demo_run.result, demo_run.home
     assert "STAND-IN" in result.stdout  # GitHub is unreachable here: the fallback is said loudly
     assert json.loads((run / "run.json").read_text())["status"] == "complete"
 
@@ -59,7 +48,20 @@ def test_make_demo_runs_the_miniature_experiment(engine_image_cpu: str, tmp_path
 
     results = json.loads((run / "results.json").read_text())
     assert results["byte_identity"]["all_identical"] is True
-    assert verdict(verify_bundle(run)) == "verified"
+
+    # no key existed: the demo made one, said where, and trusts it on this machine only
+    keys = tmp_path / "config" / "appliance" / "keys"
+    assert f"private key {keys / 'appliance-ed25519.key'}" in result.stdout
+    keyid = json.loads((keys / "appliance-ed25519.pub.json").read_text())["keyid"]
+    assert [p.name for p in (tmp_path / "trusted-keys").iterdir()] == [f"{keyid}.pub.json"]
+    assert "bundle verification: verdict: VERIFIED" in result.stdout
+    verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.splitlines()[-1] == (
+        f"verdict: VERIFIED: every check passed; signed by trusted key {keyid}")
+    elsewhere = run_cli("bundle", "verify", str(run),
+                        env={**user_env(tmp_path), "APPLIANCE_TRUSTED_KEYS": str(tmp_path)})
+    assert elsewhere.returncode == Verdict.UNTRUSTED.exit_code
 
 
 @pytest.mark.docker
@@ -73,8 +75,8 @@ def test_make_repro_cpu_signs_verifies_and_gives_a_verdict(engine_image_cpu: str
     assert "tiny-oversub-miniature" in result.stdout
     run = out / "tiny-oversub"
     public_key = tmp_path / "config" / "appliance" / "keys" / "appliance-ed25519.pub.json"
-    checks = verify_bundle(run, public_key)
-    assert verdict(checks) == "verified"
-    assert {c.name: c.status for c in checks}["signature"] == "pass"
+    verification = verify_bundle(run, public_key)
+    assert verification.verdict is Verdict.VERIFIED
+    assert {c.name: c.status for c in verification.checks}["signature"] is Status.PASS
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "reproduced" in result.stdout

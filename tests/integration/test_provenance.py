@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from appliance.attest.bundle import finalize_bundle, verdict, verify_bundle
+from appliance.attest.bundle import finalize_bundle
+from appliance.attest.dsse import init_keys
 from appliance.attest.provenance import (
     collect_image_provenance,
     collect_provenance,
@@ -17,6 +18,7 @@ from appliance.attest.provenance import (
     host_facts,
     write_provenance,
 )
+from appliance.attest.verify import Verdict, verify_bundle
 from tests.fake_run import make_run
 
 pytestmark = pytest.mark.docker
@@ -76,8 +78,9 @@ def test_bundle_with_image_provenance_verifies(tmp_path: Path, docker_client: An
     run = make_run(tmp_path)
     image = collect_image_provenance(docker_client, base_image, ["/usr/bin/ls"])
     write_provenance(run, collect_provenance(run, host_facts(docker_client), image))
-    finalize_bundle(run)
-    assert verdict(verify_bundle(run)) == "verified"
+    pair = init_keys(tmp_path / "keys")
+    finalize_bundle(run, pair.private)
+    assert verify_bundle(run, pair.public).verdict is Verdict.VERIFIED
     recorded = json.loads((run / "provenance.json").read_text())
     assert recorded["image"]["binaries"]["/usr/bin/ls"]["sha256"] == \
         image["binaries"]["/usr/bin/ls"]["sha256"]

@@ -245,9 +245,16 @@ def test_cli_run_records_a_missing_engine_as_failed_trials_and_goes_on(
     from tests.conftest import run_cli
 
     models = _models(tmp_path)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
     result = run_cli("run", str(_profile(tmp_path, ["baseline", "demand-mmap"], 1)),
-                     "--models", str(models), "--image", image, "--out", str(tmp_path / "run"))
+                     "--models", str(models), "--image", image, "--out", str(tmp_path / "run"),
+                     env=env)
     assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    keyid = manifest["attestation"]["public_key"]["keyid"]  # signed with a key made on first use
+    assert (tmp_path / "trusted" / f"{keyid}.pub.json").exists()
+    assert run_cli("bundle", "verify", str(tmp_path / "run"), env=env).returncode == 0
     assert "run complete" in result.stdout and "001-baseline-r1: failed" in result.stdout
     assert "sha256 " in result.stdout and "the profile pins no digest" in result.stdout
     for name in ("001-baseline-r1", "002-demand-mmap-r1"):

@@ -142,7 +142,7 @@ def test_doctor_names_the_endpoint_and_the_error() -> None:
     report = json.loads(result.stdout)
     docker = next(c for c in report["checks"] if c["name"] == "docker engine")
     assert docker["status"] == "fail"
-    assert docker["detail"].startswith("Docker engine at unix:///nonexistent/appliance-test.sock "
+    assert docker["reason"].startswith("Docker engine at unix:///nonexistent/appliance-test.sock "
                                        "(DOCKER_HOST) not reachable: ")
     assert "DOCKER_HOST" in docker["fix"]
     assert report["facts"]["docker_endpoint"] == ("unix:///nonexistent/appliance-test.sock "

@@ -6,14 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.attest.bundle import (
-    ATTESTATION_FILE,
-    MANIFEST_FILE,
-    finalize_bundle,
-    verdict,
-    verify_bundle,
-)
+from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE, finalize_bundle
 from appliance.attest.dsse import init_keys
+from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.engine.lock import load_lock
 from appliance.runs.profile import load_profile
@@ -57,7 +52,7 @@ def signed_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     keys = init_keys(root / "keys")
     run = make_run(root)
     finalize_bundle(run, keys.private)
-    assert verdict(verify_bundle(run, keys.public)) == "verified"
+    assert verify_bundle(run, keys.public).verdict is Verdict.VERIFIED
     return run, keys.public
 
 
@@ -69,8 +64,8 @@ def test_bundle_regressions_fail_verification(path: Path, signed_bundle: tuple[P
     shutil.copytree(original, run)
     target = MANIFEST_FILE if path.name.startswith("manifest-") else ATTESTATION_FILE
     shutil.copy(path, run / target)
-    checks = verify_bundle(run, public)
-    assert verdict(checks) == "failed"
-    failed = {c.name for c in checks if c.status == "fail"}
-    assert failed & {"manifest", "attestation", "attestation-digest", "manifest-matches-statement"}
-    assert all("\n" not in c.reason for c in checks)
+    result = verify_bundle(run, public)
+    assert result.verdict is Verdict.TAMPERED
+    failed = {c.name for c in result.checks if not c.ok}
+    assert failed, result.summary()
+    assert all("\n" not in c.reason for c in result.checks)

@@ -16,8 +16,9 @@ from appliance.attest.dsse import (
     load_public_key,
     load_signer,
     make_statement,
+    public_key_from_dict,
     read_envelope,
-    verify_envelope,
+    signed_by,
 )
 from appliance.attest.provenance import sanitize
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
@@ -51,7 +52,8 @@ def test_sign_and_verify_round_trip(tmp_path: Path) -> None:
     assert envelope_json["payloadType"] == PAYLOAD_TYPE
     envelope, decoded = read_envelope(envelope_json)
     assert decoded == statement
-    verify_envelope(envelope, load_public_key(pair.public))
+    assert signed_by(envelope, load_public_key(pair.public))
+    assert not signed_by(envelope, load_public_key(init_keys(tmp_path / "other").public))
 
 
 def test_signature_over_another_payload_is_refused(tmp_path: Path) -> None:
@@ -60,8 +62,7 @@ def test_signature_over_another_payload_is_refused(tmp_path: Path) -> None:
     other = envelope_for(make_statement({"a": "2" * 64}, {}), None)
     signed["payload"] = other["payload"]
     envelope, _ = read_envelope(signed)
-    with pytest.raises(IntegrityError, match="does not match the statement"):
-        verify_envelope(envelope, load_public_key(pair.public))
+    assert not signed_by(envelope, load_public_key(pair.public))
 
 
 def test_envelope_that_is_not_a_statement(tmp_path: Path) -> None:
@@ -71,6 +72,22 @@ def test_envelope_that_is_not_a_statement(tmp_path: Path) -> None:
         read_envelope(bogus)
     with pytest.raises(IntegrityError, match="payload type"):
         read_envelope({**bogus, "payloadType": "text/plain"})
+    with pytest.raises(IntegrityError, match="not valid base64"):
+        read_envelope({**bogus, "payload": "not base64!"})
+    with pytest.raises(IntegrityError, match="exactly payload, payloadType and signatures"):
+        read_envelope({**bogus, "extra": 1})
+
+
+def test_key_id_is_recomputed_from_the_key_material(tmp_path: Path) -> None:
+    pair = init_keys(tmp_path)
+    data = json.loads(pair.public.read_text())
+    assert public_key_from_dict({**data, "keyid": "0" * 64}).keyid == pair.keyid
+    other = json.loads(init_keys(tmp_path / "other").public.read_text())
+    assert public_key_from_dict({**other, "keyid": pair.keyid}).keyid == other["keyid"]
+    with pytest.raises(ValueError, match="keyval"):
+        public_key_from_dict({**data, "keyval": {"public": "zz"}})
+    with pytest.raises(ValueError, match="keytype"):
+        public_key_from_dict({**data, "keytype": "rsa"})
 
 
 def test_missing_key_files_say_what_to_do(tmp_path: Path) -> None:
@@ -88,37 +105,59 @@ def test_sanitize_replaces_home_user_and_host_as_whole_words() -> None:
                                                              "<host>.lan"], "n": 3}
 
 
-def test_cli_keys_sign_verify_show(tmp_path: Path) -> None:
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+def test_cli_keys_init_trust_sign_verify_show(tmp_path: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
     made = run_cli("keys", "init", env=env, check=True)
-    assert "key id:" in made.stdout
     public = tmp_path / "config" / "appliance" / "keys" / "appliance-ed25519.pub.json"
-    assert public.exists()
+    keyid = json.loads(public.read_text())["keyid"]
+    assert f"key id:      {keyid}" in made.stdout
+    assert (tmp_path / "trusted" / f"{keyid}.pub.json").exists()
+    listed = run_cli("keys", "list", env=env, check=True)
+    assert listed.stdout.split() == [keyid, str(tmp_path / "trusted" / f"{keyid}.pub.json")]
     run = make_run(tmp_path / "runs")
     signed = run_cli("bundle", "sign", str(run), env=env, check=True)
-    assert "signed by" in signed.stdout
-    verified = run_cli("bundle", "verify", str(run), "--key", str(public), check=True)
-    assert "verdict: VERIFIED" in verified.stdout
-    assert verified.stdout.count("PASS") == 10
+    assert f"signed by {keyid}" in signed.stdout
+    assert run_cli("bundle", "verify", str(run), env=env).returncode == 0
     shown = run_cli("bundle", "show", str(run), "--json", check=True)
-    assert json.loads(shown.stdout)["run"]["status"] == "complete"
+    assert json.loads(shown.stdout)["signed_by"] == keyid
+
+    untrusted = run_cli("keys", "untrust", keyid[:8], env=env, check=True)
+    assert untrusted.stdout.strip() == f"removed {tmp_path / 'trusted' / f'{keyid}.pub.json'}"
+    assert run_cli("bundle", "verify", str(run), env=env).returncode == 4
+    run_cli("keys", "trust", str(public), env=env, check=True)
+    assert run_cli("bundle", "verify", str(run), env=env).returncode == 0
 
     (run / "results.json").write_bytes((run / "results.json").read_bytes() + b"\n")
-    tampered = run_cli("bundle", "verify", str(run), "--key", str(public), "--json")
-    assert tampered.returncode == 3
-    assert "bundle verification failed: file-digests" in tampered.stderr
-    assert json.loads(tampered.stdout)["verdict"] == "failed"
     refused = run_cli("bundle", "sign", str(run), env=env)
     assert refused.returncode == 3 and "results.json" in refused.stderr
 
 
+def test_trust_store_ignores_a_file_not_named_by_its_key_id(tmp_path: Path) -> None:
+    pair = init_keys(tmp_path / "keys")
+    store = tmp_path / "trusted"
+    store.mkdir()
+    (store / f"{'0' * 64}.pub.json").write_text(pair.public.read_text())
+    (store / "broken.pub.json").write_text("{")
+    env = {"APPLIANCE_TRUSTED_KEYS": str(store)}
+    listed = sorted(run_cli("keys", "list", env=env, check=True).stdout.splitlines())
+    assert len(listed) == 2 and all(line.startswith("IGNORED ") for line in listed)
+    assert listed[0].endswith(f"named {'0' * 64}, but the key's id is {pair.keyid}: ignored")
+    assert "broken.pub.json: not an appliance public key file" in listed[1]
+    run = make_run(tmp_path / "runs")
+    run_cli("bundle", "sign", str(run), "--key", str(pair.private), check=True)
+    assert run_cli("bundle", "verify", str(run), env=env).returncode == 4
+    unknown = run_cli("keys", "untrust", "deadbeefdead", env=env)
+    assert unknown.returncode == 1 and "no trusted key deadbeefdead" in unknown.stderr
+
+
 def test_cli_incomplete_run_and_missing_key(tmp_path: Path) -> None:
     run = make_run(tmp_path, status="incomplete")
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "empty")}
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "empty"),
+           "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
     nokey = run_cli("bundle", "sign", str(run), env=env)
     assert nokey.returncode == 1 and "appliance keys init" in nokey.stderr
     run_cli("bundle", "sign", str(run), "--unsigned", env=env, check=True)
-    result = run_cli("bundle", "verify", str(run))
-    assert result.returncode == 1
-    assert "verdict: INCOMPLETE" in result.stdout
-    assert "records an incomplete run" in result.stderr
+    result = run_cli("bundle", "verify", str(run), "--allow-unsigned", env=env)
+    assert result.returncode == 6
+    assert result.stdout.splitlines()[-1].startswith("verdict: INCOMPLETE: run-status: ")

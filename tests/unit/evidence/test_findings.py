@@ -2,19 +2,23 @@
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from appliance.attest.bundle import finalize_bundle
-from appliance.attest.dsse import init_keys
-from appliance.core.errors import ConfigError
+from appliance.attest.dsse import KeyPair, init_keys
+from appliance.attest.trust import trust_key
+from appliance.attest.verify import Verdict
+from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.validation import schema_problems
 from appliance.evidence.findings import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
     REPRODUCED,
+    Comparison,
     Finding,
     claimed_evidence,
     compare,
@@ -24,6 +28,7 @@ from appliance.evidence.findings import (
     load_findings,
     load_schema,
     validate_finding,
+    verified_input,
 )
 from tests.conftest import run_cli
 from tests.fake_run import MODEL, make_run, results
@@ -83,8 +88,22 @@ def as_finding(raw: dict[str, Any]) -> Finding:
 
 
 @pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return init_keys(tmp_path_factory.mktemp("keys")).private
+def pair(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
+    return init_keys(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture
+def key(pair: KeyPair, tmp_path_factory: pytest.TempPathFactory,
+        monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The signing key, trusted through a fresh APPLIANCE_TRUSTED_KEYS store."""
+    monkeypatch.setenv("APPLIANCE_TRUSTED_KEYS", str(tmp_path_factory.mktemp("trusted")))
+    trust_key(pair.public)
+    return pair.private
+
+
+def compared(run: Path, finding: Finding) -> Comparison:
+    """compare after the full verification evidence runs first."""
+    return compare(run, finding, verified_input(run))
 
 
 def sealed_run(root: Path, key: Path, **kwargs: Any) -> Path:
@@ -157,7 +176,7 @@ def test_schema_check_refuses_keywords_it_does_not_check() -> None:
 
 def test_matching_run_reproduces(tmp_path: Path, key: Path) -> None:
     run = sealed_run(tmp_path, key)
-    result = compare(run, as_finding(miniature_finding()))
+    result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == REPRODUCED, result
     assert [c.holds for c in result.claims] == [True, True, True, True]
     assert "observed ratio 0.25 vs claimed 0.25" in result.claims[0].reason
@@ -167,7 +186,7 @@ def test_ratio_outside_tolerance_is_not_reproduced(tmp_path: Path, key: Path) ->
     run = sealed_run(tmp_path, key, result=results(
         {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
         {"wall_s": 30.0, "decode_tps": 8.0, "prefill_tps": 40.0}))
-    result = compare(run, as_finding(miniature_finding()))
+    result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_REPRODUCED
     assert result.claims[0].holds is False
     assert "observed ratio 0.75 vs claimed 0.25 (+200.0%" in result.claims[0].reason
@@ -177,7 +196,7 @@ def test_wrong_direction_is_not_reproduced(tmp_path: Path, key: Path) -> None:
     run = sealed_run(tmp_path, key, result=results(
         {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
         {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 60.0}))
-    result = compare(run, as_finding(miniature_finding()))
+    result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_REPRODUCED
     assert "not lower than the baseline" in result.claims[2].reason
 
@@ -186,7 +205,7 @@ def test_lost_byte_identity_is_not_reproduced(tmp_path: Path, key: Path) -> None
     run = sealed_run(tmp_path, key, result=results(
         {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
         {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 40.0}, identical=False))
-    result = compare(run, as_finding(miniature_finding()))
+    result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_REPRODUCED
     assert any("byte identity: outputs different, the evidence says identical" in r
                for r in result.reasons)
@@ -194,7 +213,7 @@ def test_lost_byte_identity_is_not_reproduced(tmp_path: Path, key: Path) -> None
 
 def test_another_model_file_is_not_comparable(tmp_path: Path, key: Path) -> None:
     run = sealed_run(tmp_path, key, model={**MODEL, "sha256": "cd" * 32})
-    result = compare(run, as_finding(miniature_finding()))
+    result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_COMPARABLE
     assert result.reasons[0].startswith("another model file")
 
@@ -202,7 +221,7 @@ def test_another_model_file_is_not_comparable(tmp_path: Path, key: Path) -> None
 def test_another_gpu_is_not_comparable(tmp_path: Path, key: Path) -> None:
     raw = miniature_finding()
     raw["scope"]["hardware"]["gpu"] = "NVIDIA GeForce RTX 5090"
-    result = compare(sealed_run(tmp_path, key), as_finding(raw))
+    result = compared(sealed_run(tmp_path, key), as_finding(raw))
     assert result.verdict == NOT_COMPARABLE
     assert "another GPU: the evidence was measured on NVIDIA GeForce RTX 5090" in \
         result.reasons[0]
@@ -210,29 +229,47 @@ def test_another_gpu_is_not_comparable(tmp_path: Path, key: Path) -> None:
 
 def test_another_memory_limit_is_not_comparable(tmp_path: Path, key: Path) -> None:
     run = sealed_run(tmp_path, key, memory_limit=512 * 1024**2)
-    result = compare(run, as_finding(miniature_finding()))
+    result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_COMPARABLE
     assert "another memory_limit_bytes: the run used 536870912" in result.reasons[0]
 
 
 def test_incomplete_or_tampered_bundle_is_not_comparable(tmp_path: Path, key: Path) -> None:
     incomplete = sealed_run(tmp_path / "a", key, status="incomplete")
-    result = compare(incomplete, as_finding(miniature_finding()))
+    result = compared(incomplete, as_finding(miniature_finding()))
     assert result.verdict == NOT_COMPARABLE and "bundle is incomplete" in result.reasons[0]
     tampered = sealed_run(tmp_path / "b", key)
     (tampered / "results.json").write_text(json.dumps(results(
         {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
         {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 40.0})) + " ")
-    result = compare(tampered, as_finding(miniature_finding()))
-    assert result.verdict == NOT_COMPARABLE and "file-digests" in result.reasons[0]
+    with pytest.raises(ApplianceError, match="bundle tampered: failed file-digests") as caught:
+        verified_input(tampered, allow_untrusted=True)
+    assert caught.value.exit_code == Verdict.TAMPERED.exit_code
+
+
+def test_untrusted_or_unsigned_input_is_refused_unless_allowed(tmp_path: Path, key: Path,
+                                                               pair: KeyPair) -> None:
+    stranger = init_keys(tmp_path / "stranger")
+    for run in (sealed_run(tmp_path / "u", stranger.private), sealed_run(tmp_path / "n", None)):
+        with pytest.raises(ApplianceError, match="--allow-untrusted") as caught:
+            verified_input(run)
+        assert caught.value.exit_code in (Verdict.UNTRUSTED.exit_code,
+                                          Verdict.UNSIGNED.exit_code)
+        result = compare(run, as_finding(miniature_finding()),
+                         verified_input(run, allow_untrusted=True))
+        assert result.verdict == REPRODUCED and result.untrusted_input
+        assert result.as_dict()["input"] == "untrusted input"
+        raw = draft_finding(run, "x", "t", "s", allow_untrusted=True)
+        assert raw["title"] == "[untrusted input] t" and raw["summary"] == "[untrusted input] s"
+        assert raw["scope"]["not_controlled"][0].startswith("untrusted input: signature: ")
 
 
 def test_plan_and_foreign_published_evidence_are_not_comparable(tmp_path: Path,
                                                                 key: Path) -> None:
     run = sealed_run(tmp_path, key)
-    plan = compare(run, find_finding("qwen35-122b-a10b-64g-5090d-plan"))
+    plan = compared(run, find_finding("qwen35-122b-a10b-64g-5090d-plan"))
     assert plan.verdict == NOT_COMPARABLE and "plan" in plan.reasons[0]
-    qwen = compare(run, find_finding("qwen35-35b-a3b-8g-demand-mmap"))
+    qwen = compared(run, find_finding("qwen35-35b-a3b-8g-demand-mmap"))
     assert qwen.verdict == NOT_COMPARABLE and qwen.reasons[0].startswith("another model file")
 
 
@@ -241,7 +278,7 @@ def test_missing_metric_is_not_comparable(tmp_path: Path, key: Path) -> None:
     raw["variants"]["auto"] = "automatic placement"
     raw["claims"].append({"metric": "decode_tps", "baseline": "baseline", "treatment": "auto",
                           "direction": "higher", "ratio": None, "tolerance": 0})
-    result = compare(sealed_run(tmp_path, key), as_finding(raw))
+    result = compared(sealed_run(tmp_path, key), as_finding(raw))
     assert result.verdict == NOT_COMPARABLE
     assert "no median decode_tps for 'baseline' and 'auto'" in result.reasons[-1]
 
@@ -259,12 +296,35 @@ def test_cli_list_show_and_compare(tmp_path: Path, key: Path) -> None:
     missing = run_cli("evidence", "show", "nope")
     assert missing.returncode == 2 and "no evidence 'nope'" in missing.stderr
     run = sealed_run(tmp_path, key)
-    compared = run_cli("evidence", "compare", str(run), "--evidence",
-                       "qwen35-35b-a3b-8g-demand-mmap", "--json")
-    assert compared.returncode == 1
-    report = json.loads(compared.stdout)
-    assert report[0]["verdict"] == NOT_COMPARABLE
-    assert "1 of 1 not reproduced or not comparable" in compared.stderr
+    env = {"APPLIANCE_TRUSTED_KEYS": os.environ["APPLIANCE_TRUSTED_KEYS"]}
+    result = run_cli("evidence", "compare", str(run), "--evidence",
+                     "qwen35-35b-a3b-8g-demand-mmap", "--json", env=env)
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report[0]["verdict"] == NOT_COMPARABLE and report[0]["input"] == "verified input"
+    assert "1 of 1 not reproduced or not comparable" in result.stderr
+
+
+def test_cli_compare_on_a_bundle_resigned_by_an_untrusted_key(tmp_path: Path, key: Path) -> None:
+    run = sealed_run(tmp_path / "run", key)
+    finalize_bundle(run, init_keys(tmp_path / "stranger").private)
+    env = {"APPLIANCE_TRUSTED_KEYS": os.environ["APPLIANCE_TRUSTED_KEYS"]}
+    refused = run_cli("evidence", "compare", str(run), env=env)
+    assert refused.returncode == Verdict.UNTRUSTED.exit_code and refused.stdout == ""
+    assert "bundle untrusted: signature: valid signature by key" in refused.stderr
+    allowed = run_cli("evidence", "compare", str(run), "--allow-untrusted", "--evidence",
+                      "tiny-oversub-miniature", env=env)
+    assert allowed.returncode == 1  # compared: the fake run's model is not the evidence's
+    lines = allowed.stdout.splitlines()
+    assert lines == ["[untrusted input] tiny-oversub-miniature: NOT COMPARABLE",
+                     "[untrusted input]   why: another model file: the run used "
+                     "'tiny-oversub-qwen3moe.gguf' (sha256 3b1d2e5c4a69), the evidence "
+                     "tiny-oversub-qwen3moe (sha256 dcb7325e4f4f)"]
+    assert allowed.stderr.startswith("error: [untrusted input] 1 of 1 not reproduced")
+    as_json = run_cli("evidence", "compare", str(run), "--allow-untrusted", "--json",
+                      "--evidence", "tiny-oversub-miniature", env=env)
+    report = json.loads(as_json.stdout)
+    assert [(r["input"], r["untrusted_input"]) for r in report] == [("untrusted input", True)]
 
 
 def test_run_without_recorded_limit_is_not_comparable(tmp_path: Path, key: Path) -> None:
@@ -274,7 +334,7 @@ def test_run_without_recorded_limit_is_not_comparable(tmp_path: Path, key: Path)
     (run / "run.json").write_text(json.dumps(record))
     (run / "inputs" / "profile.yaml").write_text("name: tiny-oversub\n")
     finalize_bundle(run, key)
-    result = compare(run, as_finding(miniature_finding()))
+    result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_COMPARABLE
     assert result.reasons == [
         "the run does not record memory_limit_bytes (the evidence used 209715200)",
@@ -294,7 +354,7 @@ def test_draft_from_a_bundle_reproduces_itself(tmp_path: Path, key: Path) -> Non
     assert [(c["metric"], c["direction"], c["ratio"]) for c in raw["claims"]] == [
         ("wall_s", "lower", 0.25), ("decode_tps", "higher", 4.0), ("prefill_tps", "lower", 0.8)]
     assert raw["byte_identity"]["claimed"] is True
-    assert compare(run, as_finding(raw)).verdict == REPRODUCED
+    assert compared(run, as_finding(raw)).verdict == REPRODUCED
 
 
 def test_draft_refuses_an_incomplete_run(tmp_path: Path, key: Path) -> None:
@@ -307,11 +367,12 @@ def test_cli_draft_writes_a_loadable_finding(tmp_path: Path, key: Path) -> None:
     run = sealed_run(tmp_path / "run", key)
     out = tmp_path / "ev" / "tiny-oversub-demand-mmap.json"
     out.parent.mkdir()
+    env = {"APPLIANCE_TRUSTED_KEYS": os.environ["APPLIANCE_TRUSTED_KEYS"]}
     run_cli("evidence", "draft", str(run), "--id", out.stem, "--title", "tiny",
-            "--out", str(out), check=True)
+            "--out", str(out), env=env, check=True)
     assert load_finding(out).raw["origin"] == "reproduction"
     again = run_cli("evidence", "draft", str(run), "--id", out.stem, "--title", "tiny",
-                    "--out", str(out))
+                    "--out", str(out), env=env)
     assert again.returncode == 1 and "exists" in again.stderr
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.attest.bundle import Check
+from appliance.core.checks import Check, Status
 from appliance.release.check import release_check
 from tests.conftest import REPO, run_cli
 
@@ -27,20 +27,80 @@ def git_tree(root: Path, files: dict[str, bytes]) -> Path:
     return root
 
 
+def commit(root: Path, message: str) -> str:
+    subprocess.run(["git", "-C", str(root), "add", "-A", "-f", "."], check=True)
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "-m", message], check=True)
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
 def by_name(checks: list[Check]) -> dict[str, Check]:
     return {c.name: c for c in checks}
 
 
 def test_repository_passes() -> None:
     checks = release_check(REPO)
-    assert [c.name for c in checks if c.status != "pass"] == []
+    assert [c.name for c in checks if c.status is not Status.PASS] == []
     count = len(list((REPO / "evidence").glob("*.json")))
     assert by_name(checks)["evidence-valid"].reason.startswith(f"{count} evidence files valid")
 
 
-def test_cli_passes_on_repository() -> None:
-    result = run_cli("release-check", check=True)
-    assert result.stdout.count("PASS") == 7
+def test_cli_passes_on_repository_history() -> None:
+    result = run_cli("release-check", "--history", "--json", check=True)
+    report = json.loads(result.stdout)
+    assert report["verdict"] == Status.PASS.value
+    assert {c["name"]: Status(c["status"]) for c in report["checks"]} == {
+        name: Status.PASS for name in ("no-model-weights", "no-raw-traces", "file-size",
+                                       "no-private-addresses", "no-home-paths",
+                                       "no-credentials", "evidence-valid")}
+    assert "in any reachable commit" in report["checks"][0]["reason"]
+
+
+def test_committed_credential_edited_away_in_the_working_tree_fails(tmp_path: Path) -> None:
+    tree = git_tree(tmp_path / "tree", {"config/ci.env": f"T={FAKE_GITHUB_TOKEN}\n".encode()})
+    introduced = commit(tree, "add config")
+    (tree / "config" / "ci.env").write_text("T=read-from-the-environment\n")
+    check = by_name(release_check(tree))["no-credentials"]
+    assert check.status is Status.FAIL
+    assert check.reason == ("credentials or tokens: config/ci.env:1 (GitHub token, introduced "
+                            f"in {introduced[:12]})")
+    (tree / "config" / "ci.env").unlink()
+    assert by_name(release_check(tree))["no-credentials"].status is Status.FAIL
+
+
+def test_history_finds_a_credential_committed_then_deleted(tmp_path: Path) -> None:
+    tree = git_tree(tmp_path / "tree", {"README.md": b"clean\n",
+                                        "leak.txt": f"{FAKE_GITHUB_TOKEN}\n".encode()})
+    introduced = commit(tree, "oops")
+    (tree / "leak.txt").unlink()
+    commit(tree, "remove the leak")
+    assert by_name(release_check(tree))["no-credentials"].status is Status.PASS
+    check = by_name(release_check(tree, history=True))["no-credentials"]
+    assert check.reason == ("credentials or tokens: leak.txt:1 (GitHub token, introduced in "
+                            f"{introduced[:12]})")
+    result = run_cli("release-check", "--root", str(tree), "--history")
+    assert result.returncode == 1 and "no-credentials" in result.stderr
+
+
+def test_binary_files_are_scanned_for_credentials(tmp_path: Path) -> None:
+    blob = bytes(100) + f"aws=AKIA{'ABCDEFGHIJKLMNOP'}".encode() + bytes(100)
+    tree = git_tree(tmp_path / "tree", {"data/blob.bin": blob})
+    assert by_name(release_check(tree))["no-credentials"].reason == (
+        "credentials or tokens: data/blob.bin:1 (AWS access key, staged, not committed)")
+
+
+def test_reviewed_file_versions_are_listed_by_blob_id(tmp_path: Path) -> None:
+    leak = f"{FAKE_GITHUB_TOKEN}\n".encode()
+    tree = git_tree(tmp_path / "tree", {"fixture.txt": leak})
+    oid = subprocess.run(["git", "-C", str(tree), "hash-object", "fixture.txt"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    (tree / ".release-check-allow").write_text(f"{oid} fixture.txt  # a test fixture\n")
+    subprocess.run(["git", "-C", str(tree), "add", ".release-check-allow"], check=True)
+    assert by_name(release_check(tree))["no-credentials"].status is Status.PASS
+    (tree / "fixture.txt").write_bytes(leak + b"more\n")
+    subprocess.run(["git", "-C", str(tree), "add", "fixture.txt"], check=True)
+    assert by_name(release_check(tree))["no-credentials"].status is Status.FAIL
 
 
 def test_tree_with_gguf_home_path_and_token_fails(tmp_path: Path) -> None:
@@ -57,10 +117,10 @@ def test_tree_with_gguf_home_path_and_token_fails(tmp_path: Path) -> None:
     report = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert report["no-model-weights"]["files"] == ["models/tiny.gguf"]
     assert report["no-home-paths"]["reason"] == (
-        f"home-directory paths: docs/setup.md:1 ({HOME_PATH[:11]})")
+        f"home-directory paths: docs/setup.md:1 ({HOME_PATH[:11]}, staged, not committed)")
     assert report["no-credentials"]["reason"] == (
-        "credentials or tokens: config/ci.env:1 (GitHub token)")
-    assert report["no-raw-traces"]["status"] == "pass"
+        "credentials or tokens: config/ci.env:1 (GitHub token, staged, not committed)")
+    assert Status(report["no-raw-traces"]["status"]) is Status.PASS
 
 
 def test_gguf_found_by_magic_under_another_name(tmp_path: Path) -> None:
@@ -77,9 +137,10 @@ def test_traces_size_and_private_addresses(tmp_path: Path) -> None:
     })
     checks = by_name(release_check(tree, max_bytes=1024))
     assert checks["no-raw-traces"].files == ["runs/a.moetrace"]
-    assert checks["file-size"].reason == "files over 1024 bytes: big.txt (2048 bytes)"
+    assert checks["file-size"].reason == (
+        "files over 1024 bytes: big.txt (2048 bytes, staged, not committed)")
     assert checks["no-private-addresses"].reason == (
-        f"private network addresses: notes.md:1 ({PRIVATE_ADDRESS})")
+        f"private network addresses: notes.md:1 ({PRIVATE_ADDRESS}, staged, not committed)")
 
 
 @pytest.mark.parametrize("line, kind", [
@@ -91,14 +152,14 @@ def test_traces_size_and_private_addresses(tmp_path: Path) -> None:
 def test_credential_kinds(tmp_path: Path, line: str, kind: str) -> None:
     tree = git_tree(tmp_path / "tree", {"leak.txt": (line + "\n").encode()})
     assert by_name(release_check(tree))["no-credentials"].reason == (
-        f"credentials or tokens: leak.txt:1 ({kind})")
+        f"credentials or tokens: leak.txt:1 ({kind}, staged, not committed)")
 
 
 def test_invalid_evidence_fails(tmp_path: Path) -> None:
     files = {"evidence/broken.json": json.dumps({"schema_version": 1, "id": "broken"}).encode()}
     tree = git_tree(tmp_path / "tree", files)
     check = by_name(release_check(tree))["evidence-valid"]
-    assert check.status == "fail"
+    assert check.status is Status.FAIL
     assert check.reason.startswith("evidence/broken.json: /title: missing field (and 10 more)")
 
 

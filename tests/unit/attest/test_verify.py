@@ -1,0 +1,234 @@
+"""Verification fails closed: the tamper battery on fake-run bundles, verdicts, exit codes."""
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE, finalize_bundle
+from appliance.attest.verify import Verdict, verify_bundle
+from appliance.core.checks import Status
+from appliance.core.errors import ConfigError
+from tests.conftest import run_cli
+from tests.fake_run import make_run
+from tests.tamper import Keys, another_genuine_bundle, cases, sign_statement, snapshot
+
+CASE_NAMES = [case.name for case in cases(Path("other"))]
+
+
+@pytest.fixture(scope="module")
+def genuine(tmp_path_factory: pytest.TempPathFactory, keys: Keys) -> Path:
+    run = make_run(tmp_path_factory.mktemp("genuine"))
+    finalize_bundle(run, keys.trusted.private)
+    return run
+
+
+@pytest.fixture(scope="module")
+def other(tmp_path_factory: pytest.TempPathFactory, genuine: Path, keys: Keys) -> Path:
+    return another_genuine_bundle(genuine, tmp_path_factory.mktemp("other"), keys)
+
+
+@pytest.fixture
+def fresh(tmp_path: Path, genuine: Path) -> Path:
+    copy = tmp_path / "bundle"
+    shutil.copytree(genuine, copy, symlinks=True)
+    return copy
+
+
+def test_genuine_bundle_verifies_through_the_trust_store(genuine: Path, keys: Keys,
+                                                         trust_store: Path) -> None:
+    result = verify_bundle(genuine)
+    assert result.verdict is Verdict.VERIFIED and result.exit_code == 0
+    assert all(c.status is Status.PASS for c in result.checks)
+    assert result.signer == keys.trusted.keyid
+    assert result.summary() == ("verdict: VERIFIED: every check passed; signed by trusted key "
+                                f"{keys.trusted.keyid}")
+    manifest = json.loads((genuine / MANIFEST_FILE).read_text())
+    assert result.bundle_digest == manifest["bundle_digest"]
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_tamper_battery(name: str, fresh: Path, other: Path, keys: Keys,
+                        trust_store: Path) -> None:
+    case = next(c for c in cases(other) if c.name == name)
+    case.tamper(fresh, keys)
+    before = snapshot(fresh)
+    result = verify_bundle(fresh)
+    assert snapshot(fresh) == before  # verification modifies nothing
+    assert result.verdict is case.verdict, result.summary()
+    assert not result.accepted and result.exit_code == case.verdict.exit_code != 0
+    summary = result.summary()
+    assert "\n" not in summary and case.check in summary, summary
+    failing = {c.name for c in result.checks if c.status is Status.FAIL}
+    assert case.check in failing
+
+
+def test_untrusted_resign_names_the_real_signer_not_the_claimed_id(
+        fresh: Path, other: Path, keys: Keys, trust_store: Path) -> None:
+    claiming = next(c for c in cases(other) if c.name == "resealed-untrusted-with-trusted-id")
+    claiming.tamper(fresh, keys)
+    result = verify_bundle(fresh)
+    assert result.signer == keys.untrusted.keyid
+    assert keys.untrusted.keyid in result.summary()
+    assert keys.trusted.keyid not in result.summary()
+    assert "appliance keys trust" in result.summary()
+
+
+def test_allow_flags_accept_and_say_so(fresh: Path, keys: Keys, trust_store: Path) -> None:
+    finalize_bundle(fresh, keys.untrusted.private)
+    refused = verify_bundle(fresh)
+    allowed = verify_bundle(fresh, allow_untrusted=True)
+    assert refused.exit_code == Verdict.UNTRUSTED.exit_code
+    assert allowed.verdict is Verdict.UNTRUSTED and allowed.accepted and allowed.exit_code == 0
+    assert allowed.untrusted_input
+    assert allowed.summary().startswith("verdict: UNTRUSTED, accepted by --allow-untrusted: ")
+    assert {c.name: c.status for c in allowed.checks}["signature"] is Status.WARN
+    assert not verify_bundle(fresh, allow_unsigned=True).accepted
+
+    finalize_bundle(fresh)
+    assert verify_bundle(fresh).verdict is Verdict.UNSIGNED
+    unsigned = verify_bundle(fresh, allow_unsigned=True)
+    assert unsigned.accepted and "accepted by --allow-unsigned" in unsigned.summary()
+    assert not verify_bundle(fresh, allow_untrusted=True).accepted
+
+
+def test_key_option_trusts_only_that_key(fresh: Path, keys: Keys, trust_store: Path) -> None:
+    assert verify_bundle(fresh, keys.untrusted.public).verdict is Verdict.UNTRUSTED
+    assert verify_bundle(fresh, keys.trusted.public).verdict is Verdict.VERIFIED
+
+
+def test_incomplete_run_is_its_own_verdict(tmp_path: Path, keys: Keys,
+                                           trust_store: Path) -> None:
+    run = make_run(tmp_path, status="incomplete")
+    finalize_bundle(run, keys.trusted.private)
+    result = verify_bundle(run)
+    assert result.verdict is Verdict.INCOMPLETE and result.exit_code == 6
+    assert "run-status: the run is incomplete" in result.summary()
+    assert not verify_bundle(run, allow_untrusted=True, allow_unsigned=True).accepted
+
+
+def test_untrusted_signature_outranks_incomplete(tmp_path: Path, keys: Keys,
+                                                 trust_store: Path) -> None:
+    run = make_run(tmp_path, status="incomplete")
+    finalize_bundle(run, keys.untrusted.private)
+    assert verify_bundle(run).verdict is Verdict.UNTRUSTED
+    allowed = verify_bundle(run, allow_untrusted=True)
+    assert allowed.verdict is Verdict.INCOMPLETE and not allowed.accepted
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../outside", "a/../results.json",
+                                  "./results.json", "trials//x", "", "manifest.json"])
+def test_subject_names_that_are_not_plain_relative_paths(fresh: Path, keys: Keys,
+                                                        trust_store: Path, name: str) -> None:
+    envelope = json.loads((fresh / ATTESTATION_FILE).read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["subject"].append({"name": name, "digest": {"sha256": "0" * 64}})
+    sign_statement(fresh, statement, keys.trusted)
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    reason = {c.name: c for c in result.checks}["subject-names"].reason
+    assert repr(name) in reason
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b"null", b"\xff\xfe", b"[" * 100000,
+                                     b'{"payload": 1, "payloadType": [], "signatures": {}}',
+                                     b'{"payload": "!!", "payloadType": "application/vnd.in-'
+                                     b'toto+json", "signatures": []}'])
+@pytest.mark.parametrize("seal", [MANIFEST_FILE, ATTESTATION_FILE])
+def test_malformed_seals_are_refusals_not_tracebacks(fresh: Path, trust_store: Path,
+                                                     seal: str, content: bytes) -> None:
+    (fresh / seal).write_bytes(content)
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    assert {c.name: c.status for c in result.checks}[seal.split(".")[0]] is Status.FAIL
+
+
+def test_not_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a directory"):
+        verify_bundle(tmp_path / "missing")
+
+
+def test_cli_verify_exit_codes_and_json(fresh: Path, keys: Keys, trust_store: Path) -> None:
+    env = {"APPLIANCE_TRUSTED_KEYS": str(trust_store)}
+    verified = run_cli("bundle", "verify", str(fresh), env=env)
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.splitlines()[-1].startswith("verdict: VERIFIED: ")
+
+    finalize_bundle(fresh, keys.untrusted.private)
+    untrusted = run_cli("bundle", "verify", str(fresh), "--json", env=env)
+    assert untrusted.returncode == 4
+    report = json.loads(untrusted.stdout)
+    assert report["verdict"] == Verdict.UNTRUSTED.label and report["accepted"] is False
+    assert report["signer"] == keys.untrusted.keyid
+    assert f"bundle untrusted: signature: valid signature by key {keys.untrusted.keyid}" in \
+        untrusted.stderr
+    allowed = run_cli("bundle", "verify", str(fresh), "--allow-untrusted", env=env)
+    assert allowed.returncode == 0
+    assert "accepted by --allow-untrusted" in allowed.stdout
+
+    finalize_bundle(fresh)
+    assert run_cli("bundle", "verify", str(fresh), env=env).returncode == 5
+    (fresh / "results.json").write_text("{}")
+    tampered = run_cli("bundle", "verify", str(fresh), "--allow-unsigned", env=env)
+    assert tampered.returncode == 3
+    assert "bundle tampered: failed file-digests" in tampered.stderr
+
+
+def test_cli_help_documents_every_exit_code() -> None:
+    text = run_cli("bundle", "verify", "--help", check=True).stdout
+    for verdict in Verdict:
+        assert f"{verdict.exit_code}  {verdict.label}" in text
+    assert "--allow-untrusted" in text and "--allow-unsigned" in text
+
+
+def _paths(value: object, prefix: tuple[object, ...] = (), depth: int = 3) -> list[tuple]:
+    """Every path into a JSON value down to depth, the value itself included."""
+    found: list[tuple] = [prefix]
+    if depth == 0:
+        return found
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*prefix, key), depth - 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value[:2]):
+            found += _paths(item, (*prefix, index), depth - 1)
+    return found
+
+
+def _replace(value: object, path: tuple, new: object) -> object:
+    if not path:
+        return new
+    copy = json.loads(json.dumps(value))
+    target = copy
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = new
+    return copy
+
+
+SHAPES = ([], {}, "x", 7, None)
+
+
+def test_any_field_of_the_manifest_in_another_shape_is_a_refusal(fresh: Path,
+                                                                 trust_store: Path) -> None:
+    manifest = json.loads((fresh / MANIFEST_FILE).read_text())
+    for path in _paths(manifest):
+        for shape in SHAPES:
+            (fresh / MANIFEST_FILE).write_text(json.dumps(_replace(manifest, path, shape)))
+            result = verify_bundle(fresh)  # never raises
+            assert result.verdict in (Verdict.TAMPERED, Verdict.VERIFIED), (path, shape)
+
+
+def test_any_field_of_a_signed_statement_in_another_shape_is_a_refusal(
+        fresh: Path, keys: Keys, trust_store: Path) -> None:
+    envelope = json.loads((fresh / ATTESTATION_FILE).read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    for path in _paths(statement, depth=4):
+        for shape in SHAPES:
+            if _replace(statement, path, shape) == statement:
+                continue
+            sign_statement(fresh, _replace(statement, path, shape), keys.trusted)
+            result = verify_bundle(fresh)
+            assert result.verdict is Verdict.TAMPERED, (path, shape, result.summary())
