@@ -24,6 +24,7 @@ from appliance.cli import (
     release_check,
     repro,
     run,
+    sweep,
     trace,
 )
 from appliance.core.errors import ApplianceError
@@ -44,7 +45,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-for module in (engine, patches, image, model, plan, run, trace, bundle, evidence, doctor, keys,
+for module in (engine, patches, image, model, plan, run, sweep, trace, bundle, evidence, doctor, keys,
                release_check, repro, demo):
     for command in module.COMMANDS:
         cli.add_command(command)

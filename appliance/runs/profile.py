@@ -15,6 +15,7 @@ import yaml
 from appliance.core import units
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.paths import PACKAGE_DIR
+from appliance.runs.memory_points import MemoryPoint, parse_memory_point
 
 SCHEMA_VERSION = 1
 PROFILES_DIR = PACKAGE_DIR / "profiles"
@@ -78,6 +79,15 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class SweepSpec:
+    """The limits `appliance sweep` runs by default, and optionally more generated tokens
+    (a sweep needs enough decode steps for capacity misses to outnumber first touches)."""
+
+    memory: tuple[MemoryPoint, ...]
+    n_predict: int | None
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -92,6 +102,7 @@ class Profile:
     schedule: Schedule
     trace: bool
     evidence: tuple[str, ...]
+    sweep: "SweepSpec | None" = None  # `sweep: {memory: [...], n_predict: N}`
 
     def variant(self, name: str) -> Variant:
         for variant in self.variants:
@@ -251,10 +262,30 @@ def _limits(top: _Section) -> Limits:
     return limits
 
 
+def _sweep(top: _Section) -> SweepSpec | None:
+    if "sweep" not in top.value:
+        return None
+    sweep = top.section("sweep", ("memory", "n_predict"))
+    items = sweep.get("memory", list)
+    if not items:
+        raise sweep.fail("memory", "list at least one limit (a size such as 6GiB or a "
+                                   "fraction of the model file such as 0.5)")
+    points = []
+    for item in items:
+        try:
+            points.append(parse_memory_point(item))
+        except ConfigError as exc:
+            raise sweep.fail("memory", str(exc)) from None
+    n_predict = sweep.get("n_predict", int, default=None)
+    if n_predict is not None and n_predict < 1:
+        raise sweep.fail("n_predict", "must be at least 1")
+    return SweepSpec(memory=tuple(points), n_predict=n_predict)
+
+
 def parse_profile(raw: Any, path: Path, text: str) -> Profile:
     top = _Section(path, "", raw, ("schema_version", "name", "description", "model", "target",
                                    "gpu", "limits", "engine", "variants", "schedule", "trace",
-                                   "evidence"))
+                                   "evidence", "sweep"))
     version = top.get("schema_version", int)
     if version != SCHEMA_VERSION:
         raise top.fail("schema_version", f"unsupported version {version} "
@@ -283,6 +314,7 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
         schedule=_schedule(top),
         trace=top.get("trace", bool),
         evidence=_strings(top, "evidence"),
+        sweep=_sweep(top),
     )
 
 

@@ -36,8 +36,10 @@ from appliance.runs.profile import Profile, load_profile
 from appliance.runs.report import print_header, print_summary
 from appliance.runs.stats import load_trials, trial_metrics
 from appliance.workflows.repro import preflight
+from appliance.workflows.sweep import DEFAULT_MAX_HOURS, execute_sweep, plan_sweep
 
 FALLBACK_STAND_IN = "b10229"
+DEMO_REPEATS = 1  # the demo sweeps 3 limits x 3 variants; one round keeps it within minutes
 
 
 def signing_key(key: Path | None, unsigned: bool) -> Path | None:
@@ -213,7 +215,8 @@ def print_report(report: PipelineReport, console: Console) -> None:
 
 def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None = None,
          models_dir: Path | None = None, repeats: int | None = None) -> PipelineReport:
-    """The whole pipeline at miniature scale on the cpu image (profile tiny-oversub)."""
+    """The whole pipeline at miniature scale on the cpu image: profile tiny-oversub swept
+    over its `sweep.memory` limits, one bundle, verified and compared with evidence/."""
     profile = load_profile("tiny-oversub")
     models_dir = models_dir or cache_dir() / "models" / "demo"
     tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console)
@@ -222,10 +225,11 @@ def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None
     if key is None:
         console.print("no signing key (make one with `appliance keys init`): the bundle is "
                       "sealed unsigned and says so")
-    outcome = execute_profile(profile, models_dir, lock, console, image=tag, out=out,
-                              repeats=repeats, key=key)
-    report = verify_and_compare(outcome, profile, key, console)
-    report.paging = read_paging_analysis(outcome.run_dir)
+    plan, client = plan_sweep(profile, models_dir, lock, memory=None,
+                              repeats=repeats or DEMO_REPEATS, out=out, dry_run=False,
+                              max_hours=DEFAULT_MAX_HOURS, image=tag)
+    outcome, _ = execute_sweep(plan, client, lock, console, key=key)
+    report = verify_and_compare(outcome, plan.profile, key, console)
     print_report(report, console)
     if outcome.status != "complete":
         raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)
