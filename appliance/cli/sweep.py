@@ -47,6 +47,7 @@ def sweep_command(profile_name: str, models_dir: Path, memory: str | None, out: 
     from appliance.core.errors import ApplianceError
     from appliance.engine.lock import load_lock
     from appliance.runs.profile import load_profile
+    from appliance.runs.report import print_header
     from appliance.workflows.pipeline import signing_key
     from appliance.workflows.sweep import execute_sweep, plan_sweep, print_grid
 
@@ -59,6 +60,7 @@ def sweep_command(profile_name: str, models_dir: Path, memory: str | None, out: 
                               show_progress=not as_json)
     if dry_run:
         console.print("[bold]dry run[/bold]: nothing is started")
+        print_header(console, plan.prepared)
         print_grid(console, plan)
         if as_json:
             click.echo(json.dumps({"profile": plan.profile.name, "limits": plan.limits,

@@ -1,5 +1,6 @@
 """The terminal summary of a sweep: the numbers its plots show, one row per limit and variant."""
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -45,3 +46,22 @@ def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
     if not sweep.get("phase_sums_within_tolerance"):
         console.print("[yellow]phase reads do not all sum to within "
                       f"{sweep['phase_tolerance']:.0%} of the cgroup's block reads[/yellow]")
+
+
+def print_sweep_outcome(console: Console, results: dict[str, Any], run_dir: Path, status: str,
+                        plots: list[Path]) -> None:
+    """Byte identity, trials that did not finish, where the run and its pictures are."""
+    identity = results["byte_identity"]
+    if identity["all_identical"]:
+        console.print(f"[green]generated texts byte-identical at matched length[/green] "
+                      f"({len(identity['comparisons'])} comparisons, all limits)")
+    else:
+        for finding in identity["findings"]:
+            console.print(f"[bold red]finding:[/bold red] {finding}")
+    for trial, trial_status in results["statuses"].items():
+        if trial_status != "ok":
+            console.print(f"[red]{trial}: {trial_status}[/red] (logs in trials/{trial}/)")
+    console.print(f"run {status}: {run_dir}")
+    for plot in sorted({*plots, *(run_dir / "plots").glob("sweep_*.png")}):
+        console.print(f"plot: {plot}")
+

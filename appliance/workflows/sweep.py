@@ -28,9 +28,9 @@ from appliance.runs.model_files import locate_model
 from appliance.runs.plan import DiskProbeEngine, LlamaMoeTraceEngine, Trial, sweep_plan
 from appliance.runs.prepare import PreparedRun, check_limit_fits_host, prepare_run, stand_in_of
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
-from appliance.runs.report import print_header, print_summary
+from appliance.runs.report import print_header
 from appliance.runs.stats import load_trials
-from appliance.runs.sweep_report import print_sweep
+from appliance.runs.sweep_report import print_sweep, print_sweep_outcome
 from appliance.trace.expert_bytes import gguf_expert_layout
 
 DEFAULT_MAX_HOURS = 6.0
@@ -210,6 +210,6 @@ def execute_sweep(plan: SweepPlan, client: Any, lock: Lock, console: Console, *,
     outcome = execute_run(ctx, prepared.trials, lock.raw, extra, finalize=finalize,
                           before_trials=functools.partial(run_disk_probe, plan=plan))
     sweep = json.loads((outcome.run_dir / "results.json").read_text()).get("sweep", {})
-    print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     print_sweep(console, sweep)
+    print_sweep_outcome(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     return outcome, sweep
