@@ -216,9 +216,13 @@ class BundleFacts:
         return value if isinstance(value, bool) else None
 
 
-def claimed_evidence(run_dir: Path) -> list[str]:
-    """The evidence ids a run's profile says it reproduces (key `evidence` or `reproduces`)."""
+def claimed_evidence(run_dir: Path, directory: Path | None = None) -> list[str]:
+    """The evidence ids a run's profile says it reproduces (key `evidence` or `reproduces`);
+    for a sweep, the findings with a `sweep` section drawn from the same profile."""
     facts = BundleFacts.read(run_dir)
+    if isinstance(facts.results.get("sweep"), dict):
+        return [f.id for f in load_findings(directory)
+                if "sweep" in f.raw and f.raw["profile"] == facts.profile.get("name")]
     named = facts.profile.get("evidence", facts.profile.get("reproduces")) or []
     return [named] if isinstance(named, str) else [str(n) for n in named]
 

@@ -24,7 +24,7 @@ from appliance.core.paths import cache_dir
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import compare, find_finding
+from appliance.evidence.findings import claimed_evidence, compare, find_finding
 from appliance.host.docker import docker_client
 from appliance.images.build import build_image
 from appliance.models.shapes import SynthSpec
@@ -165,7 +165,8 @@ class PipelineReport:
 
 
 def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
-                       console: Console) -> PipelineReport:
+                       console: Console, evidence: list[str] | None = None) -> PipelineReport:
+    """Verify the bundle, then compare it with `evidence` (default: the profile's findings)."""
     pubkey = None
     if key is not None:
         pubkey = key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
@@ -173,7 +174,7 @@ def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
     report = PipelineReport(outcome.run_dir, verdict(checks))
     console.print(f"bundle verification: [bold]{report.bundle_verdict}[/bold] "
                   f"({sum(c.status == 'pass' for c in checks)}/{len(checks)} checks pass)")
-    for finding_id in profile.evidence:
+    for finding_id in profile.evidence if evidence is None else evidence:
         try:
             finding = find_finding(finding_id)
         except ApplianceError as exc:
@@ -229,7 +230,8 @@ def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None
                               repeats=repeats or DEMO_REPEATS, out=out, dry_run=False,
                               max_hours=DEFAULT_MAX_HOURS, image=tag)
     outcome, _ = execute_sweep(plan, client, lock, console, key=key)
-    report = verify_and_compare(outcome, plan.profile, key, console)
+    report = verify_and_compare(outcome, plan.profile, key, console,
+                                evidence=claimed_evidence(outcome.run_dir))
     print_report(report, console)
     if outcome.status != "complete":
         raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)
