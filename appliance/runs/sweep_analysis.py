@@ -183,10 +183,11 @@ def trial_row(trial: dict[str, Any], trace: Trace | None, experts: ModelExperts,
     return row
 
 
-def add_roofline(rows: list[dict[str, Any]], probe_bps: float | None) -> None:
+def add_roofline(rows: list[dict[str, Any]], probe_bps: float | None,
+                 key: str = "roofline") -> None:
     """Roofline per trial: compute time per token at full residency (the variant's trials at
     the largest limit, less the time their own decode reads take at the probed bandwidth)
-    plus the LRU-predicted reads per token over the probed bandwidth."""
+    plus the LRU-predicted reads per token over the probed bandwidth. Stored under `key`."""
     if not probe_bps:
         return
     done = [r for r in rows if r.get("reads_per_token") and r.get("decode_s")]
@@ -200,7 +201,7 @@ def add_roofline(rows: list[dict[str, Any]], probe_bps: float | None) -> None:
             per_token = compute + r["reads_per_token"]["lru"] / probe_bps
             predicted = 1 / per_token if per_token > 0 else None
             ratio = _ratio(r["decode_tps"], predicted)
-            r["roofline"] = {"compute_s_per_token": compute, "reference_limit": top,
+            r[key] = {"compute_s_per_token": compute, "reference_limit": top,
                              "predicted_decode_tps": predicted,
                              "error": None if ratio is None else ratio - 1}
 
@@ -237,6 +238,10 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "predicted_decode_tps") for r in mine]),
                 "roofline_error": _median([(r.get("roofline") or {}).get("error")
                                            for r in mine]),
+                "roofline_page_predicted_tps": _median([(r.get("roofline_page") or {}).get(
+                    "predicted_decode_tps") for r in mine]),
+                "roofline_page_error": _median([(r.get("roofline_page") or {}).get("error")
+                                                for r in mine]),
             })
     return out
 
@@ -252,6 +257,7 @@ def analyze_sweep(trials: list[dict[str, Any]], traces: dict[str, Path], model_p
     probe_bps = probe["expert_qd1_bytes_per_s"] if probe else None
     rows = [trial_row(t, loaded.get(t["dir"]), experts, probe_bps) for t in trials]
     add_roofline(rows, probe_bps)
+    add_roofline(rows, probe["page_qd1_bytes_per_s"] if probe else None, "roofline_page")
     phase_checks = [r["phase_sum_over_cgroup"] for r in rows if "phase_sum_over_cgroup" in r]
     return {
         "model": experts.as_dict(),

@@ -23,7 +23,8 @@ def sweep_table(sweep: dict[str, Any]) -> Table:
              f"({_num(bps and bps / MIB, '.1f')} MiB/s, expert-size reads, QD1)")
     table = Table(title=title)
     for column in ("limit", "variant", "n", "capacity", "decode tok/s", "reads/token",
-                   "meas/LRU", "meas/Belady", "disk", "roofline tok/s (err)"):
+                   "meas/LRU", "meas/Belady", "disk", "roofline tok/s (err)",
+                   "roofline@page (err)"):
         table.add_column(column)
     for row in sweep.get("summary") or []:
         per = row["reads_per_token"]
@@ -34,7 +35,9 @@ def sweep_table(sweep: dict[str, Any]) -> Table:
             " / ".join(_num(per[k] and per[k] / MIB, ".3f") for k in ("measured", "lru", "belady")),
             _num(row["measured_over_lru"], ".2f"), _num(row["measured_over_belady"], ".2f"),
             _num(row["disk_fraction"], ".3f"),
-            f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(error, '+.0%')})")
+            f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(error, '+.0%')})",
+            f"{_num(row.get('roofline_page_predicted_tps'), '.2f')} "
+            f"({_num(row.get('roofline_page_error'), '+.0%')})")
     return table
 
 
