@@ -78,7 +78,7 @@ def _profile_with(tmp_path: Path, sweep: object) -> Path:
 def test_builtin_profiles_declare_their_sweeps() -> None:
     tiny = load_profile("tiny-oversub").sweep
     assert tiny is not None and [p.text for p in tiny.memory] == ["0.25", "0.5", "1.2"]
-    assert tiny.n_predict == 128
+    assert tiny.n_predict == 64
     qwen = load_profile("qwen35-8g").sweep
     assert qwen is not None and [p.size for p in qwen.memory] == [6 << 30, 8 << 30, 12 << 30,
                                                                   16 << 30]
