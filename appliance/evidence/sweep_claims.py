@@ -56,8 +56,10 @@ def limits_mismatch(sweep: dict[str, Any] | None, wanted: list[int]) -> str | No
 
 def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[str, Any]:
     """Claims drawn from a sweep's summary: every non-baseline variant's measured/LRU range
-    widened by the tolerance, every variant's Belady/LRU ceiling (at most 1), decode read
-    bandwidth below the probe's, and the smallest limit's share of capacity misses."""
+    widened by the tolerance, its Belady/LRU ceiling at the smallest limit (at most 1), decode read
+    bandwidth below the probe's for non-baseline variants that stayed below it (the baseline's
+    sequential readahead can exceed a random-read probe), and the smallest limit's share of
+    capacity misses."""
     summary = sweep.get("summary") or []
     variants = list(dict.fromkeys(r["variant"] for r in summary))
     claims: list[dict[str, Any]] = []
@@ -73,10 +75,11 @@ def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[
                            "min": _round(min(ratios) / (1 + tolerance)),
                            "max": _round(max(ratios) * (1 + tolerance))})
         headroom = values(variant, "belady_over_lru")
-        if headroom:
-            claims.append({"quantity": "belady_over_lru", "variant": variant, "at": "every",
-                           "min": None, "max": min(1.0, _round(max(headroom) * (1 + tolerance)))})
-        if values(variant, "disk_fraction"):
+        if variant != baseline and headroom:
+            claims.append({"quantity": "belady_over_lru", "variant": variant, "at": "smallest",
+                           "min": None, "max": min(1.0, _round(headroom[0] * (1 + tolerance)))})
+        fractions = values(variant, "disk_fraction")
+        if variant != baseline and fractions and max(fractions) <= 1:
             claims.append({"quantity": "disk_fraction", "variant": variant, "at": "every",
                            "min": 0.0, "max": 1.0})
         share = values(variant, "capacity_miss_share_lru")

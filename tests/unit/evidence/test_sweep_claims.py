@@ -27,7 +27,10 @@ def test_a_draft_bounds_what_was_measured_and_validates() -> None:
     assert ("measured_over_lru", "baseline") not in by_key  # the thrashing baseline: no claim
     lru = by_key[("measured_over_lru", "demand-mmap")]
     assert (lru["min"], lru["max"], lru["at"]) == (0.72, 1.375, "every")
-    assert by_key[("belady_over_lru", "demand-mmap")]["max"] == 0.875
+    assert by_key[("belady_over_lru", "demand-mmap")] | {} == {
+        "quantity": "belady_over_lru", "variant": "demand-mmap", "at": "smallest", "min": None,
+        "max": 0.875}
+    assert ("disk_fraction", "baseline") not in by_key
     assert by_key[("disk_fraction", "demand-mmap")] | {} == {
         "quantity": "disk_fraction", "variant": "demand-mmap", "at": "every", "min": 0.0,
         "max": 1.0}
