@@ -67,7 +67,9 @@ def test_make_demo_sweeps_the_miniature_and_predicts_its_reads(engine_image_cpu:
     for row in rows:
         # phase-resolved reads add up to what the cgroup saw on the model's device
         assert abs(row["phase_sum_over_cgroup"] - 1) <= 0.10, row
-        assert row["disk_fraction"] > 0, row
+        assert row["disk_fraction"] is not None, row  # a fraction of the probe for every trial
+        if row["variant"] != "baseline":  # the baseline reads nothing once the file fits
+            assert row["disk_fraction"] > 0, row
         policies = row["predicted"]["policies"]
         assert policies["belady"]["decode_read_bytes"] <= policies["lru"]["decode_read_bytes"]
         if row["variant"] == "demand-mmap":
