@@ -37,6 +37,9 @@ VERBS: dict[str, Verb] = {
                  "file or URL) under limits."),
     "run": Verb("appliance.cli.run", "Run an experiment PROFILE (a built-in name or a YAML file) "
                 "in the engine image."),
+    "sweep": Verb("appliance.cli.sweep", "Run PROFILE's variants at several memory limits "
+                  "(interleaved, cold cache each trial), measure the disk once, and set each "
+                  "trial's reads beside LRU and Belady replays of its own route trace."),
     "trace": Verb("appliance.cli.trace", "Inspect and replay MoE route traces through "
                   "expert-cache policies."),
     "bundle": Verb("appliance.cli.bundle", "Sign and verify run bundles."),
@@ -54,10 +57,11 @@ VERBS: dict[str, Verb] = {
     "repro": Verb("appliance.cli.repro", "Reproduce the published findings on a target (what "
                   "`make repro-<target>` runs)."),
     "demo": Verb("appliance.cli.demo", "The whole pipeline at miniature scale: a tiny synthetic "
-                 "MoE model about twice the memory limit, run on the cpu image (profile "
-                 "tiny-oversub: baseline, demand mmap, demand mmap with route-aware prefetch), "
-                 "sealed as a bundle, verified, its disk reads compared with an LRU replay of "
-                 "its own route trace, and compared with evidence/."),
+                 "MoE model swept on the cpu image over the memory limits of profile "
+                 "tiny-oversub (a quarter, half and 1.2 times the model file; baseline, demand "
+                 "mmap, demand mmap with route-aware prefetch), one disk probe, one bundle, "
+                 "verified, every trial's decode reads set beside LRU and Belady replays of its "
+                 "own route trace, and compared with evidence/."),
 }
 
 

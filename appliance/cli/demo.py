@@ -20,14 +20,15 @@ from appliance.workflows.pipeline import demo
               help="Run directory (default: runs/tiny-oversub-<UTC time>).")
 @click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
               default=None, help="Where the tiny model is synthesized (default: the cache).")
-@click.option("--repeats", type=REPEATS, default=None, help="Override the profile's 3 repeats.")
+@click.option("--repeats", type=REPEATS, default=None, help="Repeats of the sweep (default 1).")
 @lock_option
 def demo_command(source: str, out: Path | None, models_dir: Path | None, repeats: int | None,
                  lock_path: Path | None) -> None:
-    """The whole pipeline at miniature scale: a tiny synthetic MoE model about twice the
-    memory limit, run on the cpu image (profile tiny-oversub: baseline, demand mmap, demand
-    mmap with route-aware prefetch), sealed as a bundle, verified, its disk reads compared
-    with an LRU replay of its own route trace, and compared with evidence/."""
+    """The whole pipeline at miniature scale: a tiny synthetic MoE model swept on the cpu
+    image over the memory limits of profile tiny-oversub (a quarter, half and 1.2 times the
+    model file; baseline, demand mmap, demand mmap with route-aware prefetch), one disk probe,
+    one bundle, verified, every trial's decode reads set beside LRU and Belady replays of its
+    own route trace, and compared with evidence/."""
     console = Console(width=None if sys.stdout.isatty() else 160)
     with progress_display() as progress:
         demo(load_lock(lock_path), console, source=source, out=out, models_dir=models_dir,

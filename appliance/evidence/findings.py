@@ -22,6 +22,7 @@ from appliance.core.strict_load import load_json
 from appliance.core.units import size_or_none
 from appliance.core.validation import load_schema as load_named_schema
 from appliance.core.validation import raise_for, schema_errors
+from appliance.evidence import sweep_claims
 
 SCHEMA_NAME = "finding"
 MAX_FINDING_BYTES = 256 << 10  # published findings are under 4 KiB
@@ -215,9 +216,13 @@ class BundleFacts:
         return value if isinstance(value, bool) else None
 
 
-def claimed_evidence(run_dir: Path) -> list[str]:
-    """The evidence ids a run's profile says it reproduces (key `evidence` or `reproduces`)."""
+def claimed_evidence(run_dir: Path, directory: Path | None = None) -> list[str]:
+    """The evidence ids a run's profile says it reproduces (key `evidence` or `reproduces`);
+    for a sweep, the findings with a `sweep` section drawn from the same profile."""
     facts = BundleFacts.read(run_dir)
+    if isinstance(facts.results.get("sweep"), dict):
+        return [f.id for f in load_findings(directory)
+                if "sweep" in f.raw and f.raw["profile"] == facts.profile.get("name")]
     named = facts.profile.get("evidence", facts.profile.get("reproduces")) or []
     return [named] if isinstance(named, str) else [str(n) for n in named]
 
@@ -275,6 +280,22 @@ def _check_claim(facts: BundleFacts, claim: dict[str, Any]) -> ClaimResult:
                        f"±{claim['tolerance']:.0%})")
 
 
+def _check_sweep(facts: BundleFacts, finding: Finding) -> tuple[str | None, list[ClaimResult]]:
+    """(why the run's sweep is not comparable, or None; the sweep claims' results)."""
+    wanted = finding.raw.get("sweep")
+    if wanted is None:
+        return None, []
+    sweep = facts.results.get("sweep")
+    blocker = sweep_claims.limits_mismatch(sweep, wanted["limits_bytes"])
+    if blocker is not None:
+        return blocker, []
+    results = []
+    for claim in wanted["claims"]:
+        holds, reason = sweep_claims.check_claim(sweep or {}, claim)
+        results.append(ClaimResult(sweep_claims.claim_label(claim), holds, reason))
+    return None, results
+
+
 def _check_identity(facts: BundleFacts, finding: Finding) -> ClaimResult | None:
     claimed = finding.raw["byte_identity"]["claimed"]
     if claimed is None:
@@ -298,7 +319,8 @@ def compare(bundle: Path, finding: Finding, verification: Verification) -> Compa
         result.reasons.append(f"the bundle is {verification.verdict.label}: only a verified, "
                               "complete run can reproduce evidence")
         return result
-    if finding.status == "plan-unverified" or not finding.raw["claims"]:
+    if finding.status == "plan-unverified" or not (finding.raw["claims"]
+                                                   or (finding.raw.get("sweep") or {}).get("claims")):
         result.reasons.append("the evidence is a plan with nothing measured to compare with")
         return result
     facts = BundleFacts.read(bundle)
@@ -306,8 +328,12 @@ def compare(bundle: Path, finding: Finding, verification: Verification) -> Compa
     if blockers:
         result.reasons.extend(blockers)
         return result
+    sweep_blocker, sweep_results = _check_sweep(facts, finding)
+    if sweep_blocker is not None:
+        result.reasons.append(sweep_blocker)
+        return result
     result.reasons.extend(caveats)
-    result.claims = [_check_claim(facts, c) for c in finding.raw["claims"]]
+    result.claims = [_check_claim(facts, c) for c in finding.raw["claims"]] + sweep_results
     identity = _check_identity(facts, finding)
     if identity is not None:
         result.claims.append(identity)
@@ -402,6 +428,12 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
     scope["unknown"] = [f"scope.{key}: not recorded in the bundle" for key in
                         ("memory_limit_bytes", "swap_bytes", "n_predict", "repeats")
                         if scope[key] is None]
+    sweep = facts.results.get("sweep")
+    if isinstance(sweep, dict) and "error" not in sweep:
+        # a sweep's overall medians mix its limits: its claims bound the per-limit figures
+        metrics, claims = [], []
+        scope["memory_limit_bytes"] = None
+        scope["unknown"] = [u for u in scope["unknown"] if "memory_limit_bytes" not in u]
     identical = facts.byte_identical()
     raw = {
         "schema_version": 1, "id": finding_id, "title": title, "origin": "reproduction",
@@ -413,6 +445,8 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
                           "scope": "generated text at matched length" if identical is not None
                           else "not recorded"},
     }
+    if isinstance(sweep, dict) and "error" not in sweep:
+        raw["sweep"] = sweep_claims.draft_sweep(sweep, baseline, tolerance)
     errors = validate_finding(raw)
     if errors:
         raise ConfigError(f"{run_dir}: the drafted finding is not valid: {errors[0]}")

@@ -46,6 +46,7 @@ from appliance.runs.status import RunStatus, TrialStatus
 
 POLL_S = 0.05
 Finalizer = Callable[[Path], None]
+Prelude = Callable[["RunContext"], None]
 
 
 def utc_now() -> str:
@@ -66,6 +67,7 @@ class RunContext:
     console: Console
     trial_timeout_s: float | None = None
     trial_records: list[dict[str, Any]] = field(default_factory=list)
+    trials_subdir: str = "trials"  # where run_trial writes: RUN/<trials_subdir>/<trial name>/
 
 
 class TrialInterrupted(Exception):
@@ -139,7 +141,7 @@ def _status(record: dict[str, Any]) -> TrialStatus:
 
 def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
     """Outputs and logs into the trial directory, trial.json last; the scratch dir goes."""
-    trial_dir = ctx.run_dir / "trials" / trial.name
+    trial_dir = ctx.run_dir / ctx.trials_subdir / trial.name
     trial_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, bool] = {}
     for stream in ("stdout", "stderr"):
@@ -170,6 +172,7 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
                           {L.RUN: ctx.run_id, L.RUN_TRIAL: trial.name})
     record: dict[str, Any] = {
         "index": trial.index, "variant": trial.variant.name, "repeat": trial.repeat,
+        "memory_limit": spec["mem_limit"],
         "container": {k: spec[k] for k in ("name", "command", "environment", "mem_limit",
                                            "memswap_limit", "network_mode", "read_only")},
         "image": ctx.engine.image,
@@ -268,6 +271,8 @@ def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
         "variants": [{"name": v.name, "env": v.env, "args": list(v.args)}
                      for v in profile.variants],
         "trials": [t.name for t in trials],
+        **({"memory_limits": sorted({t.memory for t in trials if t.memory is not None})}
+           if any(t.memory is not None for t in trials) else {}),
     }
 
 
@@ -286,8 +291,12 @@ def _run_record(ctx: RunContext, status: str, started: str, trials: list[Trial],
 
 
 def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
-                extra: dict[str, Any], finalize: Finalizer | None = None) -> RunOutcome:
+                extra: dict[str, Any], finalize: Finalizer | None = None,
+                before_trials: Prelude | None = None) -> RunOutcome:
     """Every trial in order, then statistics, plots and the optional finalize hook.
+
+    `before_trials(ctx)` runs once after the inputs are written and before the first trial
+    (a sweep's disk probe); Ctrl-C there ends the run as incomplete, like during a trial.
 
     `finalize(run_dir)` runs last, for complete and incomplete runs alike (a workflow passes
     the bundle sealer, so every run directory gets signed).
@@ -300,6 +309,8 @@ def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
                                                             trials, extra))
     status = RunStatus.COMPLETE
     try:
+        if before_trials is not None:
+            before_trials(ctx)
         for trial in trials:
             ctx.console.print(f"trial {trial.name}: evicting model, starting container")
             try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from appliance.host.cgroups import BLKIO_UNLIMITED_BPS, BlockDevice
+from appliance.runs.memory_points import limit_label
 from appliance.runs.profile import Profile, Variant
 
 MODELS_MOUNT = "/models"
@@ -91,14 +92,42 @@ class CommandEngine:
 
 
 @dataclass(frozen=True)
+class DiskProbeEngine:
+    """`llama-moe-trace --probe-disk`: cold random reads of the model file at the expert size
+    and at one page, queue depths 1 and 8, in the engine image and under a trial's limits."""
+
+    image: str
+    block_bytes: int
+    reads: int = 64
+
+    def argv(self, profile: Profile, variant: Variant) -> list[str]:
+        return ["llama-moe-trace", "--probe-disk", f"{MODELS_MOUNT}/{profile.model.file}",
+                "--probe-block", str(self.block_bytes), "--probe-reads", str(self.reads),
+                "--timings", f"{RESULTS_MOUNT}/timing.json"]
+
+    def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
+        return {}
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "llama-moe-trace --probe-disk", "image": self.image,
+                "block_bytes": self.block_bytes, "reads": self.reads}
+
+
+@dataclass(frozen=True)
 class Trial:
     index: int  # 1-based position in the run order
     variant: Variant
     repeat: int  # 1-based
+    memory: int | None = None  # a sweep's limit for this trial; None: the profile's
 
     @property
     def name(self) -> str:
-        return f"{self.index:03d}-{self.variant.name}-r{self.repeat}"
+        if self.memory is None:
+            return f"{self.index:03d}-{self.variant.name}-r{self.repeat}"
+        return f"{self.index:03d}-{limit_label(self.memory)}-{self.variant.name}-r{self.repeat}"
+
+    def memory_limit(self, profile: Profile) -> int:
+        return profile.limits.memory if self.memory is None else self.memory
 
 
 def trial_plan(profile: Profile, repeats: int | None = None) -> list[Trial]:
@@ -109,6 +138,21 @@ def trial_plan(profile: Profile, repeats: int | None = None) -> list[Trial]:
     else:
         pairs = [(r, v) for v in profile.variants for r in range(1, count + 1)]
     return [Trial(i, v, r) for i, (r, v) in enumerate(pairs, start=1)]
+
+
+def sweep_plan(profile: Profile, limits: list[int], repeats: int | None = None) -> list[Trial]:
+    """Every variant at every limit within each repeat. Interleaved: within a repeat the limits
+    go round in turn, every variant at each (L1 A B, L2 A B, ...), and each later repeat starts
+    one limit further on, so no limit always runs first after the probe. Blocked: all repeats of
+    one (limit, variant) pair together."""
+    count = repeats if repeats is not None else profile.schedule.repeats
+    if profile.schedule.order == "interleaved":
+        triples = [(r, limits[(i + r - 1) % len(limits)], v) for r in range(1, count + 1)
+                   for i in range(len(limits)) for v in profile.variants]
+    else:
+        triples = [(r, m, v) for m in limits for v in profile.variants
+                   for r in range(1, count + 1)]
+    return [Trial(i, v, r, m) for i, (r, m, v) in enumerate(triples, start=1)]
 
 
 @dataclass(frozen=True)
@@ -126,6 +170,7 @@ def container_spec(profile: Profile, engine: Engine, trial: Trial, settings: Con
                    results_dir: Path, name: str, labels: dict[str, str]) -> dict[str, Any]:
     """Keyword arguments for docker-py's `containers.run` for one trial (detached)."""
     limits = profile.limits
+    memory = trial.memory_limit(profile)
     spec: dict[str, Any] = {
         "image": engine.image,
         "command": ["/bin/sh", "-c", WRAPPER, "engine", *engine.argv(profile, trial.variant)],
@@ -134,8 +179,8 @@ def container_spec(profile: Profile, engine: Engine, trial: Trial, settings: Con
         "labels": labels,
         "detach": True,
         "user": settings.user,
-        "mem_limit": limits.memory,
-        "memswap_limit": limits.memswap,
+        "mem_limit": memory,
+        "memswap_limit": memory + limits.swap,
         "network_mode": "none",
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],

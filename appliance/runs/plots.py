@@ -16,7 +16,7 @@ from appliance.runs.status import TrialStatus  # noqa: E402
 MIB = 1 << 20
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_png(fig: Any, path: Path) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
     plt.close(fig)
@@ -38,7 +38,7 @@ def decode_plot(results: dict[str, Any], path: Path) -> bool:
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("decode tokens/s (median, min-max)")
     ax.set_title("Decode throughput per variant")
-    _save(fig, path)
+    save_png(fig, path)
     return True
 
 
@@ -61,7 +61,7 @@ def trial_resources_plot(run_dir: Path, path: Path, memory_limit: int) -> bool:
     bottom.set_xticks(range(len(trials)), labels, rotation=45, ha="right", fontsize=8)
     top.set_title("Per trial (red: not ok)")
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     return True
 
 

@@ -17,6 +17,7 @@ from appliance.core.paths import PACKAGE_DIR
 from appliance.core.strict_load import parse_yaml, read_text
 from appliance.core.units import SizeError, format_size, parse_size
 from appliance.core.validation import validate
+from appliance.runs.memory_points import MemoryPoint, parse_memory_point
 
 PROFILES_DIR = PACKAGE_DIR / "profiles"
 MAX_PROFILE_BYTES = 64 << 10  # the built-in profiles are under 2 KiB
@@ -76,6 +77,15 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class SweepSpec:
+    """The limits `appliance sweep` runs by default, and optionally more generated tokens
+    (a sweep needs enough decode steps for capacity misses to outnumber first touches)."""
+
+    memory: tuple[MemoryPoint, ...]
+    n_predict: int | None
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -90,6 +100,7 @@ class Profile:
     schedule: Schedule
     trace: bool
     evidence: tuple[str, ...]
+    sweep: "SweepSpec | None" = None  # `sweep: {memory: [...], n_predict: N}`
 
     def variant(self, name: str) -> Variant:
         for variant in self.variants:
@@ -111,8 +122,9 @@ def _size(raw: dict[str, Any], key: str, path: Path, default: int | None = None)
 
 
 def _limits(raw: dict[str, Any], path: Path) -> MemoryLimits:
-    limits = MemoryLimits(memory=_size(raw, "memory", path), swap=_size(raw, "swap", path, default=0),
-                    engine_min_memory=_size(raw, "engine_min_memory", path))
+    limits = MemoryLimits(memory=_size(raw, "memory", path),
+                          swap=_size(raw, "swap", path, default=0),
+                          engine_min_memory=_size(raw, "engine_min_memory", path))
     floor = max(limits.engine_min_memory, DOCKER_MIN_MEMORY)
     if limits.memory < floor:
         raise ConfigError(f"{path}: /limits/memory: {format_size(limits.memory, trim=True)} is "
@@ -133,10 +145,24 @@ def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
 
 def _check_gpu(raw: dict[str, Any], path: Path) -> None:
     target, gpu = raw["target"], raw["gpu"]
+
+
     if target == "cpu" and gpu == "required":
         raise ConfigError(f"{path}: /gpu: a cpu target cannot require a GPU")
     if target in ("sm89", "sm120") and gpu == "none":
         raise ConfigError(f"{path}: /gpu: target {target} runs on a GPU: set gpu to required")
+
+
+def _sweep(raw: dict[str, Any] | None, path: Path) -> SweepSpec | None:
+    if raw is None:
+        return None
+    points = []
+    for index, item in enumerate(raw["memory"]):
+        try:
+            points.append(parse_memory_point(item))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: /sweep/memory/{index}: {exc}") from None
+    return SweepSpec(memory=tuple(points), n_predict=raw.get("n_predict"))
 
 
 def parse_profile(raw: Any, path: Path, text: str) -> Profile:
@@ -162,6 +188,7 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
                           seed=schedule["seed"], cold_cache=schedule["cold_cache"]),
         trace=raw["trace"],
         evidence=tuple(raw.get("evidence", [])),
+        sweep=_sweep(raw.get("sweep"), path),
     )
 
 

@@ -134,11 +134,12 @@ def byte_identity(trials: list[dict[str, Any]], reference_variant: str) -> dict[
             "all_identical": not findings, "findings": findings}
 
 
-def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, Any]:
-    """results.json: per-variant statistics, pairwise ratios and the byte-identity check."""
-    trials = load_trials(run_dir)
+def per_variant_stats(trials: list[dict[str, Any]], variants: list[str], n_predict: int,
+                      by_round: dict[int, dict[str, dict[str, float | None]]] | None = None
+                      ) -> dict[str, Any]:
+    """Statistics of each variant over the given trials; fills by_round when given."""
     per_variant: dict[str, Any] = {}
-    by_round: dict[int, dict[str, dict[str, float | None]]] = {}
+    by_round = {} if by_round is None else by_round
     for name in variants:
         mine = [t for t in trials if t["variant"] == name]
         ok = [t for t in mine if t.get("status") == TrialStatus.OK]
@@ -152,6 +153,23 @@ def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, A
             **{m: describe([v for v in (metrics[d][m] for d in metrics) if v is not None])
                for m in METRICS},
         }
+    return per_variant
+
+
+def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, Any]:
+    """results.json: per-variant statistics, pairwise ratios and the byte-identity check; for
+    a run over several memory limits also the per-variant statistics of each limit."""
+    trials = load_trials(run_dir)
+    by_round: dict[int, dict[str, dict[str, float | None]]] = {}
+    limits = sorted({t["memory_limit"] for t in trials if t.get("memory_limit") is not None})
+    if len(limits) > 1:
+        by_limit = {str(limit): per_variant_stats(
+            [t for t in trials if t.get("memory_limit") == limit], variants, n_predict)
+            for limit in limits}
+        per_variant = per_variant_stats(trials, variants, n_predict)
+    else:
+        by_limit = None
+        per_variant = per_variant_stats(trials, variants, n_predict, by_round)
     reference = variants[0]
     pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1:]]
     return {
@@ -161,4 +179,5 @@ def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, A
         "variants": per_variant,
         "ratios": [_ratios(by_round, a, b) for a, b in pairs],
         "byte_identity": byte_identity(trials, reference),
+        **({"by_limit": by_limit} if by_limit is not None else {}),
     }

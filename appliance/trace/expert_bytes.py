@@ -62,3 +62,27 @@ def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]
         raise IntegrityError(f"{name}: sha256 differs from the trace header's model_sha256; "
                              "pass the exact model the trace was recorded with")
     return {layer: total // int(n_experts) for layer, total in per_layer.items()}
+
+
+def gguf_expert_layout(path: Path) -> tuple[int, int, dict[int, int]]:
+    """(experts per layer, experts used per token, bytes of one expert per MoE layer) of a GGUF,
+    for planning before any trace exists; ConfigError when it is not a MoE model."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read GGUF ({exc})") from None
+    arch = _field(reader, "general.architecture")
+    n_experts = _field(reader, f"{arch}.expert_count")
+    n_used = _field(reader, f"{arch}.expert_used_count")
+    totals: dict[int, int] = {}
+    for tensor in reader.tensors:
+        match = EXPERT_TENSOR.match(tensor.name)
+        if match:
+            layer = int(match.group(1))
+            totals[layer] = totals.get(layer, 0) + int(tensor.n_bytes)
+    if not n_experts or not n_used or not totals:
+        raise ConfigError(f"{path.name} is not a mixture-of-experts GGUF (no expert tensors)")
+    return int(n_experts), int(n_used), {layer: total // int(n_experts)
+                                         for layer, total in totals.items()}

@@ -26,7 +26,7 @@ from appliance.core.progress import ProgressFn
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, compare, find_finding
+from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, claimed_evidence, compare, find_finding
 from appliance.host.docker import docker_client, engine_problem
 from appliance.host.gpu import visible_gpus
 from appliance.images.build import build_image
@@ -40,8 +40,10 @@ from appliance.runs.report import print_header, print_summary
 from appliance.runs.stats import load_trials, trial_metrics
 from appliance.runs.status import RunStatus
 from appliance.workflows.repro import preflight
+from appliance.workflows.sweep import DEFAULT_MAX_HOURS, execute_sweep, plan_sweep
 
 FALLBACK_STAND_IN = "b10229"
+DEMO_REPEATS = 1  # the demo sweeps 3 limits x 3 variants; one round keeps it within minutes
 
 
 def signing_key(key: Path | None, unsigned: bool, console: Console) -> Path | None:
@@ -187,8 +189,9 @@ class PipelineReport:
 
 
 def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
-                       console: Console) -> PipelineReport:
-    """Verify the run's bundle against the key that signed it, then compare with evidence."""
+                       console: Console, evidence: list[str] | None = None) -> PipelineReport:
+    """Verify the bundle against the key that signed it, then compare it with `evidence`
+    (default: the profile's findings)."""
     pubkey = None
     if key is not None:
         pubkey = key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
@@ -196,7 +199,7 @@ def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
     report = PipelineReport(outcome.run_dir, verification)
     console.print(f"bundle verification: {verification.summary()}", markup=False,
                   soft_wrap=True)
-    for finding_id in profile.evidence:
+    for finding_id in profile.evidence if evidence is None else evidence:
         try:
             finding = find_finding(finding_id)
         except ApplianceError as exc:
@@ -239,7 +242,8 @@ def print_report(report: PipelineReport, console: Console) -> None:
 def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None = None,
          models_dir: Path | None = None, repeats: int | None = None,
          progress: ProgressFn | None = None) -> PipelineReport:
-    """The whole pipeline at miniature scale on the cpu image (profile tiny-oversub);
+    """The whole pipeline at miniature scale on the cpu image: profile tiny-oversub swept
+    over its `sweep.memory` limits, one bundle, verified and compared with evidence/;
     `progress` gets the image build, model synthesis and hashing steps."""
     profile = load_profile("tiny-oversub")
     models_dir = models_dir or cache_dir() / "models" / "demo"
@@ -247,10 +251,12 @@ def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None
                               progress)
     ensure_synth_model(profile, models_dir, console, progress)
     key = signing_key(None, False, console)
-    outcome = execute_profile(profile, models_dir, lock, console, image=tag, out=out,
-                              repeats=repeats, key=key, progress=progress)
-    report = verify_and_compare(outcome, profile, key, console)
-    report.paging = read_paging_analysis(outcome.run_dir)
+    plan, client = plan_sweep(profile, models_dir, lock, memory=None,
+                              repeats=repeats or DEMO_REPEATS, out=out, dry_run=False,
+                              max_hours=DEFAULT_MAX_HOURS, image=tag)
+    outcome, _ = execute_sweep(plan, client, lock, console, key=key)
+    report = verify_and_compare(outcome, plan.profile, key, console,
+                                evidence=claimed_evidence(outcome.run_dir))
     print_report(report, console)
     if outcome.status != RunStatus.COMPLETE:
         raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)

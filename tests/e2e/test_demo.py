@@ -1,5 +1,6 @@
 """`make demo` and `make repro-cpu` end to end: the real engine image, the synthesized tiny
-model at twice the memory limit, cold-cache trials, sealed bundles, evidence verdicts."""
+model swept over memory limits below and above its size, cold-cache trials, sealed bundles,
+evidence verdicts."""
 
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ from appliance.core.checks import Status
 from tests.conftest import run_cli
 from tests.e2e.conftest import DemoRun, make, user_env
 
-LIMIT = 200 * 2**20
+MODEL_BYTES = 417_356_704  # tiny-oversub's model file
 
 
 def trials(run: Path) -> list[dict[str, Any]]:
@@ -22,32 +23,56 @@ def trials(run: Path) -> list[dict[str, Any]]:
 @pytest.mark.docker
 @pytest.mark.engine
 @pytest.mark.slow
-def test_make_demo_runs_the_miniature_experiment(demo_run: DemoRun) -> None:
+def test_make_demo_sweeps_the_miniature_and_predicts_its_reads(demo_run: DemoRun) -> None:
     run, result, tmp_path = demo_run.run, demo_run.result, demo_run.home
     assert "STAND-IN" in result.stdout  # GitHub is unreachable here: the fallback is said loudly
+    assert "meas/LRU" in result.stdout  # the sweep's table
     assert json.loads((run / "run.json").read_text())["status"] == "complete"
 
     records = trials(run)
+    limits = sorted({t["memory_limit"] for t in records})
+    assert len(limits) == 3 and limits[0] < MODEL_BYTES < limits[-1]
     assert {t["variant"] for t in records} == {"baseline", "demand-mmap", "demand-prefetch"}
     assert len(records) == 9
     for trial in records:
         assert trial["status"] == "ok", trial
         assert trial["residency_at_start"]["resident_pages"] == 0  # cold: evicted first
-        assert trial["cgroup"]["peak_bytes"] <= LIMIT
-        assert trial["container"]["mem_limit"] == trial["container"]["memswap_limit"] == LIMIT
+        limit = trial["memory_limit"]
+        assert trial["container"]["mem_limit"] == trial["container"]["memswap_limit"] == limit
+        assert trial["cgroup"]["peak_bytes"] <= limit
         assert trial["container"]["network_mode"] == "none"
-
-    paging = json.loads((run / "analysis" / "paging.json").read_text())["lru_prediction"]
-    assert len(paging) == 9
-    for row in paging:
-        # a cold start cannot read less than the distinct experts the trace touched
-        touched = row["distinct_experts"] * row["expert_bytes"]
-        assert row["measured_read_bytes"] >= touched, row
-        if row["variant"] != "baseline":
-            assert 0.9 < row["ratio"] < 3.0, row  # demand paging reads about what LRU predicts
 
     results = json.loads((run / "results.json").read_text())
     assert results["byte_identity"]["all_identical"] is True
+    assert sorted(int(k) for k in results["by_limit"]) == limits
+    sweep = results["sweep"]
+    assert sweep["limits"] == limits
+    probe = sweep["probe"]
+    assert probe["expert_qd1_bytes_per_s"] > 0 and probe["page_qd1_bytes_per_s"] > 0
+    for measurement in probe["measurements"]:
+        assert measurement["device_fraction"] > 0.9, measurement  # the probe read cold bytes
+    rows = sweep["trials"]
+    assert len(rows) == 9
+    for row in rows:
+        # phase-resolved reads add up to what the cgroup saw on the model's device
+        assert abs(row["phase_sum_over_cgroup"] - 1) <= 0.10, row
+        assert row["disk_fraction"] is not None, row  # a fraction of the probe for every trial
+        if row["variant"] != "baseline":  # the baseline reads nothing once the file fits
+            assert row["disk_fraction"] > 0, row
+        policies = row["predicted"]["policies"]
+        assert policies["belady"]["decode_read_bytes"] <= policies["lru"]["decode_read_bytes"]
+        if row["variant"] == "demand-mmap":
+            assert 0.8 <= row["measured_over_lru"] <= 1.5, row
+    smallest = [r for r in rows if r["memory_limit"] == limits[0]
+                and r["variant"] == "demand-mmap"]
+    for row in smallest:  # capacity misses, not first touches, dominate at the smallest limit
+        lru = row["predicted"]["policies"]["lru"]
+        assert lru["decode_capacity_misses"] >= 0.5 * lru["decode_misses"], row
+
+    manifest = (run / "manifest.json").read_text()
+    for plot in ("sweep_decode_tps.png", "sweep_reads_per_token.png", "sweep_disk_fraction.png"):
+        assert (run / "plots" / plot).read_bytes().startswith(b"\x89PNG")
+        assert f"plots/{plot}" in manifest
 
     # no key existed: the demo made one, said where, and trusts it on this machine only
     keys = tmp_path / "config" / "appliance" / "keys"

@@ -1,6 +1,8 @@
 """llama-moe-trace on tiny synthetic MoE models: complete, valid, deterministic route traces."""
 
+import json
 import math
+import subprocess
 from pathlib import Path
 
 import gguf
@@ -142,3 +144,46 @@ def test_prefetch_under_demand_paging_changes_no_result(engine_bin: Path, tmp_pa
     # every decode step advises k experts x 3 expert tensors x 4 layers (step 0 learns the tensors)
     assert fetched.timings["prefetch_calls"] >= 16 * 8 * 3 * 4
     assert fetched.timings["prefetch_bytes"] > 0
+
+
+def test_timing_records_reads_and_faults_per_phase(engine_bin: Path, tmp_path: Path) -> None:
+    run = run_tracer(engine_bin, tiny_model("qwen3moe"), tmp_path / "io", "-n", "8",
+                     "--ignore-eos", prompt=PROMPT)
+    io = run.timings["io"]
+    phases = [io[p] for p in ("load_end", "prefill_end", "decode_end")]
+    for key in ("read_bytes", "rchar", "majflt", "minflt"):
+        values = [phase[key] for phase in phases]
+        assert values[0] >= 0 and values == sorted(values), (key, values)  # cumulative counters
+    assert phases[2]["minflt"] > phases[0]["minflt"]  # the mapping was touched after loading
+
+
+def test_disk_probe_reads_distinct_blocks_at_two_depths(engine_bin: Path, tmp_path: Path) -> None:
+    model = tiny_model("qwen3moe")
+    out = tmp_path / "probe.json"
+    result = subprocess.run([str(engine_bin / "llama-moe-trace"), "--probe-disk", str(model),
+                             "--probe-block", "131072", "--probe-reads", "8", "--timings",
+                             str(out)], capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    record = json.loads(out.read_text())
+    assert record["probe"] == "disk" and record["file_bytes"] == model.stat().st_size
+    assert record["advice"] == "POSIX_FADV_RANDOM"
+    shapes = [(m["block_bytes"], m["queue_depth"]) for m in record["measurements"]]
+    assert shapes == [(131072, 1), (131072, 8), (4096, 1), (4096, 8)]
+    for m in record["measurements"]:
+        assert m["bytes"] == m["reads"] * m["block_bytes"] and m["seconds"] > 0
+        assert m["reads"] == (8 if m["block_bytes"] == 131072 else 512)
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (["--probe-block", "100"], "--probe-block must be at least 4096 bytes"),
+    (["--probe-block", "131072", "--probe-reads", "0"], "--probe-reads must be >= 1"),
+])
+def test_disk_probe_refuses_bad_options_in_one_line(engine_bin: Path, tmp_path: Path,
+                                                    args: list[str], reason: str) -> None:
+    result = subprocess.run([str(engine_bin / "llama-moe-trace"), "--probe-disk",
+                             str(tiny_model("qwen3moe")), "--timings", str(tmp_path / "p.json"),
+                             *args], capture_output=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.decode().splitlines()
+    assert lines == [f"llama-moe-trace: error: {reason}"]
+    assert not (tmp_path / "p.json").exists()

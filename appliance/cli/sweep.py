@@ -1,0 +1,94 @@
+"""CLI: `appliance sweep PROFILE --memory LIST --models DIR`: parse, then delegate."""
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from appliance.cli.options import (
+    RATE,
+    REPEATS,
+    OutputPath,
+    finite,
+    json_option,
+    lock_option,
+    refuse_key_with_unsigned,
+)
+from appliance.cli.progress import progress_display
+
+
+@click.command("sweep")
+@click.argument("profile_name", metavar="PROFILE")
+@click.option("--models", "models_dir", required=True,
+              type=click.Path(path_type=Path, file_okay=False),
+              help="Directory holding the profile's model file (mounted read-only).")
+@click.option("--memory", default=None, metavar="LIST",
+              help="Comma-separated limits: sizes with a unit (150MiB,6GiB) or fractions of the "
+              "model file (0.3,0.5,1.2). Default: the profile's sweep.memory.")
+@click.option("--out", type=OutputPath(directory=True), default=None,
+              help="Run directory to create (default: runs/<profile>-<UTC time>).")
+@click.option("--repeats", type=REPEATS, default=None, help="Override the profile's repeats.")
+@click.option("--max-hours", type=finite(min=0, min_open=True), default=6.0, show_default=True,
+              help="Refuse a sweep whose predicted time is longer.")
+@click.option("--dry-run", is_flag=True, help="Print the grid and the predicted time only.")
+@click.option("--skip-digest-check", is_flag=True,
+              help="Check the model's size only, not its sha256 (marked in all output).")
+@click.option("--image", default=None, help="Engine image tag (default: from target and lock).")
+@click.option("--gpu", "gpu_index", type=click.IntRange(min=0), default=None, help="GPU index (default 0).")
+@click.option("--trial-timeout", type=RATE, default=None, metavar="SECONDS",
+              help="Stop a trial's engine after this long and record it as timed out.")
+@json_option
+@click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Private key (or key directory) to sign the bundle with "
+              "(default: the key from `appliance keys init`, if any).")
+@click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature (it says so).")
+@lock_option
+def sweep_command(profile_name: str, models_dir: Path, memory: str | None, out: Path | None,
+                  repeats: int | None, max_hours: float, dry_run: bool, skip_digest_check: bool,
+                  image: str | None, gpu_index: int | None, trial_timeout: float | None,
+                  as_json: bool, key: Path | None, unsigned: bool,
+                  lock_path: Path | None) -> None:
+    """Run PROFILE's variants at several memory limits (interleaved, cold cache each trial),
+    measure the disk once, and set each trial's reads beside LRU and Belady replays of its own
+    route trace. One run directory, one bundle."""
+    from appliance.core.errors import ApplianceError
+    from appliance.engine.lock import load_lock
+    from appliance.runs.profile import load_profile
+    from appliance.runs.report import print_header
+    from appliance.runs.status import RunStatus
+    from appliance.workflows.pipeline import signing_key
+    from appliance.workflows.sweep import execute_sweep, plan_sweep, print_grid
+
+    refuse_key_with_unsigned(key, unsigned)
+    console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
+    profile = load_profile(profile_name)
+    lock = load_lock(lock_path)
+    with progress_display(quiet=as_json) as progress:
+        plan, client = plan_sweep(profile, models_dir, lock, memory=memory, repeats=repeats,
+                                  out=out, dry_run=dry_run, max_hours=max_hours,
+                                  skip_digest=skip_digest_check, image=image,
+                                  gpu_index=gpu_index, progress=progress)
+    if dry_run:
+        console.print("[bold]dry run[/bold]: nothing is started")
+        print_header(console, plan.prepared)
+        print_grid(console, plan)
+        if as_json:
+            click.echo(json.dumps({"profile": plan.profile.name, "limits": plan.limits,
+                                   "trials": [t.name for t in plan.prepared.trials],
+                                   "predicted_seconds": round(plan.estimate_s, 1)}, indent=2))
+        return
+    outcome, sweep = execute_sweep(plan, client, lock, console,
+                                   key=signing_key(key, unsigned, console),
+                                   trial_timeout=trial_timeout)
+    if as_json:
+        click.echo(json.dumps({"run_dir": str(outcome.run_dir), "status": outcome.status,
+                               "summary": sweep.get("summary"), "probe": sweep.get("probe")},
+                              indent=2))
+    if outcome.status != RunStatus.COMPLETE:
+        raise ApplianceError(f"sweep interrupted: {outcome.run_dir} holds the trials recorded "
+                             "so far and is marked incomplete", exit_code=130)
+
+
+COMMANDS: list[click.Command] = [sweep_command]

@@ -1,0 +1,93 @@
+"""Claims about a memory sweep: bounds on its predicted-against-measured figures.
+
+A finding's `sweep` names the limits (bytes) and claims such as "demand mmap's decode reads
+stay within [0.8, 1.5] of the LRU prediction at every limit". A claim bounds one quantity of
+results.json `sweep.summary` (medians per limit and variant) at every limit, at the smallest or
+at the largest; a missing bound (null) is not checked. Quantities whose magnitude depends on
+the host (the fraction of disk bandwidth) are drafted as directions only: below the probe.
+"""
+
+from typing import Any
+
+QUANTITIES = ("measured_over_lru", "measured_over_belady", "belady_over_lru", "disk_fraction",
+              "capacity_miss_share_lru")
+PLACES = ("every", "smallest", "largest")
+
+
+def _rows(summary: list[dict[str, Any]], variant: str, at: str) -> list[dict[str, Any]]:
+    mine = sorted((r for r in summary if r.get("variant") == variant),
+                  key=lambda r: r["memory_limit"])
+    if not mine or at == "every":
+        return mine
+    return [mine[0]] if at == "smallest" else [mine[-1]]
+
+
+def claim_label(claim: dict[str, Any]) -> str:
+    low = "-inf" if claim["min"] is None else f"{claim['min']:.4g}"
+    high = "inf" if claim["max"] is None else f"{claim['max']:.4g}"
+    return f"sweep {claim['quantity']} of {claim['variant']} at {claim['at']} limit in [{low}, {high}]"
+
+
+def check_claim(sweep: dict[str, Any], claim: dict[str, Any]) -> tuple[bool | None, str]:
+    """(holds, reason); holds is None when results.json lacks the figures."""
+    rows = _rows(sweep.get("summary") or [], claim["variant"], claim["at"])
+    values = [r.get(claim["quantity"]) for r in rows]
+    if not rows or any(not isinstance(v, int | float) for v in values):
+        return None, (f"results.json sweep has no {claim['quantity']} for "
+                      f"{claim['variant']!r} at the {claim['at']} limit")
+    outside = [(r["memory_limit"], v) for r, v in zip(rows, values, strict=True)
+               if (claim["min"] is not None and v < claim["min"])
+               or (claim["max"] is not None and v > claim["max"])]
+    observed = ", ".join(f"{v:.4g}" for v in values)
+    if outside:
+        where = ", ".join(f"{v:.4g} at {limit} bytes" for limit, v in outside)
+        return False, f"observed {where}: outside the claimed bounds"
+    return True, f"observed {observed}: within the claimed bounds"
+
+
+def limits_mismatch(sweep: dict[str, Any] | None, wanted: list[int]) -> str | None:
+    """Why a run's sweep cannot be compared with the finding's, or None."""
+    if not sweep or "error" in sweep:
+        return "the run is not a sweep (results.json has no sweep analysis)"
+    if sorted(sweep.get("limits") or []) != sorted(wanted):
+        return f"other sweep limits: the run used {sweep.get('limits')}, the evidence {wanted}"
+    return None
+
+
+def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[str, Any]:
+    """Claims drawn from a sweep's summary: every non-baseline variant's measured/LRU range
+    widened by the tolerance, its Belady/LRU ceiling at the smallest limit (at most 1), decode read
+    bandwidth below the probe's for non-baseline variants that stayed below it (the baseline's
+    sequential readahead can exceed a random-read probe), and the smallest limit's share of
+    capacity misses."""
+    summary = sweep.get("summary") or []
+    variants = list(dict.fromkeys(r["variant"] for r in summary))
+    claims: list[dict[str, Any]] = []
+
+    def values(variant: str, quantity: str) -> list[float]:
+        return [v for r in _rows(summary, variant, "every")
+                if isinstance(v := r.get(quantity), int | float)]
+
+    for variant in variants:
+        ratios = values(variant, "measured_over_lru")
+        if variant != baseline and ratios:
+            claims.append({"quantity": "measured_over_lru", "variant": variant, "at": "every",
+                           "min": _round(min(ratios) / (1 + tolerance)),
+                           "max": _round(max(ratios) * (1 + tolerance))})
+        headroom = values(variant, "belady_over_lru")
+        if variant != baseline and headroom:
+            claims.append({"quantity": "belady_over_lru", "variant": variant, "at": "smallest",
+                           "min": None, "max": min(1.0, _round(headroom[0] * (1 + tolerance)))})
+        fractions = values(variant, "disk_fraction")
+        if variant != baseline and fractions and max(fractions) <= 1:
+            claims.append({"quantity": "disk_fraction", "variant": variant, "at": "every",
+                           "min": 0.0, "max": 1.0})
+        share = values(variant, "capacity_miss_share_lru")
+        if variant != baseline and share and share[0] >= 0.5:
+            claims.append({"quantity": "capacity_miss_share_lru", "variant": variant,
+                           "at": "smallest", "min": 0.5, "max": None})
+    return {"limits_bytes": sorted(sweep.get("limits") or []), "claims": claims}
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.4g}")

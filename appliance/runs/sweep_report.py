@@ -1,0 +1,71 @@
+"""The terminal summary of a sweep: the numbers its plots show, one row per limit and variant."""
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from appliance.runs.memory_points import limit_label
+from appliance.runs.status import TrialStatus
+
+MIB = 1 << 20
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def sweep_table(sweep: dict[str, Any]) -> Table:
+    probe = sweep.get("probe") or {}
+    bps = probe.get("expert_qd1_bytes_per_s")
+    title = ("sweep: medians per limit and variant; decode reads per token measured / LRU / "
+             "Belady (MiB); disk = decode read bandwidth / probe "
+             f"({_num(bps and bps / MIB, '.1f')} MiB/s, expert-size reads, QD1)")
+    table = Table(title=title)
+    for column in ("limit", "variant", "n", "capacity", "decode tok/s", "reads/token",
+                   "meas/LRU", "meas/Belady", "disk", "roofline tok/s (err)",
+                   "roofline@page (err)"):
+        table.add_column(column)
+    for row in sweep.get("summary") or []:
+        per = row["reads_per_token"]
+        error = row["roofline_error"]
+        table.add_row(
+            limit_label(row["memory_limit"]), row["variant"], str(row["n"]),
+            _num(row["capacity_experts"], ".0f"), _num(row["decode_tps"], ".2f"),
+            " / ".join(_num(per[k] and per[k] / MIB, ".3f") for k in ("measured", "lru", "belady")),
+            _num(row["measured_over_lru"], ".2f"), _num(row["measured_over_belady"], ".2f"),
+            _num(row["disk_fraction"], ".3f"),
+            f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(error, '+.0%')})",
+            f"{_num(row.get('roofline_page_predicted_tps'), '.2f')} "
+            f"({_num(row.get('roofline_page_error'), '+.0%')})")
+    return table
+
+
+def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
+    if "error" in sweep:
+        console.print(f"[red]sweep analysis: {sweep['error']}[/red]")
+        return
+    console.print(sweep_table(sweep))
+    if not sweep.get("phase_sums_within_tolerance"):
+        console.print("[yellow]phase reads do not all sum to within "
+                      f"{sweep['phase_tolerance']:.0%} of the cgroup's block reads[/yellow]")
+
+
+def print_sweep_outcome(console: Console, results: dict[str, Any], run_dir: Path, status: str,
+                        plots: list[Path]) -> None:
+    """Byte identity, trials that did not finish, where the run and its pictures are."""
+    identity = results["byte_identity"]
+    if identity["all_identical"]:
+        console.print(f"[green]generated texts byte-identical at matched length[/green] "
+                      f"({len(identity['comparisons'])} comparisons, all limits)")
+    else:
+        for finding in identity["findings"]:
+            console.print(f"[bold red]finding:[/bold red] {finding}")
+    for trial, trial_status in results["statuses"].items():
+        if trial_status != TrialStatus.OK:
+            console.print(f"[red]{trial}: {trial_status}[/red] (logs in trials/{trial}/)")
+    console.print(f"run {status}: {run_dir}")
+    for plot in sorted({*plots, *(run_dir / "plots").glob("sweep_*.png")}):
+        console.print(f"plot: {plot}")
+

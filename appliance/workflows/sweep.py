@@ -1,0 +1,218 @@
+"""`appliance sweep`: a profile's variants at several memory limits, one run, one bundle.
+
+The plan is the run's plan with one limit per trial (`sweep_plan`); trials run through the
+same `run_trial` as `appliance run`, preceded by one disk probe in the same image under the
+largest limit. Before sealing, every trial's own route trace is replayed at the capacity its
+limit leaves (`appliance.runs.sweep_analysis`) and the result lands in results.json.
+"""
+
+import dataclasses
+import functools
+import json
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from appliance.attest.bundle import finalize_bundle
+from appliance.core import atomic
+from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.limits import MAX_REPEATS
+from appliance.core.progress import ProgressFn
+from appliance.engine.lock import Lock
+from appliance.host.docker import docker_client
+from appliance.runs.execute import RunContext, RunOutcome, TrialInterrupted, execute_run, run_trial
+from appliance.runs.memory_points import MemoryPoint, limit_label, parse_memory_list, resolve_limits
+from appliance.runs.model_files import locate_model
+from appliance.runs.plan import DiskProbeEngine, LlamaMoeTraceEngine, Trial, sweep_plan
+from appliance.runs.prepare import PreparedRun, check_limit_fits_host, prepare_run, stand_in_of
+from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
+from appliance.runs.report import print_header
+from appliance.runs.stats import load_trials
+from appliance.runs.sweep_report import print_sweep, print_sweep_outcome
+from appliance.trace.expert_bytes import gguf_expert_layout
+
+DEFAULT_MAX_HOURS = 6.0
+# The time estimate: every trial reads the whole file once plus, per generated token, all the
+# experts it routes to (no reuse at all), at this bandwidth, plus container start-up.
+ASSUMED_READ_BPS = 200 * (1 << 20)
+TRIAL_OVERHEAD_S = 10.0
+PROBE_READS = 64
+PROBE_DIR = "probe"
+PROBE_VARIANT = Variant(name="disk-probe", env={}, args=())
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    profile: Profile  # the sweep's n_predict applied
+    prepared: PreparedRun  # its trials are the sweep's
+    points: tuple[MemoryPoint, ...]
+    limits: list[int]
+    expert_bytes: int
+    estimate_s: float
+
+    def probe_trial(self) -> Trial:
+        return Trial(0, PROBE_VARIANT, 1, max(self.limits))
+
+
+def sweep_profile(profile: Profile) -> Profile:
+    """The profile as a sweep runs it: the sweep's n_predict, when it sets one."""
+    if profile.sweep is None or profile.sweep.n_predict is None:
+        return profile
+    return dataclasses.replace(profile, schedule=dataclasses.replace(
+        profile.schedule, n_predict=profile.sweep.n_predict))
+
+
+def memory_points(profile: Profile, memory: str | None) -> tuple[MemoryPoint, ...]:
+    if memory is not None:
+        return parse_memory_list(memory)
+    if profile.sweep is not None:
+        return profile.sweep.memory
+    raise ConfigError(f"profile {profile.name} declares no sweep: give the limits with "
+                      "--memory (e.g. 0.3,0.5,0.7,1.2 or 150MiB,200MiB,600MiB)")
+
+
+def estimate_seconds(trials: int, model_bytes: int, n_predict: int, k: int,
+                     n_experts: int) -> float:
+    per_trial = model_bytes * (1 + n_predict * k / n_experts) / ASSUMED_READ_BPS
+    return trials * (TRIAL_OVERHEAD_S + per_trial) + TRIAL_OVERHEAD_S
+
+
+def plan_sweep(profile: Profile, models_dir: Path, lock: Lock, *, memory: str | None,
+               repeats: int | None, out: Path | None, dry_run: bool, max_hours: float,
+               skip_digest: bool = False, image: str | None = None,
+               gpu_index: int | None = None,
+               progress: ProgressFn | None = None) -> tuple[SweepPlan, Any]:
+    """Every check before anything starts, cheapest first: limits, length, then the run's."""
+    profile = sweep_profile(profile)
+    points = memory_points(profile, memory)
+    if repeats is not None and not 1 <= repeats <= MAX_REPEATS:
+        raise ConfigError("--repeats must be at least 1")
+    if max_hours <= 0:
+        raise ConfigError("--max-hours must be above zero")
+    path, model_bytes = locate_model(profile.model, models_dir)
+    floor = max(profile.limits.engine_min_memory, DOCKER_MIN_MEMORY)
+    limits = resolve_limits(points, model_bytes, floor, profile.name)
+    n_experts, k, per_layer = gguf_expert_layout(path)
+    trials = sweep_plan(profile, limits, repeats)
+    estimate = estimate_seconds(len(trials), model_bytes, profile.schedule.n_predict, k,
+                                n_experts)
+    if estimate > max_hours * 3600:
+        raise ConfigError(f"the sweep's {len(trials)} trials would take about "
+                          f"{estimate / 3600:.1f} h, more than --max-hours {max_hours:g}: "
+                          "sweep fewer limits or repeats, or raise --max-hours")
+    if not dry_run:
+        largest = dataclasses.replace(profile.limits, memory=max(limits))
+        check_limit_fits_host(dataclasses.replace(profile, limits=largest))
+    prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
+                                   dry_run=dry_run, skip_digest=skip_digest, image=image,
+                                   gpu_index=gpu_index, client_factory=docker_client,
+                                   progress=progress)
+    prepared = dataclasses.replace(prepared, trials=trials)
+    return SweepPlan(profile, prepared, points, limits, max(per_layer.values()), estimate), client
+
+
+def print_grid(console: Console, plan: SweepPlan) -> None:
+    table = Table(title=f"sweep of {plan.profile.name}: {len(plan.prepared.trials)} trials "
+                        f"in run order, after one disk probe")
+    table.add_column("limit")
+    table.add_column("from")
+    for variant in plan.profile.variants:
+        table.add_column(variant.name)
+    by_limit: dict[int, dict[str, list[str]]] = {}
+    for trial in plan.prepared.trials:
+        assert trial.memory is not None
+        by_limit.setdefault(trial.memory, {}).setdefault(trial.variant.name, []).append(
+            str(trial.index))
+    for limit, point in zip(plan.limits, _points_by_limit(plan), strict=True):
+        table.add_row(f"{format_size(limit)} ({limit} B)", point,
+                      *[", ".join(by_limit[limit].get(v.name, [])) for v in plan.profile.variants])
+    console.print(table)
+    console.print(f"disk probe: {plan.expert_bytes}-byte reads (one expert) and 4096-byte reads, "
+                  f"queue depth 1 and 8, under {format_size(max(plan.limits))}")
+    console.print(f"predicted time: about {plan.estimate_s / 60:.0f} min (at most; assumes "
+                  f"{ASSUMED_READ_BPS >> 20} MiB/s and no expert reuse)")
+
+
+def _points_by_limit(plan: SweepPlan) -> list[str]:
+    model_bytes = plan.prepared.model.bytes
+    text = {point.resolve(model_bytes): point.text for point in plan.points}
+    return [text[limit] for limit in plan.limits]
+
+
+def run_disk_probe(ctx: RunContext, plan: SweepPlan) -> None:
+    """One probe container: cold cache, the largest limit, results under RUN/probe/."""
+    probe_ctx = dataclasses.replace(ctx, engine=DiskProbeEngine(ctx.engine.image,
+                                                                plan.expert_bytes, PROBE_READS),
+                                    trials_subdir=PROBE_DIR, trial_records=[])
+    ctx.console.print(f"disk probe: evicting model, cold random reads of {plan.expert_bytes} "
+                      "and 4096 bytes")
+    try:
+        record = run_trial(probe_ctx, plan.probe_trial())
+    except TrialInterrupted:
+        raise KeyboardInterrupt from None
+    ctx.console.print(f"  probe {record['status']}")
+
+
+def read_probe(run_dir: Path) -> dict[str, Any] | None:
+    for timing in sorted((run_dir / PROBE_DIR).glob("*/timing.json")):
+        return dict(json.loads(timing.read_text()))
+    return None
+
+
+def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:
+    """results.json gains `sweep`; plots/ gains the sweep's three pictures."""
+    from appliance.runs.sweep_analysis import analyze_sweep  # numba loads only for analysis
+    from appliance.runs.sweep_plots import write_sweep_plots  # and matplotlib
+
+    trials = load_trials(run_dir)
+    traces = {t["dir"]: run_dir / "trials" / t["dir"] / "trace.moetrace" for t in trials
+              if (run_dir / "trials" / t["dir"] / "trace.moetrace").is_file()}
+    try:
+        sweep = analyze_sweep(trials, traces, model_path, read_probe(run_dir))
+    except ApplianceError as exc:  # an analysis that cannot run must not block the seal
+        sweep = {"error": str(exc)}
+    results_path = run_dir / "results.json"
+    results = json.loads(results_path.read_text())
+    results["sweep"] = sweep
+    atomic.write_json(results_path, results)
+    if "error" not in sweep:
+        write_sweep_plots(sweep, run_dir / "plots")
+    return sweep
+
+
+def execute_sweep(plan: SweepPlan, client: Any, lock: Lock, console: Console, *,
+                  key: Path | None, trial_timeout: float | None = None
+                  ) -> tuple[RunOutcome, dict[str, Any]]:
+    """The probe, every trial, the analysis, the seal; prints the sweep's table."""
+    prepared = plan.prepared
+    print_header(console, prepared)
+    stand_in = stand_in_of(prepared.image, lock)
+    if stand_in is not None:
+        console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
+                      f"canonical pin {lock.upstream.release}[/bold yellow]")
+    print_grid(console, plan)
+    ctx = RunContext(client, plan.profile, LlamaMoeTraceEngine(prepared.image), prepared.model,
+                     prepared.settings, prepared.run_dir, secrets.token_hex(6), console,
+                     trial_timeout_s=trial_timeout)
+    seal = functools.partial(finalize_bundle, key=key, docker_client=client)
+
+    def finalize(run_dir: Path) -> None:
+        write_sweep_analysis(run_dir, prepared.model.path)
+        seal(run_dir)
+
+    extra = {"target": prepared.choice.target, "stand_in": stand_in,
+             "image_id": client.images.get(prepared.image).id,
+             "sweep": {"memory": [p.text for p in plan.points], "limits": plan.limits,
+                       "labels": [limit_label(m) for m in plan.limits],
+                       "n_predict": plan.profile.schedule.n_predict,
+                       "probe_block_bytes": plan.expert_bytes}}
+    outcome = execute_run(ctx, prepared.trials, lock.raw, extra, finalize=finalize,
+                          before_trials=functools.partial(run_disk_probe, plan=plan))
+    sweep = json.loads((outcome.run_dir / "results.json").read_text()).get("sweep", {})
+    print_sweep(console, sweep)
+    print_sweep_outcome(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
+    return outcome, sweep

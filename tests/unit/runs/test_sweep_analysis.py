@@ -1,0 +1,112 @@
+"""A sweep's predictions: capacity, replayed decode reads, phases, the probe, the roofline."""
+
+from typing import Any
+
+import pytest
+
+from appliance.runs.sweep_analysis import (
+    ModelExperts,
+    add_roofline,
+    capacity_for,
+    phase_reads,
+    predicted_reads,
+    probe_summary,
+    summary_rows,
+    trial_row,
+)
+from appliance.trace.synth import TraceSynthSpec, synth_trace
+
+EXPERT = 1_000_000
+EXPERTS = ModelExperts(file_bytes=4 * 32 * EXPERT + 5_000_000,
+                       expert_bytes={layer: EXPERT for layer in range(4)}, n_experts=32, k=4)
+
+
+def _io(load: int, prefill: int, decode: int) -> dict[str, Any]:
+    return {"load_end": {"read_bytes": load, "majflt": 10},
+            "prefill_end": {"read_bytes": prefill, "majflt": 15},
+            "decode_end": {"read_bytes": decode, "majflt": 40}}
+
+
+def test_phase_reads_are_differences_of_the_cumulative_counters() -> None:
+    phases = phase_reads({"io": _io(100, 350, 1350)})
+    assert phases == {"load": 100, "prefill": 250, "decode": 1000, "total": 1350,
+                      "major_faults_load": 10, "major_faults_prefill": 5,
+                      "major_faults_decode": 25}
+    assert phase_reads({}) is None
+    assert phase_reads({"io": _io(-1, -1, -1)}) is None  # /proc/self/io was unreadable
+
+
+def test_capacity_is_what_the_limit_leaves_and_never_below_k() -> None:
+    limit = 5_000_000 + 20_000_000 + 10 * EXPERT + 999
+    assert capacity_for(limit, 20_000_000, EXPERTS) == (10, False)
+    assert capacity_for(5_000_000 + 2 * EXPERT, 0, EXPERTS) == (4, True)
+
+
+def test_replayed_decode_reads_respect_the_bounds() -> None:
+    trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=32, k=4, n_decode=96, seed=3))
+    small = predicted_reads(trace, 24, EXPERTS)
+    lru, belady = small["policies"]["lru"], small["policies"]["belady"]
+    assert belady["decode_misses"] <= lru["decode_misses"]
+    for row in small["policies"].values():
+        assert row["decode_misses"] >= small["compulsory_decode_misses"]
+        assert row["decode_misses"] - row["decode_capacity_misses"] == \
+            small["compulsory_decode_misses"]
+        assert row["decode_read_bytes"] == row["decode_misses"] * EXPERT
+        assert row["decode_misses"] <= row["misses"]
+    assert lru["decode_capacity_misses"] > 0
+    everything = predicted_reads(trace, 4 * 32, EXPERTS)
+    for row in everything["policies"].values():  # all experts fit: only first touches miss
+        assert row["decode_misses"] == everything["compulsory_decode_misses"]
+        assert row["decode_capacity_misses"] == 0
+
+
+def test_probe_bandwidth_uses_device_bytes() -> None:
+    record = {"file_bytes": 10**9, "advice": "POSIX_FADV_RANDOM", "measurements": [
+        {"block_bytes": 1622016, "queue_depth": 1, "reads": 4, "bytes": 6488064,
+         "device_read_bytes": 6488064, "seconds": 0.5},
+        {"block_bytes": 1622016, "queue_depth": 8, "reads": 4, "bytes": 6488064,
+         "device_read_bytes": 6488064, "seconds": 0.25},
+        {"block_bytes": 4096, "queue_depth": 1, "reads": 10, "bytes": 40960,
+         "device_read_bytes": 20480, "seconds": 0.01},
+        {"block_bytes": 4096, "queue_depth": 8, "reads": 10, "bytes": 40960,
+         "device_read_bytes": -1, "seconds": 0.01}]}
+    probe = probe_summary(record)
+    assert probe["expert_qd1_bytes_per_s"] == pytest.approx(12976128)
+    assert probe["expert_qd8_bytes_per_s"] == pytest.approx(25952256)
+    assert probe["page_qd1_bytes_per_s"] == pytest.approx(2048000)
+    assert probe["measurements"][2]["device_fraction"] == 0.5
+    assert probe["page_qd8_bytes_per_s"] == pytest.approx(4096000)  # counter missing: requested
+
+
+def _trial(name: str, limit: int, decode_s: float, decode_read: int, tokens: int = 96
+           ) -> dict[str, Any]:
+    return {"dir": name, "variant": "demand-mmap", "repeat": 1, "memory_limit": limit,
+            "status": "ok", "model_device": "8:0",
+            "cgroup": {"block_read_bytes": {"8:0": 10_000 + decode_read}},
+            "timing": {"n_decode_tokens": tokens, "decode_s": decode_s,
+                       "decode_tokens_per_s": tokens / decode_s,
+                       "residency_at_end": {"anon_bytes": 1_000_000},
+                       "io": _io(4_000, 10_000, 10_000 + decode_read)}}
+
+
+def test_trial_rows_ratios_fraction_and_roofline() -> None:
+    trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=32, k=4, n_decode=96, seed=3))
+    small = 5_000_000 + 1_000_000 + 24 * EXPERT
+    large = 5_000_000 + 1_000_000 + 200 * EXPERT
+    bps = 100 * EXPERT
+    rows = [trial_row(_trial("001-small", small, 4.0, 150 * EXPERT), trace, EXPERTS, bps),
+            trial_row(_trial("002-large", large, 1.0, 0), trace, EXPERTS, bps)]
+    add_roofline(rows, bps)
+    low, high = rows
+    assert low["capacity_experts"] == 24 and high["capacity_experts"] == 200
+    assert low["phase_sum_over_cgroup"] == 1.0
+    lru = low["predicted"]["policies"]["lru"]["decode_read_bytes"]
+    assert low["measured_over_lru"] == pytest.approx(150 * EXPERT / lru)
+    assert low["disk_fraction"] == pytest.approx(150 * EXPERT / 4.0 / bps)
+    assert high["roofline"]["compute_s_per_token"] == pytest.approx(1.0 / 96)
+    predicted = 1 / (1.0 / 96 + lru / 96 / bps)
+    assert low["roofline"]["predicted_decode_tps"] == pytest.approx(predicted)
+    assert low["roofline"]["error"] == pytest.approx((96 / 4.0) / predicted - 1)
+    summary = summary_rows(rows)
+    assert [(s["memory_limit"], s["n"]) for s in summary] == [(small, 1), (large, 1)]
+    assert summary[0]["belady_over_lru"] <= 1

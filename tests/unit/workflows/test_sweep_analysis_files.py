@@ -1,0 +1,78 @@
+"""write_sweep_analysis on a run directory laid out as a sweep writes it: a real synthesized
+GGUF, route traces whose header matches it, tracer timings with phase reads, a probe record."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from appliance.core import atomic
+from appliance.trace.format import write_trace
+from appliance.trace.synth import TraceSynthSpec, synth_trace
+from appliance.workflows.sweep import write_sweep_analysis
+from tests.models import tiny_model
+
+MIB = 1 << 20
+
+
+def _trial(run: Path, name: str, limit: int, decode_read: int, seed: int) -> None:
+    directory = run / "trials" / name
+    directory.mkdir(parents=True)
+    trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=64, k=8, n_decode=48, seed=seed))
+    write_trace(directory / "trace.moetrace", trace.header, trace.rows)
+    atomic.write_json(directory / "trial.json", {
+        "index": int(name[:3]), "variant": "demand-mmap", "repeat": 1, "memory_limit": limit,
+        "status": "ok", "model_device": "254:0"})
+    atomic.write_json(directory / "cgroup.json", {"block_read_bytes": {"254:0": 3 * MIB + decode_read}})
+    io = {"load_end": {"read_bytes": MIB, "majflt": 1}, "prefill_end": {"read_bytes": 3 * MIB, "majflt": 5},
+          "decode_end": {"read_bytes": 3 * MIB + decode_read, "majflt": 50}}
+    atomic.write_json(directory / "timing.json", {
+        "n_decode_tokens": 48, "decode_s": 2.0, "decode_tokens_per_s": 24.0,
+        "residency_after_load": {"anon_bytes": 2 * MIB}, "residency_at_end": {"anon_bytes": 3 * MIB},
+        "io": io})
+
+
+def _probe(run: Path) -> dict[str, Any]:
+    record = {"probe": "disk", "file_bytes": 1, "advice": "POSIX_FADV_RANDOM", "measurements": [
+        {"block_bytes": 126976, "queue_depth": d, "reads": 8, "bytes": 8 * 126976,
+         "device_read_bytes": 8 * 126976, "seconds": 0.01 / d} for d in (1, 8)] + [
+        {"block_bytes": 4096, "queue_depth": d, "reads": 8, "bytes": 32768,
+         "device_read_bytes": 32768, "seconds": 0.001} for d in (1, 8)]}
+    directory = run / "probe" / "000-64MiB-disk-probe-r1"
+    directory.mkdir(parents=True)
+    atomic.write_json(directory / "timing.json", record)
+    return record
+
+
+def test_the_analysis_lands_in_results_json_with_three_plots(tmp_path: Path) -> None:
+    model = tiny_model("qwen3moe", size="32MiB")
+    run = tmp_path / "run"
+    _trial(run, "001-12MiB-demand-mmap-r1", 12 * MIB, 20 * MIB, 1)
+    _trial(run, "002-64MiB-demand-mmap-r1", 64 * MIB, 1 * MIB, 1)
+    _probe(run)
+    atomic.write_json(run / "results.json", {"schema_version": 1})
+    sweep = write_sweep_analysis(run, model)
+
+    results = json.loads((run / "results.json").read_text())
+    assert results["schema_version"] == 1 and results["sweep"] == sweep
+    assert sweep["limits"] == [12 * MIB, 64 * MIB]
+    assert sweep["probe"]["expert_qd1_bytes_per_s"] == 8 * 126976 / 0.01
+    assert sweep["phase_sums_within_tolerance"] is True
+    small, large = sweep["trials"]
+    assert small["anon_bytes"] == 3 * MIB
+    assert small["capacity_experts"] < large["capacity_experts"]
+    assert small["measured_decode_read_bytes"] == 20 * MIB
+    assert small["disk_fraction"] == (20 * MIB / 2.0) / (8 * 126976 / 0.01)
+    lru = small["predicted"]["policies"]["lru"]["decode_read_bytes"]
+    assert small["measured_over_lru"] == 20 * MIB / lru
+    for name in ("sweep_decode_tps.png", "sweep_reads_per_token.png", "sweep_disk_fraction.png"):
+        assert (run / "plots" / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_model_that_is_not_the_traced_one_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    other = tiny_model("qwen3moe", size="32MiB", experts=32)
+    run = tmp_path / "run"
+    _trial(run, "001-12MiB-demand-mmap-r1", 12 * MIB, MIB, 1)
+    atomic.write_json(run / "results.json", {"schema_version": 1})
+    sweep = write_sweep_analysis(run, other)
+    assert "expert count is 32 in the GGUF but 64 in the trace header" in sweep["error"]
+    assert not (run / "plots").exists()
