@@ -120,6 +120,8 @@ def demo_run(request: pytest.FixtureRequest,
     request.getfixturevalue("engine_image_cpu")  # built (or reused) first, failing under CI
     home = tmp_path_factory.mktemp("newcomer")
     run = home / "demo"
-    result = make("demo", home, f"DEMO_ARGS=--out {run}")
+    # a private model copy: another process reading the shared cache's copy would put its
+    # pages back in the page cache between eviction and a trial's start
+    result = make("demo", home, f"DEMO_ARGS=--out {run} --models {home / 'models'}")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return DemoRun(result, run, home, user_env(home))
