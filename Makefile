@@ -90,6 +90,12 @@ bench-build: venv
 
 bench: bench-replay bench-cli
 
+# The miniature sweep through --cluster on one Ray node and on two, both on this machine
+# (a network namespace with only lo; needs root, Docker and the cpu engine image).
+.PHONY: bench-cluster
+bench-cluster: venv
+	PYTHONPATH=. $(PY) -m bench.cluster_sweep --out $$(mktemp -d) $(BENCH_CLUSTER_ARGS)
+
 # The llama.cpp patch series: bracket check, local engine build, cross-bracket trace equality,
 # and the route-aware prefetch measurement (root, cgroup v1 memory controller).
 .PHONY: patches-check engine-local bracket-trace prefetch-experiment

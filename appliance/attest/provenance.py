@@ -33,7 +33,7 @@ PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
 RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc", "appliance_version",
               "trial_count", "trials_recorded", "run_id", "target", "stand_in", "image_id",
-              "engine", "limits", "model_digest_status", "cgroup_version")
+              "engine", "limits", "model_digest_status", "cgroup_version", "executor")
 HOME_PLACEHOLDER = "<home>"
 USER_PLACEHOLDER = "<user>"
 HOST_PLACEHOLDER = "<host>"

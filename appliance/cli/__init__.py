@@ -40,6 +40,8 @@ VERBS: dict[str, Verb] = {
     "sweep": Verb("appliance.cli.sweep", "Run PROFILE's variants at several memory limits "
                   "(interleaved, cold cache each trial), measure the disk once, and set each "
                   "trial's reads beside LRU and Belady replays of its own route trace."),
+    "cluster": Verb("appliance.cli.cluster", "Run trials across a lab's machines on Ray: join "
+                    "nodes, list them."),
     "trace": Verb("appliance.cli.trace", "Inspect and replay MoE route traces through "
                   "expert-cache policies."),
     "bundle": Verb("appliance.cli.bundle", "Sign and verify run bundles."),

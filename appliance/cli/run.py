@@ -48,11 +48,19 @@ from appliance.workflows.pipeline import execute_profile
               help="Private key (or key directory) to sign the bundle with "
               "(default: the key from `appliance keys init`, made and trusted on first use).")
 @click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature (it says so).")
+@click.option("--cluster", "cluster_address", default=None, metavar="ADDRESS",
+              help="Run the trials on a Ray cluster (HOST:PORT, ray://HOST:PORT or auto), one "
+              "per node; see docs/cluster.md.")
+@click.option("--max-attempts", type=int, default=3, show_default=True,
+              help="With --cluster: attempts per trial when its node is lost.")
+@click.option("--resume", is_flag=True,
+              help="--out names an incomplete run of this profile: run only its missing trials.")
 @lock_option
 def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: int | None,
                 dry_run: bool, skip_digest_check: bool, image: str | None,
                 gpu_index: int | None, trial_timeout: float | None, as_json: bool,
-                key: Path | None, unsigned: bool, lock_path: Path | None) -> None:
+                key: Path | None, unsigned: bool, cluster_address: str | None,
+                max_attempts: int, resume: bool, lock_path: Path | None) -> None:
     """Run an experiment PROFILE (a built-in name or a YAML file) in the engine image.
 
     With --dry-run --json the trial plan is printed as JSON."""
@@ -77,10 +85,15 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
         print_header(console, prepared)
         print_plan(console, prepared, specs)
         return
+    executor = None
+    if cluster_address is not None:
+        from appliance.cluster.run import cluster_executor  # ray loads only for cluster runs
+
+        executor = cluster_executor(cluster_address, max_attempts)
     outcome = execute_profile(profile, models_dir, lock, console, image=image, out=out,
                               repeats=repeats, key=key, unsigned=unsigned,
                               trial_timeout=trial_timeout, skip_digest=skip_digest_check,
-                              gpu_index=gpu_index)
+                              gpu_index=gpu_index, executor=executor, resume=resume)
     if outcome.status != RunStatus.COMPLETE:
         raise ApplianceError(f"run interrupted: {outcome.run_dir} holds the trials recorded "
                              "so far and is marked incomplete", exit_code=130)

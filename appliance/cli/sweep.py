@@ -44,12 +44,19 @@ from appliance.cli.progress import progress_display
               help="Private key (or key directory) to sign the bundle with "
               "(default: the key from `appliance keys init`, if any).")
 @click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature (it says so).")
+@click.option("--cluster", "cluster_address", default=None, metavar="ADDRESS",
+              help="Run the trials on a Ray cluster (HOST:PORT, ray://HOST:PORT or auto), one "
+              "per node; the disk probe runs here. See docs/cluster.md.")
+@click.option("--max-attempts", type=int, default=3, show_default=True,
+              help="With --cluster: attempts per trial when its node is lost.")
+@click.option("--resume", is_flag=True,
+              help="--out names an incomplete sweep of this profile: run only its missing trials.")
 @lock_option
 def sweep_command(profile_name: str, models_dir: Path, memory: str | None, out: Path | None,
                   repeats: int | None, max_hours: float, dry_run: bool, skip_digest_check: bool,
                   image: str | None, gpu_index: int | None, trial_timeout: float | None,
-                  as_json: bool, key: Path | None, unsigned: bool,
-                  lock_path: Path | None) -> None:
+                  as_json: bool, key: Path | None, unsigned: bool, cluster_address: str | None,
+                  max_attempts: int, resume: bool, lock_path: Path | None) -> None:
     """Run PROFILE's variants at several memory limits (interleaved, cold cache each trial),
     measure the disk once, and set each trial's reads beside LRU and Belady replays of its own
     route trace. One run directory, one bundle."""
@@ -69,7 +76,7 @@ def sweep_command(profile_name: str, models_dir: Path, memory: str | None, out: 
         plan, client = plan_sweep(profile, models_dir, lock, memory=memory, repeats=repeats,
                                   out=out, dry_run=dry_run, max_hours=max_hours,
                                   skip_digest=skip_digest_check, image=image,
-                                  gpu_index=gpu_index, progress=progress)
+                                  gpu_index=gpu_index, progress=progress, resume=resume)
     if dry_run:
         console.print("[bold]dry run[/bold]: nothing is started")
         print_header(console, plan.prepared)
@@ -79,9 +86,15 @@ def sweep_command(profile_name: str, models_dir: Path, memory: str | None, out: 
                                    "trials": [t.name for t in plan.prepared.trials],
                                    "predicted_seconds": round(plan.estimate_s, 1)}, indent=2))
         return
+    executor = None
+    if cluster_address is not None:
+        from appliance.cluster.run import cluster_executor  # ray loads only for cluster runs
+
+        executor = cluster_executor(cluster_address, max_attempts)
     outcome, sweep = execute_sweep(plan, client, lock, console,
                                    key=signing_key(key, unsigned, console),
-                                   trial_timeout=trial_timeout)
+                                   trial_timeout=trial_timeout, executor=executor,
+                                   resume=resume)
     if as_json:
         click.echo(json.dumps({"run_dir": str(outcome.run_dir), "status": outcome.status,
                                "summary": sweep.get("summary"), "probe": sweep.get("probe")},

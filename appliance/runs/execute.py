@@ -2,7 +2,8 @@
 
 Run directory (the bundle layout; `appliance.attest.bundle` signs it afterwards):
 
-    RUN/run.json                      status complete|incomplete|failed, profile, times, version
+    RUN/run.json                      status complete|incomplete|failed, profile, times, version,
+                                      executor (local, or the cluster and each trial's node)
     RUN/inputs/{profile.yaml,lock.json,schedule.json,model.json}
     RUN/trials/NNN-<variant>-r<repeat>/{trial.json,stdout.txt,stderr.txt,timing.json,
                                         output.txt,trace.moetrace,cgroup.json}
@@ -11,10 +12,14 @@ Run directory (the bundle layout; `appliance.attest.bundle` signs it afterwards)
 
 Every file is written under a temporary name and renamed. A trial that is OOM-killed or fails
 is recorded with its logs and the run goes on; Ctrl-C stops the running container, records
-what was collected and marks the run incomplete.
+what was collected and marks the run incomplete. Trials run through an executor
+(`appliance.runs.executor`): this machine by default, or a cluster; an incomplete run directory
+can be resumed, running only the trials it lacks.
 """
 
 import contextlib
+import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,10 +33,12 @@ from rich.console import Console
 
 from appliance import __version__
 from appliance.core import atomic
+from appliance.core.errors import ConfigError
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
 from appliance.images import labels as L
 from appliance.runs import stats
+from appliance.runs.executor import LocalExecutor, TrialExecutor
 from appliance.runs.model_files import CheckedModel
 from appliance.runs.plan import (
     ENGINE_OUTPUTS,
@@ -213,6 +220,37 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     return record
 
 
+@dataclass(frozen=True)
+class TrialJob:
+    """The one-trial callable: everything a trial needs and nothing bound to this process, so
+    it pickles and runs on this machine or on a cluster node alike.
+
+    `job(trial, work_dir)` runs the trial against the local Docker engine and writes
+    `work_dir/trials/<trial>/` (outputs pass through `work_dir/.scratch`); locally work_dir is
+    the run directory.
+    """
+
+    profile: Profile
+    engine: Engine
+    model: CheckedModel
+    settings: ContainerSettings
+    run_id: str
+    trial_timeout_s: float | None = None
+
+    @classmethod
+    def of(cls, ctx: RunContext) -> "TrialJob":
+        return cls(ctx.profile, ctx.engine, ctx.model, ctx.settings, ctx.run_id,
+                   ctx.trial_timeout_s)
+
+    def __call__(self, trial: Trial, work_dir: Path) -> dict[str, Any]:
+        from appliance.host.docker import docker_client
+
+        ctx = RunContext(docker_client(), self.profile, self.engine, self.model, self.settings,
+                         work_dir, self.run_id, Console(quiet=True),
+                         trial_timeout_s=self.trial_timeout_s)
+        return run_trial(ctx, trial)
+
+
 def _stop_after_interrupt(ctx: RunContext, name: str, record: dict[str, Any]) -> None:
     try:
         container = ctx.client.containers.get(name)
@@ -281,7 +319,8 @@ def _run_record(ctx: RunContext, status: str, started: str, trials: list[Trial],
     return {
         "status": status, "profile": ctx.profile.name, "started_utc": started,
         "ended_utc": utc_now(), "appliance_version": __version__, "trial_count": len(trials),
-        "trials_recorded": len(ctx.trial_records), "run_id": ctx.run_id,
+        "trials_recorded": len(list((ctx.run_dir / "trials").glob("*/trial.json"))),
+        "run_id": ctx.run_id,
         "engine": ctx.engine.identity(), "model_digest_status": ctx.model.digest_status,
         "limits": {"memory_bytes": ctx.profile.limits.memory,
                    "memswap_bytes": ctx.profile.limits.memswap},
@@ -290,47 +329,109 @@ def _run_record(ctx: RunContext, status: str, started: str, trials: list[Trial],
     }
 
 
+# Trials a resumed run starts again: never recorded, stopped by Ctrl-C, or left unrun because
+# no cluster node could take them.
+def needs_rerun(record: dict[str, Any] | None) -> bool:
+    return record is None or record.get("status") == TrialStatus.INTERRUPTED or \
+        bool(record.get("unscheduled"))
+
+
+# Written when a run directory is sealed (appliance.attest); a resumed run is sealed afresh.
+SEALING_FILES = ("manifest.json", "attestation.dsse.json", "provenance.json")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def resume_point(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any]) -> tuple[str, list[Trial]]:
+    """(the run's original start time, the trials it still lacks) for an incomplete run
+    directory of the same profile, lock and trial plan; refuses anything else in one line."""
+    run_dir = ctx.run_dir
+    run = _read_json(run_dir / "run.json")
+    if not isinstance(run, dict) or "run_id" not in run:
+        raise ConfigError(f"{run_dir}: no run.json with a run id: not a run directory to resume")
+    if run.get("status") == RunStatus.COMPLETE:
+        raise ConfigError(f"{run_dir} is complete: nothing to resume")
+    inputs = run_dir / "inputs"
+    schedule = _read_json(inputs / "schedule.json") or {}
+    same = ((inputs / "profile.yaml").is_file()
+            and (inputs / "profile.yaml").read_text() == ctx.profile.source_text
+            and _read_json(inputs / "lock.json") == lock_raw
+            and schedule.get("trials") == [t.name for t in trials])
+    if not same:
+        raise ConfigError(f"{run_dir} was started with another profile, lock or trial plan "
+                          "(--repeats): resume it with the same ones, or start a new run")
+    ctx.run_id = str(run["run_id"])
+    pending = [t for t in trials
+               if needs_rerun(_read_json(run_dir / "trials" / t.name / "trial.json"))]
+    for trial in pending:
+        shutil.rmtree(run_dir / "trials" / trial.name, ignore_errors=True)
+        shutil.rmtree(run_dir / ".scratch" / trial.name, ignore_errors=True)
+    for name in SEALING_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    return str(run.get("started_utc") or utc_now()), pending
+
+
 def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
                 extra: dict[str, Any], finalize: Finalizer | None = None,
-                before_trials: Prelude | None = None) -> RunOutcome:
-    """Every trial in order, then statistics, plots and the optional finalize hook.
+                before_trials: Prelude | None = None, executor: TrialExecutor | None = None,
+                resume: bool = False) -> RunOutcome:
+    """Every trial through the executor (this machine by default), then statistics, plots and
+    the optional finalize hook.
 
     `before_trials(ctx)` runs once after the inputs are written and before the first trial
     (a sweep's disk probe); Ctrl-C there ends the run as incomplete, like during a trial.
 
-    `finalize(run_dir)` runs last, for complete and incomplete runs alike (a workflow passes
-    the bundle sealer, so every run directory gets signed).
+    `finalize(run_dir)` runs last, for complete and incomplete runs alike (the pipeline seals
+    the bundle there). With `resume`, ctx.run_dir is an incomplete run of the same plan and
+    only its missing trials run.
     """
-    started = utc_now()
-    ctx.run_dir.mkdir(parents=True)
-    write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials),
-                 ctx.model)
-    atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, RunStatus.INCOMPLETE, started,
-                                                            trials, extra))
+    executor = executor or LocalExecutor()
+    if resume:
+        started, pending = resume_point(ctx, trials, lock_raw)
+        ctx.console.print(f"resuming {ctx.run_dir}: {len(trials) - len(pending)} of "
+                          f"{len(trials)} trials recorded, {len(pending)} to run")
+    else:
+        started, pending = utc_now(), trials
+        ctx.run_dir.mkdir(parents=True)
+        write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials),
+                     ctx.model)
+    job = TrialJob.of(ctx)
+    atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, RunStatus.INCOMPLETE, started, trials,
+                                                            extra))
+
+    def starting(trial: Trial, where: str) -> None:
+        ctx.console.print(f"trial {trial.name} on {where}: evicting model, starting container")
+
     status = RunStatus.COMPLETE
     try:
         if before_trials is not None:
             before_trials(ctx)
-        for trial in trials:
-            ctx.console.print(f"trial {trial.name}: evicting model, starting container")
-            try:
-                record = run_trial(ctx, trial)
-            except TrialInterrupted as stop:
-                ctx.trial_records.append(stop.record)
-                raise KeyboardInterrupt from None
+        for record in executor.run(job, pending, ctx.run_dir, on_start=starting):
             ctx.trial_records.append(record)
             ctx.console.print(_trial_line(record))
+    except TrialInterrupted as stop:
+        ctx.trial_records.append(stop.record)
+        status = RunStatus.INCOMPLETE
     except KeyboardInterrupt:
         status = RunStatus.INCOMPLETE
-        ctx.console.print("[red]interrupted[/red]: container stopped, run marked incomplete")
     except BaseException:
         atomic.write_json(ctx.run_dir / "run.json",
-                          _run_record(ctx, RunStatus.FAILED, started, trials, extra))
+                          _run_record(ctx, RunStatus.FAILED, started, trials,
+                                      {**extra, "executor": executor.describe()}))
         raise
     finally:
         scratch = ctx.run_dir / ".scratch"
         if scratch.is_dir() and not any(scratch.iterdir()):
             scratch.rmdir()
+    if status == RunStatus.INCOMPLETE:
+        ctx.console.print("[red]interrupted[/red]: running trials stopped, queued trials not "
+                          "started, run marked incomplete")
+    extra = {**extra, "executor": executor.describe()}
     results = stats.summarize(ctx.run_dir, [v.name for v in ctx.profile.variants],
                               ctx.profile.schedule.n_predict)
     atomic.write_json(ctx.run_dir / "results.json", results)
@@ -349,7 +450,11 @@ def _trial_line(record: dict[str, Any]) -> str:
               TrialStatus.FAILED: "red"}.get(status, "yellow")
     wall = record.get("engine_wall_s")
     peak = record.get("cgroup", {}).get("peak_bytes")
-    parts = [f"  [{colour}]{status}[/{colour}] exit {record.get('exit_code')}"]
+    where = f" on {record['node']['hostname']} ({record['node']['node_id'][:8]})" \
+        if isinstance(record.get("node"), dict) else ""
+    name = f"{record.get('index', 0):03d}-{record.get('variant')}-r{record.get('repeat')}"
+    parts = [f"  trial {name}{where}: "
+             f"[{colour}]{status}[/{colour}] exit {record.get('exit_code')}"]
     if wall is not None:
         parts.append(f"wall {wall:.3f} s")
     if peak is not None:

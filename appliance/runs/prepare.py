@@ -110,14 +110,20 @@ class PreparedRun:
 def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int | None,
                 out: Path | None, dry_run: bool, skip_digest: bool, image: str | None,
                 gpu_index: int | None, client_factory: Any,
-                progress: ProgressFn | None = None) -> tuple[PreparedRun, Any]:
+                progress: ProgressFn | None = None, resume: bool = False) -> tuple[PreparedRun, Any]:
     """All checks, cheapest first. Returns the prepared run and a Docker client (None in a
-    dry run); `client_factory()` connects (or raises the "Docker down" error)."""
+    dry run); `client_factory()` connects (or raises the "Docker down" error). With resume,
+    `out` must be an existing run directory (its trials so far are kept)."""
     if repeats is not None and not 1 <= repeats <= MAX_REPEATS:
         raise ConfigError(f"--repeats must be from 1 to {MAX_REPEATS}")
     run_dir = out if out is not None else default_run_dir(profile)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise ApplianceError(f"{run_dir} already exists and is not empty: choose another --out")
+    if resume:
+        if out is None or not (run_dir / "run.json").is_file():
+            raise ApplianceError("--resume needs --out naming the run directory to resume "
+                                 "(one with a run.json)")
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise ApplianceError(f"{run_dir} already exists and is not empty: choose another --out "
+                             "(or --resume it)")
     locate_model(profile.model, models_dir)
     if run_dir.resolve().is_relative_to(models_dir.resolve()):
         raise ApplianceError(f"--out {run_dir} is inside the models directory, which is "

@@ -33,6 +33,7 @@ from appliance.images.build import build_image
 from appliance.models.shapes import ModelSynthSpec
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunContext, RunOutcome, execute_run
+from appliance.runs.executor import ExecutorFactory
 from appliance.runs.plan import LlamaMoeTraceEngine
 from appliance.runs.prepare import prepare_run, stand_in_of
 from appliance.runs.profile import Profile, load_profile
@@ -70,13 +71,16 @@ def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Con
                     repeats: int | None = None, key: Path | None = None,
                     unsigned: bool = False, trial_timeout: float | None = None,
                     skip_digest: bool = False, gpu_index: int | None = None,
-                    progress: ProgressFn | None = None) -> RunOutcome:
-    """Run every trial of profile and seal the run directory as a (signed) bundle."""
+                    progress: ProgressFn | None = None,
+                    executor: ExecutorFactory | None = None, resume: bool = False) -> RunOutcome:
+    """Run every trial of profile (here, or through `executor`, e.g. a cluster) and seal the
+    run directory as a (signed) bundle; with resume, only the trials `out` still lacks."""
     prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
                                    dry_run=False, skip_digest=skip_digest, image=image,
                                    gpu_index=gpu_index, client_factory=docker_client,
-                                   progress=progress)
+                                   progress=progress, resume=resume)
     print_header(console, prepared)
+    trial_executor = executor(prepared, lock, console) if executor is not None else None
     stand_in = stand_in_of(prepared.image, lock)
     if stand_in is not None:
         console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
@@ -94,7 +98,7 @@ def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Con
     outcome = execute_run(ctx, prepared.trials, lock.raw,
                           {"target": prepared.choice.target, "stand_in": stand_in,
                            "image_id": client.images.get(prepared.image).id},
-                          finalize=finalize)
+                          finalize=finalize, executor=trial_executor, resume=resume)
     print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     return outcome
 

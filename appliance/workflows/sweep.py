@@ -25,6 +25,7 @@ from appliance.core.progress import ProgressFn
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
 from appliance.runs.execute import RunContext, RunOutcome, TrialInterrupted, execute_run, run_trial
+from appliance.runs.executor import ExecutorFactory
 from appliance.runs.memory_points import MemoryPoint, limit_label, parse_memory_list, resolve_limits
 from appliance.runs.model_files import locate_model
 from appliance.runs.plan import DiskProbeEngine, LlamaMoeTraceEngine, Trial, sweep_plan
@@ -84,8 +85,8 @@ def estimate_seconds(trials: int, model_bytes: int, n_predict: int, k: int,
 def plan_sweep(profile: Profile, models_dir: Path, lock: Lock, *, memory: str | None,
                repeats: int | None, out: Path | None, dry_run: bool, max_hours: float,
                skip_digest: bool = False, image: str | None = None,
-               gpu_index: int | None = None,
-               progress: ProgressFn | None = None) -> tuple[SweepPlan, Any]:
+               gpu_index: int | None = None, progress: ProgressFn | None = None,
+               resume: bool = False) -> tuple[SweepPlan, Any]:
     """Every check before anything starts, cheapest first: limits, length, then the run's."""
     profile = sweep_profile(profile)
     points = memory_points(profile, memory)
@@ -110,7 +111,7 @@ def plan_sweep(profile: Profile, models_dir: Path, lock: Lock, *, memory: str | 
     prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
                                    dry_run=dry_run, skip_digest=skip_digest, image=image,
                                    gpu_index=gpu_index, client_factory=docker_client,
-                                   progress=progress)
+                                   progress=progress, resume=resume)
     prepared = dataclasses.replace(prepared, trials=trials)
     return SweepPlan(profile, prepared, points, limits, max(per_layer.values()), estimate), client
 
@@ -185,11 +186,15 @@ def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:
 
 
 def execute_sweep(plan: SweepPlan, client: Any, lock: Lock, console: Console, *,
-                  key: Path | None, trial_timeout: float | None = None
+                  key: Path | None, trial_timeout: float | None = None,
+                  executor: ExecutorFactory | None = None, resume: bool = False
                   ) -> tuple[RunOutcome, dict[str, Any]]:
-    """The probe, every trial, the analysis, the seal; prints the sweep's table."""
+    """The probe (on this machine), every trial (here or through `executor`, e.g. a cluster),
+    the analysis, the seal; prints the sweep's table. With resume, only the trials the run
+    directory lacks run, and the probe only if it has none."""
     prepared = plan.prepared
     print_header(console, prepared)
+    trial_executor = executor(prepared, lock, console) if executor is not None else None
     stand_in = stand_in_of(prepared.image, lock)
     if stand_in is not None:
         console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
@@ -210,8 +215,11 @@ def execute_sweep(plan: SweepPlan, client: Any, lock: Lock, console: Console, *,
                        "labels": [limit_label(m) for m in plan.limits],
                        "n_predict": plan.profile.schedule.n_predict,
                        "probe_block_bytes": plan.expert_bytes}}
+    probed = resume and read_probe(prepared.run_dir) is not None
     outcome = execute_run(ctx, prepared.trials, lock.raw, extra, finalize=finalize,
-                          before_trials=functools.partial(run_disk_probe, plan=plan))
+                          before_trials=None if probed else functools.partial(run_disk_probe,
+                                                                              plan=plan),
+                          executor=trial_executor, resume=resume)
     sweep = json.loads((outcome.run_dir / "results.json").read_text()).get("sweep", {})
     print_sweep(console, sweep)
     print_sweep_outcome(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)

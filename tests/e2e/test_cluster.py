@@ -1,0 +1,237 @@
+"""Runs and sweeps through `--cluster` on a local Ray cluster of three nodes, on loopback.
+
+The cluster lives in a network namespace with only `lo` (tests/ray_cluster.py): a head and a
+worker with the real cpu engine image, and a third node told to use an image whose inputs
+digest label differs, which every run must refuse. The tests run in file order: the node-loss
+test kills the worker's raylet, so the resume test runs on the head alone.
+"""
+
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from appliance.attest.bundle import verdict, verify_bundle
+from appliance.core.paths import cache_dir
+from appliance.images.labels import INPUTS_DIGEST
+from appliance.runs.profile import load_profile
+from appliance.workflows.pipeline import ensure_synth_model
+from tests.conftest import REPO, unavailable
+from tests.ray_cluster import ADDRESS, LoopbackCluster, namespaces_available
+
+pytestmark = [pytest.mark.docker, pytest.mark.engine, pytest.mark.slow]
+PROFILE = "tiny-oversub"
+OTHER_IMAGE = "moe-expert-cache-clustertest:other-inputs"
+
+
+@pytest.fixture(scope="module")
+def models() -> Path:
+    directory = cache_dir() / "models" / "demo"
+    ensure_synth_model(load_profile(PROFILE), directory, Console(file=io.StringIO()))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def other_image(docker_client, engine_image_cpu: str) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """The engine image with another inputs digest label: what a stale node would hold."""
+    dockerfile = f"FROM {engine_image_cpu}\nLABEL {INPUTS_DIGEST}={'0' * 64}\n"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=OTHER_IMAGE, rm=True)
+    yield OTHER_IMAGE
+    docker_client.images.remove(OTHER_IMAGE, force=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(engine_image_cpu: str, other_image: str) -> Iterator[dict[str, Any]]:
+    why = namespaces_available()
+    if why is not None:
+        unavailable(why)
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        unavailable("ray is not installed (pip install .[cluster])")
+    nodes = LoopbackCluster()
+    try:
+        nodes.start_namespace()
+        nodes.join(head=True)
+        nodes.join()
+        nodes.join(images={"cpu": other_image})
+        reports = nodes.status()
+        by_role = {"head": next(r for r in reports if r["head"]),
+                   "worker": next(r for r in reports if not r["head"]
+                                  and r["images"]["cpu"]["tag"] != other_image),
+                   "stale": next(r for r in reports if r["images"]["cpu"]["tag"] == other_image)}
+        yield {"nodes": nodes, "reports": reports, **by_role}
+    finally:
+        nodes.stop()
+
+
+def run_args(models: Path, out: Path, *extra: str) -> list[str]:
+    return ["run", PROFILE, "--models", str(models), "--repeats", "1", "--out", str(out),
+            "--unsigned", *extra]
+
+
+def trials(run: Path) -> dict[str, dict[str, Any]]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted(run.glob("trials/*/trial.json"))}
+
+
+def tree_digest(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(directory).as_posix().encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def fields(results: dict[str, Any]) -> dict[str, Any]:
+    """results.json's field names: top level, per variant, and the ratio pairs."""
+    return {"top": sorted(results),
+            "variants": {name: sorted(v) for name, v in results["variants"].items()},
+            "ratios": [(r["numerator"], r["denominator"]) for r in results["ratios"]]}
+
+
+def test_cluster_is_on_loopback_and_lists_its_nodes(cluster: dict[str, Any]) -> None:
+    assert cluster["nodes"].interfaces() == ["lo"]
+    reports = cluster["reports"]
+    assert len(reports) == 3
+    assert {r["address"] for r in reports} == {"127.0.0.1"}
+    assert all(r["targets"] == ["cpu"] for r in reports)
+    assert cluster["head"]["images"]["cpu"]["inputs_digest"] == \
+        cluster["worker"]["images"]["cpu"]["inputs_digest"] != \
+        cluster["stale"]["images"]["cpu"]["inputs_digest"]
+
+
+def test_run_spreads_over_two_nodes_refuses_the_stale_one_and_verifies(
+        cluster: dict[str, Any], models: Path, tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = cluster["nodes"].appliance(*run_args(models, tmp_path / "cluster", "--cluster",
+                                                  ADDRESS))
+    seconds = time.monotonic() - started
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    print(f"cluster run of {PROFILE} --repeats 1 on two nodes: {seconds:.1f} s")
+    stale = cluster["stale"]["node_id"]
+    assert f"refused: node {stale[:12]}" in result.stdout
+    assert "carries inputs digest 000000000000" in result.stdout
+
+    run = tmp_path / "cluster"
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "complete"
+    executor = record["executor"]
+    assert executor["kind"] == "ray" and executor["resource"] == "appliance-cpu"
+    assert {n["node_id"] for n in executor["nodes"]} == {cluster["head"]["node_id"],
+                                                         cluster["worker"]["node_id"]}
+    assert len(executor["refused"]) == 1 and stale[:12] in executor["refused"][0]
+    recorded = trials(run)
+    assert len(recorded) == 3
+    nodes_used = {name: t["node"]["node_id"] for name, t in recorded.items()}
+    assert len(set(nodes_used.values())) == 2 and stale not in nodes_used.values()
+    assert executor["trial_nodes"] == nodes_used
+    for trial in recorded.values():
+        assert trial["status"] == "ok", trial
+        assert [a["node_id"] for a in trial["attempts"]] == [trial["node"]["node_id"]]
+        assert trial["node"]["image"]["tag"] != OTHER_IMAGE
+        assert trial["node"]["host"]["kernel"] == os.uname().release
+    provenance = json.loads((run / "provenance.json").read_text())
+    assert provenance["run"]["executor"]["trial_nodes"] == nodes_used
+    assert verdict(verify_bundle(run)) == "verified"
+
+    local = cluster["nodes"].appliance(*run_args(models, tmp_path / "local"))
+    assert local.returncode == 0, local.stdout[-4000:] + local.stderr[-4000:]
+    assert json.loads((tmp_path / "local" / "run.json").read_text())["executor"] == \
+        {"kind": "local"}
+    assert fields(json.loads((run / "results.json").read_text())) == \
+        fields(json.loads((tmp_path / "local" / "results.json").read_text()))
+
+
+def test_a_trial_whose_node_is_lost_runs_again_elsewhere(cluster: dict[str, Any], models: Path,
+                                                         tmp_path: Path) -> None:
+    worker = cluster["worker"]["node_id"]
+    driver = cluster["nodes"].driver(*run_args(models, tmp_path / "run", "--cluster", ADDRESS))
+    assert driver.stdout is not None
+    seen, victim = [], None
+    for line in driver.stdout:
+        seen.append(line)
+        if f"on node {worker[:8]}" in line and "starting container" in line:
+            victim = line.split()[1]
+            time.sleep(3)  # the trial's container is running
+            os.kill(cluster["nodes"].raylet_pid(worker), signal.SIGKILL)
+            break
+    output = "".join(seen) + driver.stdout.read()
+    assert driver.wait(timeout=1800) == 0, output[-4000:]
+    assert victim is not None, output[-4000:]
+
+    recorded = trials(tmp_path / "run")
+    assert len(recorded) == 3 and all(t["status"] == "ok" for t in recorded.values())
+    attempts = recorded[victim]["attempts"]
+    assert len(attempts) == 2, attempts
+    assert attempts[0]["node_id"] == worker and attempts[0]["error"].startswith("node lost")
+    assert attempts[1]["node_id"] == cluster["head"]["node_id"] == \
+        recorded[victim]["node"]["node_id"]
+    assert attempts[1]["status"] == "ok"
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "complete" and run["executor"]["lost"] == [worker]
+    assert verdict(verify_bundle(tmp_path / "run")) == "verified"
+
+
+def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
+        cluster: dict[str, Any], models: Path, tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+    run = tmp_path / "sweep"
+    args = ["sweep", PROFILE, "--models", str(models), "--memory", "0.5,1.2", "--repeats", "1",
+            "--out", str(run), "--unsigned", "--cluster", ADDRESS]
+    driver = cluster["nodes"].driver(*args)
+    assert driver.stdout is not None
+    seen: list[str] = []
+    for line in driver.stdout:
+        seen.append(line)
+        if any(": ok exit 0" in s for s in seen) and "starting container" in line:
+            time.sleep(2)  # Ctrl-C while a trial's container runs on its node
+            driver.send_signal(signal.SIGINT)
+            break
+    output = "".join(seen) + driver.stdout.read()
+    assert driver.wait(timeout=600) == 130, output[-4000:]
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "incomplete"
+    assert docker_client.containers.list(
+        all=True, filters={"label": f"org.moe-appliance.run={record['run_id']}"}) == []
+    planned = json.loads((run / "inputs" / "schedule.json").read_text())["trials"]
+    assert len(planned) == 6  # 2 limits x 3 variants
+    done = {name for name, t in trials(run).items() if t["status"] == "ok"}
+    assert 1 <= len(done) < 6, output[-4000:]
+    assert any(t["status"] == "interrupted" for t in trials(run).values())
+    kept = {name: tree_digest(run / "trials" / name) for name in done}
+
+    resumed = cluster["nodes"].appliance(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-4000:]
+    assert f"{len(done)} of 6 trials recorded, {6 - len(done)} to run" in resumed.stdout
+    assert "disk probe: evicting model" in output
+    assert "disk probe: evicting model" not in resumed.stdout  # recorded by the first start
+    started = {line.split()[1] for line in resumed.stdout.splitlines()
+               if line.startswith("trial ") and "starting container" in line}
+    assert started == set(planned) - done
+    assert {name: tree_digest(run / "trials" / name) for name in done} == kept
+    assert len(trials(run)) == 6 and all(t["status"] == "ok" for t in trials(run).values())
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "complete" and record["executor"]["kind"] == "ray"
+    assert "sweep" in json.loads((run / "results.json").read_text())
+    assert verdict(verify_bundle(run)) == "verified"
+
+
+def test_an_unreachable_cluster_is_one_line_before_anything_is_written(
+        engine_image_cpu: str, models: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "appliance", *run_args(models, tmp_path / "run", "--cluster",
+                                                       "127.0.0.1:9")],
+        capture_output=True, text=True, cwd=REPO, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: cannot reach a Ray cluster at 127.0.0.1:9")
+    assert not (tmp_path / "run").exists()
