@@ -3,8 +3,9 @@ checked here, at the edge, against the range the code behind it can handle."""
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -12,7 +13,9 @@ from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.core.limits import MAX_REPEATS, MAX_SEED
 
-MAX_COUNT = 1 << 31  # tokens, steps, batch sizes
+MAX_COUNT = 1 << 31
+MAX_ATTEMPTS = 10  # per trial, on a cluster whose nodes are lost
+F = TypeVar("F", bound=Callable[..., Any])  # tokens, steps, batch sizes
 
 
 class FiniteFloat(click.FloatRange):
@@ -74,3 +77,50 @@ def refuse_key_with_unsigned(key: Path | None, unsigned: bool) -> None:
     """`--key` and `--unsigned` together are refused the same way by every verb that signs."""
     if unsigned and key is not None:
         raise ConfigError("--key and --unsigned contradict each other: choose one")
+
+
+def trial_options(what: str) -> Callable[[F], F]:
+    """The options `run` and `sweep` share: where the model is, where the run goes, how each
+    trial runs, how the bundle is signed and where the trials execute. `what` is "run" or
+    "sweep", for the help texts."""
+    options = [
+        click.option("--models", "models_dir", required=True,
+                     type=click.Path(path_type=Path, file_okay=False),
+                     help="Directory holding the profile's model file (mounted read-only)."),
+        click.option("--out", type=OutputPath(directory=True), default=None,
+                     help="Run directory to create (default: runs/<profile>-<UTC time>)."),
+        click.option("--repeats", type=REPEATS, default=None,
+                     help="Override the profile's repeats."),
+        click.option("--skip-digest-check", is_flag=True,
+                     help="Check the model's size only, not its sha256 (marked in all output)."),
+        click.option("--image", default=None,
+                     help="Engine image tag (default: from target and lock)."),
+        click.option("--gpu", "gpu_index", type=click.IntRange(min=0), default=None,
+                     help="GPU index (default 0)."),
+        click.option("--trial-timeout", type=RATE, default=None, metavar="SECONDS",
+                     help="Stop a trial's engine after this long and record it as timed out."),
+        json_option,
+        click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
+                     help="Private key (or key directory) to sign the bundle with (default: the "
+                     "key from `appliance keys init`, made and trusted on first use)."),
+        click.option("--unsigned", is_flag=True,
+                     help="Seal the bundle without a signature (it says so)."),
+        click.option("--cluster", "cluster_address", default=None, metavar="ADDRESS",
+                     help="Run the trials on a Ray cluster (HOST:PORT, ray://HOST:PORT or auto), "
+                     "one per node; see docs/cluster.md."),
+        click.option("--max-attempts", type=click.IntRange(min=1, max=MAX_ATTEMPTS), default=3,
+                     show_default=True,
+                     help="With --cluster: attempts per trial when its node is lost."),
+        click.option("--resume", is_flag=True,
+                     help=f"--out names an incomplete {what} of this profile: run only its "
+                     "missing trials."),
+        lock_option,
+    ]
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+

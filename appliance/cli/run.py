@@ -9,12 +9,8 @@ import click
 from rich.console import Console
 
 from appliance.cli.options import (
-    RATE,
-    REPEATS,
-    OutputPath,
-    json_option,
-    lock_option,
     refuse_key_with_unsigned,
+    trial_options,
 )
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
@@ -30,32 +26,8 @@ from appliance.workflows.pipeline import execute_profile
 
 @click.command("run")
 @click.argument("profile_name", metavar="PROFILE")
-@click.option("--models", "models_dir", required=True,
-              type=click.Path(path_type=Path, file_okay=False),
-              help="Directory holding the profile's model file (mounted read-only).")
-@click.option("--out", type=OutputPath(directory=True), default=None,
-              help="Run directory to create (default: runs/<profile>-<UTC time>).")
-@click.option("--repeats", type=REPEATS, default=None, help="Override the profile's repeats.")
 @click.option("--dry-run", is_flag=True, help="Print the trial plan and docker parameters only.")
-@click.option("--skip-digest-check", is_flag=True,
-              help="Check the model's size only, not its sha256 (marked in all output).")
-@click.option("--image", default=None, help="Engine image tag (default: from target and lock).")
-@click.option("--gpu", "gpu_index", type=click.IntRange(min=0), default=None, help="GPU index (default 0).")
-@click.option("--trial-timeout", type=RATE, default=None, metavar="SECONDS",
-              help="Stop a trial's engine after this long and record it as timed out.")
-@json_option
-@click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Private key (or key directory) to sign the bundle with "
-              "(default: the key from `appliance keys init`, made and trusted on first use).")
-@click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature (it says so).")
-@click.option("--cluster", "cluster_address", default=None, metavar="ADDRESS",
-              help="Run the trials on a Ray cluster (HOST:PORT, ray://HOST:PORT or auto), one "
-              "per node; see docs/cluster.md.")
-@click.option("--max-attempts", type=int, default=3, show_default=True,
-              help="With --cluster: attempts per trial when its node is lost.")
-@click.option("--resume", is_flag=True,
-              help="--out names an incomplete run of this profile: run only its missing trials.")
-@lock_option
+@trial_options("run")
 def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: int | None,
                 dry_run: bool, skip_digest_check: bool, image: str | None,
                 gpu_index: int | None, trial_timeout: float | None, as_json: bool,
