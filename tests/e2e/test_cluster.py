@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from appliance.attest.bundle import verdict, verify_bundle
+from appliance.attest.dsse import KeyPair, init_keys
+from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.paths import cache_dir
 from appliance.images.labels import INPUTS_DIGEST
 from appliance.runs.profile import load_profile
@@ -75,9 +77,21 @@ def cluster(engine_image_cpu: str, other_image: str) -> Iterator[dict[str, Any]]
         nodes.stop()
 
 
+KEYS = init_keys(Path(tempfile.mkdtemp(prefix="cluster-test-keys-")))
+
+
+def signing(keys: KeyPair = KEYS) -> list[str]:
+    """Bundles are signed with a key made for these tests and verified against it alone."""
+    return ["--key", str(keys.private)]
+
+
+def verified(run: Path) -> bool:
+    return verify_bundle(run, KEYS.public).verdict is Verdict.VERIFIED
+
+
 def run_args(models: Path, out: Path, *extra: str) -> list[str]:
     return ["run", PROFILE, "--models", str(models), "--repeats", "1", "--out", str(out),
-            "--unsigned", *extra]
+            *signing(), *extra]
 
 
 def trials(run: Path) -> dict[str, dict[str, Any]]:
@@ -141,7 +155,7 @@ def test_run_spreads_over_two_nodes_refuses_the_stale_one_and_verifies(
         assert trial["node"]["host"]["kernel"] == os.uname().release
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["run"]["executor"]["trial_nodes"] == nodes_used
-    assert verdict(verify_bundle(run)) == "verified"
+    assert verified(run)
 
     local = cluster["nodes"].appliance(*run_args(models, tmp_path / "local"))
     assert local.returncode == 0, local.stdout[-4000:] + local.stderr[-4000:]
@@ -178,14 +192,14 @@ def test_a_trial_whose_node_is_lost_runs_again_elsewhere(cluster: dict[str, Any]
     assert attempts[1]["status"] == "ok"
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["status"] == "complete" and run["executor"]["lost"] == [worker]
-    assert verdict(verify_bundle(tmp_path / "run")) == "verified"
+    assert verified(tmp_path / "run")
 
 
 def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
         cluster: dict[str, Any], models: Path, tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
     run = tmp_path / "sweep"
     args = ["sweep", PROFILE, "--models", str(models), "--memory", "0.5,1.2", "--repeats", "1",
-            "--out", str(run), "--unsigned", "--cluster", ADDRESS]
+            "--out", str(run), *signing(), "--cluster", ADDRESS]
     driver = cluster["nodes"].driver(*args)
     assert driver.stdout is not None
     seen: list[str] = []
@@ -221,7 +235,7 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "complete" and record["executor"]["kind"] == "ray"
     assert "sweep" in json.loads((run / "results.json").read_text())
-    assert verdict(verify_bundle(run)) == "verified"
+    assert verified(run)
 
 
 def test_an_unreachable_cluster_is_one_line_before_anything_is_written(
