@@ -106,28 +106,47 @@ engine_answers() {
     timeout 10 docker info >/dev/null 2>&1
 }
 
-start_engine() {
-    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
-        say "starting the Docker engine: systemctl start docker"
-        systemctl start docker
-    elif command -v service >/dev/null && [ -x /etc/init.d/docker ]; then
-        say "starting the Docker engine: service docker start"
-        service docker start >/dev/null
-    else
-        say "starting dockerd in the background; its log: $ENGINE_LOG"
-        mkdir -p "$(dirname "$ENGINE_LOG")"
-        nohup dockerd >>"$ENGINE_LOG" 2>&1 &
-    fi
+start_dockerd() {
+    say "starting dockerd in the background; its log: $ENGINE_LOG"
+    mkdir -p "$(dirname "$ENGINE_LOG")"
+    nohup dockerd >>"$ENGINE_LOG" 2>&1 &
+}
+
+wait_for_engine() {
     waited=0
     until engine_answers; do
-        if [ "$waited" -ge "$ENGINE_WAIT_S" ]; then
-            say "the Docker engine did not answer within ${ENGINE_WAIT_S} s; last lines of $ENGINE_LOG:"
-            tail -n 20 "$ENGINE_LOG" 2>/dev/null || true
-            exit 1
+        if [ "$waited" -ge "$1" ]; then
+            return 1
         fi
         sleep 1
         waited=$((waited + 1))
     done
+}
+
+# A service manager is tried first; where it refuses (a container or sandbox without systemd,
+# an init script that cannot raise ulimits) dockerd is started directly.
+start_engine() {
+    managed=no
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+        say "starting the Docker engine: systemctl start docker"
+        systemctl start docker && managed=yes
+    elif command -v service >/dev/null && [ -x /etc/init.d/docker ]; then
+        say "starting the Docker engine: service docker start"
+        service docker start >/dev/null 2>&1 && managed=yes
+    fi
+    if [ "$managed" = yes ] && wait_for_engine 15; then
+        :
+    else
+        if [ "$managed" = no ]; then
+            say "no service manager could start it"
+        fi
+        start_dockerd
+        if ! wait_for_engine "$ENGINE_WAIT_S"; then
+            say "the Docker engine did not answer within ${ENGINE_WAIT_S} s; last lines of $ENGINE_LOG:"
+            tail -n 20 "$ENGINE_LOG" 2>/dev/null || true
+            exit 1
+        fi
+    fi
     say "Docker engine $(docker version --format '{{.Server.Version}}' 2>/dev/null) answers"
 }
 
