@@ -138,7 +138,9 @@ start_engine() {
         :
     else
         if [ "$managed" = no ]; then
-            say "no service manager could start it"
+            say "the service manager did not start it (or there is none)"
+        else
+            say "the service manager started it but it does not answer"
         fi
         start_dockerd
         if ! wait_for_engine "$ENGINE_WAIT_S"; then
