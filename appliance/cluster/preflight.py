@@ -5,6 +5,7 @@ lock, has no engine image for the target or one built from other inputs (the ima
 digest label), or lacks the model file or holds one with another sha256.
 """
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +79,16 @@ def admit(address: str, expected: Expected) -> Admission:
     refs = [on_node(n["NodeID"], node_report, [expected.target], expected.model_path,
                     name="appliance-node-report") for n in candidates]
     admission = Admission()
-    for report in ray.get(refs, timeout=PROBE_TIMEOUT_S):
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    for node, ref in zip(candidates, refs, strict=True):
+        try:
+            report = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+        except ray.exceptions.RayError as exc:
+            # a node that died after it was listed (not yet marked dead) cannot run trials
+            admission.refused.append(f"node {str(node['NodeID'])[:12]} "
+                                     f"({node.get('NodeManagerHostname')}) did not answer the "
+                                     f"preflight probe ({type(exc).__name__}): it is skipped")
+            continue
         why = refusal(report, expected)
         if why is None:
             admission.accepted.append(report)

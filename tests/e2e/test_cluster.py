@@ -25,6 +25,7 @@ from rich.console import Console
 from appliance.attest.dsse import KeyPair, init_keys
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.paths import cache_dir
+from appliance.images import labels
 from appliance.images.labels import INPUTS_DIGEST
 from appliance.runs.profile import load_profile
 from appliance.workflows.pipeline import ensure_synth_model
@@ -214,7 +215,7 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "incomplete"
     assert docker_client.containers.list(
-        all=True, filters={"label": f"org.moe-appliance.run={record['run_id']}"}) == []
+        all=True, filters={"label": f"{labels.RUN}={record['run_id']}"}) == []
     planned = json.loads((run / "inputs" / "schedule.json").read_text())["trials"]
     assert len(planned) == 6  # 2 limits x 3 variants
     done = {name for name, t in trials(run).items() if t["status"] == "ok"}
