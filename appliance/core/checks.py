@@ -18,15 +18,30 @@ class Status(StrEnum):
     FAIL = "fail"
 
 
+def one_line(text: str) -> str:
+    """text with every unprintable character escaped (a newline becomes `\\n`): reasons quote
+    names read from untrusted files, and a name must not forge a line of the report."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
 @dataclass
 class Check:
-    """One named step and its outcome: why, which files it concerns, and the fix if any."""
+    """One named step and its outcome: why, which files it concerns, and the fix if any.
+
+    The reason and the fix are always one line (see one_line)."""
 
     name: str
     status: Status
     reason: str
     files: list[str] = field(default_factory=list)
     fix: str = ""
+
+    def __post_init__(self) -> None:
+        self.reason = one_line(self.reason)
+        self.fix = one_line(self.fix)
 
     @property
     def ok(self) -> bool:
