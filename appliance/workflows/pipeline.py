@@ -121,7 +121,7 @@ def choose_source(lock: Lock, requested: str, console: Console) -> str:
 def ensure_engine_image(lock: Lock, target: str, source: str, console: Console,
                         progress: ProgressFn | None = None) -> str:
     console.print(f"engine image for [bold]{target}[/bold] from source [bold]{source}[/bold] "
-                  "(a first build compiles llama.cpp: about 15 minutes on 2 cores)")
+                  "(a first build compiles llama.cpp: 3 to 15 minutes on 2 cores, by load)")
     built = build_image(lock, target, source, progress=progress)
     state = "reused (inputs unchanged)" if built.reused else f"built in {built.seconds:.0f} s"
     console.print(f"image {built.tag} {state}")
