@@ -18,7 +18,7 @@ from rich.console import Console
 
 from appliance.core.paths import cache_dir
 from appliance.runs.profile import load_profile
-from appliance.workflows.pipeline import ensure_synth_model
+from appliance.workflows.run import ensure_synth_model
 from tests.ray_cluster import ADDRESS, LoopbackCluster
 
 PROFILE = "tiny-oversub"

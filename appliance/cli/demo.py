@@ -9,7 +9,7 @@ from rich.console import Console
 from appliance.cli.options import REPEATS, OutputPath, lock_option
 from appliance.cli.progress import progress_display
 from appliance.engine.lock import load_lock
-from appliance.workflows.pipeline import demo
+from appliance.workflows.demo import demo
 
 
 @click.command("demo")

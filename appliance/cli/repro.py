@@ -12,8 +12,7 @@ from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.host.docker import docker_endpoint, engine_problem
 from appliance.host.gpu import visible_gpus
-from appliance.workflows.pipeline import reproduce
-from appliance.workflows.repro import preflight
+from appliance.workflows.repro import preflight, reproduce
 
 
 @click.group("repro")

@@ -21,7 +21,7 @@ from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import load_profile
 from appliance.runs.report import planned_specs, print_header, print_plan
 from appliance.runs.status import RunStatus
-from appliance.workflows.pipeline import execute_profile
+from appliance.workflows.run import execute_profile
 
 
 @click.command("run")

@@ -37,7 +37,7 @@ def sweep_command(profile_name: str, models_dir: Path, memory: str | None, out: 
     from appliance.runs.profile import load_profile
     from appliance.runs.report import print_header
     from appliance.runs.status import RunStatus
-    from appliance.workflows.pipeline import signing_key
+    from appliance.workflows.run import signing_key
     from appliance.workflows.sweep import execute_sweep, plan_sweep, print_grid
 
     refuse_key_with_unsigned(key, unsigned)

@@ -7,10 +7,11 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.core.units import format_size
+from appliance.engine.lock import Lock
 from appliance.images import labels as L
 from appliance.runs.model_files import SKIPPED, UNPINNED
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
-from appliance.runs.prepare import PreparedRun
+from appliance.runs.prepare import PreparedRun, stand_in_of
 from appliance.runs.status import TrialStatus
 
 MIB = 1 << 20
@@ -36,6 +37,15 @@ def digest_line(prepared: PreparedRun) -> str:
                 "of the profile)")
     cached = ", from the digest cache" if model.digest_from_cache else ""
     return f"sha256 {model.sha256} verified{cached}"
+
+
+def print_stand_in(console: Console, prepared: PreparedRun, lock: Lock) -> str | None:
+    """Say loudly when the run's image is built from a stand-in; returns its name, or None."""
+    stand_in = stand_in_of(prepared.image, lock)
+    if stand_in is not None:
+        console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
+                      f"canonical pin {lock.upstream.release}[/bold yellow]")
+    return stand_in
 
 
 def print_header(console: Console, prepared: PreparedRun) -> None:

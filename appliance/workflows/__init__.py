@@ -1,4 +1,6 @@
-"""The only modules that chain stages: run a profile to a sealed bundle, the demo, reproductions.
+"""The only modules that chain stages: `run` (a profile to a sealed, verified bundle and its
+evidence comparison), `sweep` (one profile over memory limits), `demo` (the miniature sweep) and
+`repro` (a target's reproduction profiles, after its preflight).
 
 May import: every stage except cli.
 """

@@ -7,10 +7,26 @@ no model directory) stops at once with what is needed.
 
 from pathlib import Path
 
+from rich.console import Console
+
 from appliance.core.errors import ApplianceError
+from appliance.core.paths import cache_dir
+from appliance.core.progress import ProgressFn
 from appliance.engine.lock import Lock, Target
-from appliance.host.docker import engine_fix
-from appliance.host.gpu import Gpu, driver_satisfies, target_for_capability
+from appliance.host.docker import engine_fix, engine_problem
+from appliance.host.gpu import Gpu, driver_satisfies, target_for_capability, visible_gpus
+from appliance.runs.profile import load_profile
+from appliance.workflows.run import (
+    PipelineReport,
+    choose_source,
+    ensure_engine_image,
+    ensure_synth_model,
+    execute_profile,
+    print_report,
+    read_paging_analysis,
+    signing_key,
+    verify_and_compare,
+)
 
 REPRO_PROFILES: dict[str, tuple[str, ...]] = {
     "cpu": ("tiny-oversub",),
@@ -66,3 +82,27 @@ def preflight(lock: Lock, target_name: str, gpus: list[Gpu],
         if not models_dir.is_dir():
             raise ApplianceError(f"MODELS={models_dir} is not a directory")
     return list(REPRO_PROFILES[target_name])
+
+
+def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | None,
+              source: str = "auto", out_root: Path | None = None, key: Path | None = None,
+              repeats: int | None = None,
+              progress: ProgressFn | None = None) -> list[PipelineReport]:
+    """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
+    profiles = preflight(lock, target, visible_gpus(), models_dir, engine_problem())
+    key = signing_key(key, False, console)
+    tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console,
+                              progress)
+    reports = []
+    for name in profiles:
+        profile = load_profile(name)
+        directory = models_dir or cache_dir() / "models" / "demo"
+        ensure_synth_model(profile, directory, console, progress)
+        out = out_root / name if out_root is not None else None
+        outcome = execute_profile(profile, directory, lock, console, image=tag, out=out,
+                                  repeats=repeats, key=key, progress=progress)
+        report = verify_and_compare(outcome, profile, key, console)
+        report.paging = read_paging_analysis(outcome.run_dir)
+        print_report(report, console)
+        reports.append(report)
+    return reports

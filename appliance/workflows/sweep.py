@@ -29,9 +29,9 @@ from appliance.runs.executor import ExecutorFactory
 from appliance.runs.memory_points import MemoryPoint, limit_label, parse_memory_list, resolve_limits
 from appliance.runs.model_files import locate_model
 from appliance.runs.plan import DiskProbeEngine, LlamaMoeTraceEngine, Trial, sweep_plan
-from appliance.runs.prepare import PreparedRun, check_limit_fits_host, prepare_run, stand_in_of
+from appliance.runs.prepare import PreparedRun, check_limit_fits_host, prepare_run
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
-from appliance.runs.report import print_header
+from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.stats import load_trials
 from appliance.runs.sweep_report import print_sweep, print_sweep_outcome
 from appliance.trace.expert_bytes import gguf_expert_layout
@@ -195,10 +195,7 @@ def execute_sweep(plan: SweepPlan, client: Any, lock: Lock, console: Console, *,
     prepared = plan.prepared
     print_header(console, prepared)
     trial_executor = executor(prepared, lock, console) if executor is not None else None
-    stand_in = stand_in_of(prepared.image, lock)
-    if stand_in is not None:
-        console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
-                      f"canonical pin {lock.upstream.release}[/bold yellow]")
+    stand_in = print_stand_in(console, prepared, lock)
     print_grid(console, plan)
     ctx = RunContext(client, plan.profile, LlamaMoeTraceEngine(prepared.image), prepared.model,
                      prepared.settings, prepared.run_dir, secrets.token_hex(6), console,

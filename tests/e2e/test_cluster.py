@@ -28,7 +28,7 @@ from appliance.core.paths import cache_dir
 from appliance.images import labels
 from appliance.images.labels import INPUTS_DIGEST
 from appliance.runs.profile import load_profile
-from appliance.workflows.pipeline import ensure_synth_model
+from appliance.workflows.run import ensure_synth_model
 from tests.conftest import REPO, unavailable
 from tests.ray_cluster import ADDRESS, LoopbackCluster, namespaces_available
 

@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 
 from appliance.attest.trust import trusted_keys
-from appliance.workflows.pipeline import signing_key
+from appliance.workflows.run import signing_key
 
 
 def test_first_use_makes_and_trusts_a_key_and_says_where(tmp_path: Path,

@@ -1,8 +1,8 @@
-"""Whole-pipeline verbs: execute a profile as a sealed bundle, the demo, and reproductions.
+"""Run a profile to a sealed, verified bundle: the chain `appliance run` and every workflow share.
 
-`execute_profile` is what `appliance run` does after parsing. `demo` and `reproduce` chain the
-parts a new user would otherwise run by hand: a verified source, the engine image, the
-model, the run, bundle verification, the paging check and the evidence comparison.
+`execute_profile` is what `appliance run` does after parsing. The rest are the steps a new
+user would otherwise run by hand around it: a verified source, the engine image, the model,
+the signing key, bundle verification, the paging check and the evidence comparison.
 """
 
 import functools
@@ -21,30 +21,24 @@ from appliance.attest.trust import init_trusted_keys
 from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
-from appliance.core.paths import cache_dir
 from appliance.core.progress import ProgressFn
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, claimed_evidence, compare, find_finding
-from appliance.host.docker import docker_client, engine_problem
-from appliance.host.gpu import visible_gpus
+from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, compare, find_finding
+from appliance.host.docker import docker_client
 from appliance.images.build import build_image
 from appliance.models.shapes import ModelSynthSpec
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunContext, RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
 from appliance.runs.plan import LlamaMoeTraceEngine
-from appliance.runs.prepare import prepare_run, stand_in_of
-from appliance.runs.profile import Profile, load_profile
-from appliance.runs.report import print_header, print_summary
+from appliance.runs.prepare import prepare_run
+from appliance.runs.profile import Profile
+from appliance.runs.report import print_header, print_stand_in, print_summary
 from appliance.runs.stats import load_trials, trial_metrics
-from appliance.runs.status import RunStatus
-from appliance.workflows.repro import preflight
-from appliance.workflows.sweep import DEFAULT_MAX_HOURS, execute_sweep, plan_sweep
 
 FALLBACK_STAND_IN = "b10229"
-DEMO_REPEATS = 1  # the demo sweeps 3 limits x 3 variants; one round keeps it within minutes
 
 
 def signing_key(key: Path | None, unsigned: bool, console: Console) -> Path | None:
@@ -81,10 +75,7 @@ def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Con
                                    progress=progress, resume=resume)
     print_header(console, prepared)
     trial_executor = executor(prepared, lock, console) if executor is not None else None
-    stand_in = stand_in_of(prepared.image, lock)
-    if stand_in is not None:
-        console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
-                      f"canonical pin {lock.upstream.release}[/bold yellow]")
+    stand_in = print_stand_in(console, prepared, lock)
     ctx = RunContext(client, profile, LlamaMoeTraceEngine(prepared.image), prepared.model,
                      prepared.settings, prepared.run_dir, secrets.token_hex(6), console,
                      trial_timeout_s=trial_timeout)
@@ -241,51 +232,3 @@ def print_report(report: PipelineReport, console: Console) -> None:
             table.add_row(item["evidence"], item["verdict"], "; ".join(item.get("reasons") or []))
         console.print(table)
     console.print(f"bundle: {report.run_dir}  (verify: appliance bundle verify {report.run_dir})")
-
-
-def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None = None,
-         models_dir: Path | None = None, repeats: int | None = None,
-         progress: ProgressFn | None = None) -> PipelineReport:
-    """The whole pipeline at miniature scale on the cpu image: profile tiny-oversub swept
-    over its `sweep.memory` limits, one bundle, verified and compared with evidence/;
-    `progress` gets the image build, model synthesis and hashing steps."""
-    profile = load_profile("tiny-oversub")
-    models_dir = models_dir or cache_dir() / "models" / "demo"
-    tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console,
-                              progress)
-    ensure_synth_model(profile, models_dir, console, progress)
-    key = signing_key(None, False, console)
-    plan, client = plan_sweep(profile, models_dir, lock, memory=None,
-                              repeats=repeats or DEMO_REPEATS, out=out, dry_run=False,
-                              max_hours=DEFAULT_MAX_HOURS, image=tag)
-    outcome, _ = execute_sweep(plan, client, lock, console, key=key)
-    report = verify_and_compare(outcome, plan.profile, key, console,
-                                evidence=claimed_evidence(outcome.run_dir))
-    print_report(report, console)
-    if outcome.status != RunStatus.COMPLETE:
-        raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)
-    return report
-
-
-def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | None,
-              source: str = "auto", out_root: Path | None = None, key: Path | None = None,
-              repeats: int | None = None,
-              progress: ProgressFn | None = None) -> list[PipelineReport]:
-    """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
-    profiles = preflight(lock, target, visible_gpus(), models_dir, engine_problem())
-    key = signing_key(key, False, console)
-    tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console,
-                              progress)
-    reports = []
-    for name in profiles:
-        profile = load_profile(name)
-        directory = models_dir or cache_dir() / "models" / "demo"
-        ensure_synth_model(profile, directory, console, progress)
-        out = out_root / name if out_root is not None else None
-        outcome = execute_profile(profile, directory, lock, console, image=tag, out=out,
-                                  repeats=repeats, key=key, progress=progress)
-        report = verify_and_compare(outcome, profile, key, console)
-        report.paging = read_paging_analysis(outcome.run_dir)
-        print_report(report, console)
-        reports.append(report)
-    return reports
