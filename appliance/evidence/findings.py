@@ -13,12 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.paths import evidence_dir
-from appliance.core.strict_load import load_json
+from appliance.core.strict_load import load_json, load_yaml
 from appliance.core.units import size_or_none
 from appliance.core.validation import load_schema as load_named_schema
 from appliance.core.validation import raise_for, schema_errors
@@ -157,11 +155,19 @@ def verified_input(bundle: Path, pubkey: Any = None,
                          exit_code=result.exit_code)
 
 
-def _read_json(path: Path) -> Any:
+def _read_mapping(path: Path) -> dict[str, Any]:
+    """A bundle file's top-level object through the strict readers; {} when it is missing,
+    unreadable or not an object (the verdict, not this reader, says what is wrong with it)."""
+    reader = load_yaml if path.suffix == ".yaml" else load_json
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+        value = reader(path)
+    except ApplianceError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass
@@ -179,32 +185,33 @@ class BundleFacts:
 
     @classmethod
     def read(cls, run_dir: Path) -> "BundleFacts":
-        try:
-            profile = yaml.safe_load((run_dir / "inputs" / "profile.yaml").read_text()) or {}
-        except (FileNotFoundError, yaml.YAMLError):
-            profile = {}
-        schedule = _read_json(run_dir / "inputs" / "schedule.json") or {}
-        run = _read_json(run_dir / "run.json") or {}
-        provenance = _read_json(run_dir / "provenance.json") or {}
-        limits = run.get("limits") or {}
-        plimits = profile.get("limits") or {}
+        profile = _read_mapping(run_dir / "inputs" / "profile.yaml")
+        schedule = _read_mapping(run_dir / "inputs" / "schedule.json")
+        run = _read_mapping(run_dir / "run.json")
+        provenance = _read_mapping(run_dir / "provenance.json")
+        limits = _obj(run.get("limits"))
+        plimits = _obj(profile.get("limits"))
         memory = size_or_none(limits.get("memory_bytes", plimits.get("memory")))
         memswap = size_or_none(limits.get("memswap_bytes"))
         swap = memswap - memory if memory is not None and memswap is not None else \
             size_or_none(plimits.get("swap"))
+        n_predict = schedule.get("n_predict", _obj(profile.get("schedule")).get("n_predict"))
+        repeats = schedule.get("repeats")
+        gpus = _obj(provenance.get("host")).get("gpus")
         return cls(
             profile=profile,
-            model=_read_json(run_dir / "inputs" / "model.json") or {},
+            model=_read_mapping(run_dir / "inputs" / "model.json"),
             memory_limit_bytes=memory,
             swap_bytes=swap,
-            n_predict=schedule.get("n_predict", (profile.get("schedule") or {}).get("n_predict")),
-            repeats=schedule.get("repeats"),
-            gpus=[g.get("name", "") for g in (provenance.get("host") or {}).get("gpus") or []],
-            results=_read_json(run_dir / "results.json") or {},
+            n_predict=n_predict if type(n_predict) is int else None,
+            repeats=repeats if type(repeats) is int else None,
+            gpus=[str(g.get("name", "")) for g in gpus if isinstance(g, dict)]
+            if isinstance(gpus, list) else [],
+            results=_read_mapping(run_dir / "results.json"),
         )
 
     def median(self, variant: str, metric: str) -> float | None:
-        entry = ((self.results.get("variants") or {}).get(variant) or {}).get(metric)
+        entry = _obj(_obj(self.results.get("variants")).get(variant)).get(metric)
         if isinstance(entry, dict):
             entry = entry.get("median")
         return float(entry) if isinstance(entry, int | float) else None
@@ -378,9 +385,9 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
         raise ConfigError(f"{run_dir}: the bundle is {verification.verdict.label}: only a "
                           "verified, complete run can become evidence (see `appliance bundle "
                           "verify`)")
-    provenance = _read_json(run_dir / "provenance.json") or {}
+    provenance = _read_mapping(run_dir / "provenance.json")
     facts = BundleFacts.read(run_dir)
-    names = sorted((facts.results.get("variants") or {}).keys())
+    names = sorted(_obj(facts.results.get("variants")).keys())
     if baseline not in names:
         raise ConfigError(f"{run_dir}: results.json has no variant {baseline!r} "
                           f"(variants: {', '.join(names) or 'none'}); pass --baseline")
