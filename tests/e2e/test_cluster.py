@@ -2,8 +2,8 @@
 
 The cluster lives in a network namespace with only `lo` (tests/ray_cluster.py): a head and a
 worker with the real cpu engine image, and a third node told to use an image whose inputs
-digest label differs, which every run must refuse. The tests run in file order: the node-loss
-test kills the worker's raylet, so the resume test runs on the head alone.
+digest label differs, which every run must refuse. The tests run in file order: the sweep runs
+on both nodes before the node-loss test kills the worker's raylet.
 """
 
 import hashlib
@@ -166,36 +166,6 @@ def test_run_spreads_over_two_nodes_refuses_the_stale_one_and_verifies(
         fields(json.loads((tmp_path / "local" / "results.json").read_text()))
 
 
-def test_a_trial_whose_node_is_lost_runs_again_elsewhere(cluster: dict[str, Any], models: Path,
-                                                         tmp_path: Path) -> None:
-    worker = cluster["worker"]["node_id"]
-    driver = cluster["nodes"].driver(*run_args(models, tmp_path / "run", "--cluster", ADDRESS))
-    assert driver.stdout is not None
-    seen, victim = [], None
-    for line in driver.stdout:
-        seen.append(line)
-        if f"on node {worker[:8]}" in line and "starting container" in line:
-            victim = line.split()[1]
-            time.sleep(3)  # the trial's container is running
-            os.kill(cluster["nodes"].raylet_pid(worker), signal.SIGKILL)
-            break
-    output = "".join(seen) + driver.stdout.read()
-    assert driver.wait(timeout=1800) == 0, output[-4000:]
-    assert victim is not None, output[-4000:]
-
-    recorded = trials(tmp_path / "run")
-    assert len(recorded) == 3 and all(t["status"] == "ok" for t in recorded.values())
-    attempts = recorded[victim]["attempts"]
-    assert len(attempts) == 2, attempts
-    assert attempts[0]["node_id"] == worker and attempts[0]["error"].startswith("node lost")
-    assert attempts[1]["node_id"] == cluster["head"]["node_id"] == \
-        recorded[victim]["node"]["node_id"]
-    assert attempts[1]["status"] == "ok"
-    run = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert run["status"] == "complete" and run["executor"]["lost"] == [worker]
-    assert verified(tmp_path / "run")
-
-
 def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
         cluster: dict[str, Any], models: Path, tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
     run = tmp_path / "sweep"
@@ -235,8 +205,39 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     assert len(trials(run)) == 6 and all(t["status"] == "ok" for t in trials(run).values())
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "complete" and record["executor"]["kind"] == "ray"
+    assert len({t["node"]["node_id"] for t in trials(run).values()}) == 2, trials(run)
     assert "sweep" in json.loads((run / "results.json").read_text())
     assert verified(run)
+
+
+def test_a_trial_whose_node_is_lost_runs_again_elsewhere(cluster: dict[str, Any], models: Path,
+                                                         tmp_path: Path) -> None:
+    worker = cluster["worker"]["node_id"]
+    driver = cluster["nodes"].driver(*run_args(models, tmp_path / "run", "--cluster", ADDRESS))
+    assert driver.stdout is not None
+    seen, victim = [], None
+    for line in driver.stdout:
+        seen.append(line)
+        if f"on node {worker[:8]}" in line and "starting container" in line:
+            victim = line.split()[1]
+            time.sleep(3)  # the trial's container is running
+            os.kill(cluster["nodes"].raylet_pid(worker), signal.SIGKILL)
+            break
+    output = "".join(seen) + driver.stdout.read()
+    assert driver.wait(timeout=1800) == 0, output[-4000:]
+    assert victim is not None, output[-4000:]
+
+    recorded = trials(tmp_path / "run")
+    assert len(recorded) == 3 and all(t["status"] == "ok" for t in recorded.values())
+    attempts = recorded[victim]["attempts"]
+    assert len(attempts) == 2, attempts
+    assert attempts[0]["node_id"] == worker and attempts[0]["error"].startswith("node lost")
+    assert attempts[1]["node_id"] == cluster["head"]["node_id"] == \
+        recorded[victim]["node"]["node_id"]
+    assert attempts[1]["status"] == "ok"
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "complete" and run["executor"]["lost"] == [worker]
+    assert verified(tmp_path / "run")
 
 
 def test_an_unreachable_cluster_is_one_line_before_anything_is_written(
