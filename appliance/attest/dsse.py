@@ -10,7 +10,6 @@ import base64
 import binascii
 import hashlib
 import json
-import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from securesystemslib.signer import CryptoSigner, Key, Signer, SSlibKey
 
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.core.paths import config_dir
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -44,9 +44,7 @@ class KeyPair:
 
 def default_key_dir() -> Path:
     """$XDG_CONFIG_HOME/appliance/keys, else ~/.config/appliance/keys."""
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".config"
-    return base / "appliance" / "keys"
+    return config_dir() / "keys"
 
 
 def existing_default_key() -> Path | None:

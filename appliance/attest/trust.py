@@ -15,6 +15,7 @@ from securesystemslib.signer import SSlibKey
 from appliance.attest.dsse import KeyPair, default_key_dir, init_keys, key_as_dict, load_public_key
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.paths import config_dir
 
 TRUSTED_SUFFIX = ".pub.json"
 MIN_ID_PREFIX = 8
@@ -24,9 +25,7 @@ def trusted_keys_dir() -> Path:
     override = os.environ.get("APPLIANCE_TRUSTED_KEYS")
     if override:
         return Path(override)
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".config"
-    return base / "appliance" / "trusted-keys"
+    return config_dir() / "trusted-keys"
 
 
 @dataclass(frozen=True)

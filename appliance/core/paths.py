@@ -59,6 +59,14 @@ def cache_dir() -> Path:
     env = os.environ.get("APPLIANCE_CACHE")
     if env:
         return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "appliance"
+    return _xdg_dir("XDG_CACHE_HOME", ".cache")
+
+
+def config_dir() -> Path:
+    """$XDG_CONFIG_HOME/appliance, else ~/.config/appliance: signing keys and the trust store."""
+    return _xdg_dir("XDG_CONFIG_HOME", ".config")
+
+
+def _xdg_dir(variable: str, fallback: str) -> Path:
+    xdg = os.environ.get(variable)
+    return (Path(xdg) if xdg else Path.home() / fallback) / "appliance"

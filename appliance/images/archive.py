@@ -29,8 +29,8 @@ from appliance.core.progress import ProgressFn, byte_counter
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
-from appliance.images.build import InspectReport, drift_message, inspect_image, inspect_labels
-from appliance.images.registry import choose_local_image
+from appliance.images.build import InspectReport, drift_message, inspect_labels
+from appliance.images.registry import matching_local_image
 
 SIDECAR_SUFFIX = ".sidecar.json"
 PAYLOAD_TYPE = "application/vnd.moe-appliance.image-export+json"
@@ -131,12 +131,7 @@ def archive_sha256(path: Path, progress: ProgressFn | None) -> str:
 def export_image(lock: Lock, target: str, out: Path, signer: Any, image_ref: str | None = None,
                  progress: ProgressFn | None = None) -> Sidecar:
     """Write TARGET's local image (or `image_ref`) to `out` and its signed sidecar beside it."""
-    lock.target(target)
-    client = docker_client()
-    ref = choose_local_image(client, lock, target, image_ref)
-    report = inspect_image(lock, ref, client)
-    if not report.matches:
-        raise IntegrityError(drift_message(report) + "; refusing to export it")
+    client, ref, report = matching_local_image(lock, target, image_ref, "export")
     if report.labels.get(L.TARGET) != target:
         raise IntegrityError(f"{ref} is an image for {report.labels.get(L.TARGET)}, not "
                              f"{target}: refusing to export it")

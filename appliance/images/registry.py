@@ -48,15 +48,23 @@ def choose_local_image(client: Any, lock: Lock, target: str, image_ref: str | No
     return (canonical or tagged)[0]
 
 
+def matching_local_image(lock: Lock, target: str, image_ref: str | None,
+                         purpose: str) -> tuple[Any, str, InspectReport]:
+    """(client, tag, inspection) of the target's local image (or `image_ref`), refused with
+    IntegrityError when its labels drift from the lock: nothing leaves this machine unchecked."""
+    lock.target(target)
+    client = docker_client()
+    ref = choose_local_image(client, lock, target, image_ref)
+    report = inspect_image(lock, ref, client)
+    if not report.matches:
+        raise IntegrityError(drift_message(report) + f"; refusing to {purpose} it")
+    return client, ref, report
+
+
 def push_image(lock: Lock, target: str, registry: str, image_ref: str | None = None,
                record: bool = True) -> Published:
     """Push the target's image to `registry`, record its manifest digest in the lock."""
-    lock.target(target)
-    client = docker_client()
-    local_tag = choose_local_image(client, lock, target, image_ref)
-    report = inspect_image(lock, local_tag, client)
-    if not report.matches:
-        raise IntegrityError(drift_message(report) + "; refusing to publish it")
+    client, local_tag, report = matching_local_image(lock, target, image_ref, "publish")
     remote_repo = f"{registry.rstrip('/')}/{L.IMAGE_REPOSITORY}"
     remote_tag = local_tag.split(":", 1)[1]
     image = client.images.get(local_tag)

@@ -116,16 +116,22 @@ def print_summary(console: Console, results: dict[str, Any], run_dir: Path, stat
                  if metric in ("wall_s", "decode_tps", "block_read_bytes")]
         console.print(f"{ratio['numerator']} / {ratio['denominator']} (pairwise, by round): "
                       + (", ".join(parts) or "no complete pairs"))
+    print_outcome(console, results, run_dir, status)
+    for plot in plots:
+        console.print(f"plot: {plot}")
+
+
+def print_outcome(console: Console, results: dict[str, Any], run_dir: Path, status: str,
+                  comparisons_scope: str = "") -> None:
+    """Byte identity of the generated texts, the trials that did not finish, the run's status."""
     identity = results["byte_identity"]
     if identity["all_identical"]:
         console.print(f"[green]generated texts byte-identical at matched length[/green] "
-                      f"({len(identity['comparisons'])} comparisons)")
+                      f"({len(identity['comparisons'])} comparisons{comparisons_scope})")
     else:
         for finding in identity["findings"]:
             console.print(f"[bold red]finding:[/bold red] {finding}")
-    bad = {d: s for d, s in results["statuses"].items() if s != TrialStatus.OK}
-    for trial, trial_status in bad.items():
-        console.print(f"[red]{trial}: {trial_status}[/red] (logs in trials/{trial}/)")
+    for trial, trial_status in results["statuses"].items():
+        if trial_status != TrialStatus.OK:
+            console.print(f"[red]{trial}: {trial_status}[/red] (logs in trials/{trial}/)")
     console.print(f"run {status}: {run_dir}")
-    for plot in plots:
-        console.print(f"plot: {plot}")

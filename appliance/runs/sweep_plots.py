@@ -16,6 +16,17 @@ def _series(summary: list[dict[str, Any]], variant: str,
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def _finish(fig: Any, ax: Any, path: Path, ylabel: str, title: str,
+            legend_size: int | None = None) -> Path:
+    """Label a plot against the memory limit and save it to path."""
+    ax.set_xlabel("memory limit (MiB)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
+    save_png(fig, path)
+    return path
+
+
 def write_sweep_plots(sweep: dict[str, Any], plots: Path) -> list[Path]:
     summary = sweep.get("summary") or []
     if not summary:
@@ -26,12 +37,8 @@ def write_sweep_plots(sweep: dict[str, Any], plots: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     for variant in variants:
         ax.plot(*_series(summary, variant, lambda r: r["decode_tps"]), marker="o", label=variant)
-    ax.set_xlabel("memory limit (MiB)")
-    ax.set_ylabel("decode tokens/s (median)")
-    ax.set_title("Decode throughput against the memory limit")
-    ax.legend()
-    save_png(fig, plots / SWEEP_PLOTS[0])
-    written.append(plots / SWEEP_PLOTS[0])
+    written.append(_finish(fig, ax, plots / SWEEP_PLOTS[0], "decode tokens/s (median)",
+                           "Decode throughput against the memory limit"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for variant in variants:
@@ -41,21 +48,14 @@ def write_sweep_plots(sweep: dict[str, Any], plots: Path) -> list[Path]:
         xs, ys = _series(summary, variants[-1], lambda r, key=key: r["reads_per_token"][key])
         ax.plot(xs, [y / MIB for y in ys], linestyle=style, color="black",
                 label=f"{key} predicted ({variants[-1]}'s capacity)")
-    ax.set_xlabel("memory limit (MiB)")
-    ax.set_ylabel("decode reads per token (MiB)")
-    ax.set_title("Measured decode reads against LRU and Belady")
-    ax.legend(fontsize=7)
-    save_png(fig, plots / SWEEP_PLOTS[1])
-    written.append(plots / SWEEP_PLOTS[1])
+    written.append(_finish(fig, ax, plots / SWEEP_PLOTS[1], "decode reads per token (MiB)",
+                           "Measured decode reads against LRU and Belady", legend_size=7))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for variant in variants:
         ax.plot(*_series(summary, variant, lambda r: r["disk_fraction"]), marker="o",
                 label=variant)
-    ax.set_xlabel("memory limit (MiB)")
-    ax.set_ylabel("decode read bandwidth / probed bandwidth")
-    ax.set_title("Fraction of the disk's cold random-read bandwidth (expert size, QD1)")
-    ax.legend()
-    save_png(fig, plots / SWEEP_PLOTS[2])
-    written.append(plots / SWEEP_PLOTS[2])
+    written.append(_finish(fig, ax, plots / SWEEP_PLOTS[2],
+                           "decode read bandwidth / probed bandwidth",
+                           "Fraction of the disk's cold random-read bandwidth (expert size, QD1)"))
     return written

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.runs.memory_points import limit_label
-from appliance.runs.status import TrialStatus
+from appliance.runs.report import print_outcome
 
 MIB = 1 << 20
 
@@ -55,17 +55,7 @@ def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
 def print_sweep_outcome(console: Console, results: dict[str, Any], run_dir: Path, status: str,
                         plots: list[Path]) -> None:
     """Byte identity, trials that did not finish, where the run and its pictures are."""
-    identity = results["byte_identity"]
-    if identity["all_identical"]:
-        console.print(f"[green]generated texts byte-identical at matched length[/green] "
-                      f"({len(identity['comparisons'])} comparisons, all limits)")
-    else:
-        for finding in identity["findings"]:
-            console.print(f"[bold red]finding:[/bold red] {finding}")
-    for trial, trial_status in results["statuses"].items():
-        if trial_status != TrialStatus.OK:
-            console.print(f"[red]{trial}: {trial_status}[/red] (logs in trials/{trial}/)")
-    console.print(f"run {status}: {run_dir}")
+    print_outcome(console, results, run_dir, status, comparisons_scope=", all limits")
     for plot in sorted({*plots, *(run_dir / "plots").glob("sweep_*.png")}):
         console.print(f"plot: {plot}")
 

@@ -23,8 +23,9 @@ def _field(reader: Any, key: str) -> Any:
     return None if field is None else field.contents()
 
 
-def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]:
-    """Per MoE layer, the bytes one expert occupies; error if the GGUF is not the trace's model."""
+def _expert_tensors(path: Path) -> tuple[Any, Any, Any, dict[int, int]]:
+    """(architecture, expert count, experts used, bytes of all expert tensors per MoE layer) as
+    the GGUF states them (None where a key is missing)."""
     from gguf import GGUFReader
 
     try:
@@ -40,6 +41,12 @@ def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]
         if match:
             layer = int(match.group(1))
             per_layer[layer] = per_layer.get(layer, 0) + int(tensor.n_bytes)
+    return arch, n_experts, n_used, per_layer
+
+
+def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]:
+    """Per MoE layer, the bytes one expert occupies; error if the GGUF is not the trace's model."""
+    arch, n_experts, n_used, per_layer = _expert_tensors(path)
     name = path.name
 
     def disagree(what: str, gguf_value: Any, trace_value: Any) -> ConfigError:
@@ -67,21 +74,7 @@ def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]
 def gguf_expert_layout(path: Path) -> tuple[int, int, dict[int, int]]:
     """(experts per layer, experts used per token, bytes of one expert per MoE layer) of a GGUF,
     for planning before any trace exists; ConfigError when it is not a MoE model."""
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(str(path))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read GGUF ({exc})") from None
-    arch = _field(reader, "general.architecture")
-    n_experts = _field(reader, f"{arch}.expert_count")
-    n_used = _field(reader, f"{arch}.expert_used_count")
-    totals: dict[int, int] = {}
-    for tensor in reader.tensors:
-        match = EXPERT_TENSOR.match(tensor.name)
-        if match:
-            layer = int(match.group(1))
-            totals[layer] = totals.get(layer, 0) + int(tensor.n_bytes)
+    _, n_experts, n_used, totals = _expert_tensors(path)
     if not n_experts or not n_used or not totals:
         raise ConfigError(f"{path.name} is not a mixture-of-experts GGUF (no expert tensors)")
     return int(n_experts), int(n_used), {layer: total // int(n_experts)
