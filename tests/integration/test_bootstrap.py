@@ -5,9 +5,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import REPO
+from tests.conftest import REPO, unavailable
 from tests.unit.test_bootstrap import BOOTSTRAP, packages
 
 DPKG_STATUS = Path("/var/lib/dpkg/status")
@@ -18,7 +16,7 @@ DEBIAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 def _debian_only() -> None:
     if not DPKG_STATUS.is_file():
-        pytest.skip("not a Debian system: the bootstrap only lists packages here")
+        unavailable("not a Debian system: the bootstrap only lists packages here")
 
 
 def test_second_run_on_a_ready_machine_installs_nothing(docker_client) -> None:  # type: ignore[no-untyped-def]

@@ -7,19 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance.attest.bundle import finalize_bundle
-from tests.fake_run import make_run
 from tests.independent import imported_modules, run_independent_verifier
 from tests.tamper import Keys, another_genuine_bundle, cases
 
 CASE_NAMES = [case.name for case in cases(Path("other"))]
-
-
-@pytest.fixture(scope="module")
-def genuine(tmp_path_factory: pytest.TempPathFactory, keys: Keys) -> Path:
-    run = make_run(tmp_path_factory.mktemp("genuine"))
-    finalize_bundle(run, keys.trusted.private)
-    return run
 
 
 def test_it_imports_only_the_standard_library_and_cryptography() -> None:

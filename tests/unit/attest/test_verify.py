@@ -19,13 +19,6 @@ CASE_NAMES = [case.name for case in cases(Path("other"))]
 
 
 @pytest.fixture(scope="module")
-def genuine(tmp_path_factory: pytest.TempPathFactory, keys: Keys) -> Path:
-    run = make_run(tmp_path_factory.mktemp("genuine"))
-    finalize_bundle(run, keys.trusted.private)
-    return run
-
-
-@pytest.fixture(scope="module")
 def other(tmp_path_factory: pytest.TempPathFactory, genuine: Path, keys: Keys) -> Path:
     return another_genuine_bundle(genuine, tmp_path_factory.mktemp("other"), keys)
 
