@@ -57,8 +57,11 @@ def timed_build(lock_path: Path | None) -> tuple[float, BuildResult]:
 def ccache_lines(log: Path | None) -> list[str]:
     if log is None:
         return []
-    return [line.split("ccache: ", 1)[1] for line in log.read_text().splitlines()
-            if "ccache: " in line and ("Hits" in line or "Misses" in line or "hit" in line)]
+    return [
+        line.split("ccache: ", 1)[1]
+        for line in log.read_text().splitlines()
+        if "ccache: " in line and ("Hits" in line or "Misses" in line or "hit" in line)
+    ]
 
 
 def main() -> None:

@@ -38,18 +38,29 @@ def main() -> None:
     appliance = [sys.executable, "-m", "appliance"]
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "small.moetrace"
-        subprocess.run([*appliance, "trace", "synth", str(trace), "--seed", "1"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [*appliance, "trace", "synth", str(trace), "--seed", "1"], check=True, capture_output=True
+        )
         commands = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "--help": [*appliance, "--help"],
             "engine show": [*appliance, "engine", "show"],
             "trace info": [*appliance, "trace", "info", str(trace)],
-            "trace replay": [*appliance, "trace", "replay", str(trace), "--capacity", "8",
-                             "--policy", "lru,belady"],
+            "trace replay": [
+                *appliance,
+                "trace",
+                "replay",
+                str(trace),
+                "--capacity",
+                "8",
+                "--policy",
+                "lru,belady",
+            ],
         }
-        print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
-              f"{args.repeats} runs each after one warm-up; seconds")
+        print(
+            f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+            f"{args.repeats} runs each after one warm-up; seconds"
+        )
         print(f"{'command':<16} {'median':>7} {'min':>7} {'max':>7} {'-python':>8} {'target':>7}")
         baseline = None
         for name, argv in commands.items():
@@ -57,8 +68,10 @@ def main() -> None:
             median = statistics.median(samples)
             baseline = median if baseline is None else baseline
             target = f"{TARGETS[name]:.1f}" if name in TARGETS else "-"
-            print(f"{name:<16} {median:7.3f} {min(samples):7.3f} {max(samples):7.3f} "
-                  f"{median - baseline:8.3f} {target:>7}")
+            print(
+                f"{name:<16} {median:7.3f} {min(samples):7.3f} {max(samples):7.3f} "
+                f"{median - baseline:8.3f} {target:>7}"
+            )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ from tests.ray_cluster import ADDRESS, LoopbackCluster
 PROFILE = "tiny-oversub"
 
 
-def timed_sweep(nodes: int, models: Path, out: Path, extra: list[str],
-                image: str | None) -> tuple[float, dict]:
+def timed_sweep(
+    nodes: int, models: Path, out: Path, extra: list[str], image: str | None
+) -> tuple[float, dict]:
     cluster = LoopbackCluster()
     images = {"cpu": image} if image else None
     try:
@@ -34,12 +35,24 @@ def timed_sweep(nodes: int, models: Path, out: Path, extra: list[str],
         for _ in range(nodes - 1):
             cluster.join(images=images)
         started = time.monotonic()
-        result = cluster.appliance("sweep", PROFILE, "--models", str(models), "--out", str(out),
-                                   "--unsigned", "--cluster", ADDRESS, *extra, timeout=7200)
+        result = cluster.appliance(
+            "sweep",
+            PROFILE,
+            "--models",
+            str(models),
+            "--out",
+            str(out),
+            "--unsigned",
+            "--cluster",
+            ADDRESS,
+            *extra,
+            timeout=7200,
+        )
         seconds = time.monotonic() - started
         if result.returncode != 0:
-            raise SystemExit(f"sweep on {nodes} node(s) failed:\n{result.stdout[-3000:]}\n"
-                             f"{result.stderr[-3000:]}")
+            raise SystemExit(
+                f"sweep on {nodes} node(s) failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
     finally:
         cluster.stop()
     executor = json.loads((out / "run.json").read_text())["executor"]
@@ -50,8 +63,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", default="1")
     parser.add_argument("--memory", default=None, help="limits (default: the profile's sweep)")
-    parser.add_argument("--image", default=None,
-                        help="engine image, on the driver and every node (default: the lock's)")
+    parser.add_argument(
+        "--image", default=None, help="engine image, on the driver and every node (default: the lock's)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="directory for the two runs")
     args = parser.parse_args()
     models = cache_dir() / "models" / "demo"
@@ -61,12 +75,13 @@ def main() -> None:
     extra += ["--image", args.image] if args.image else []
     times = {}
     for nodes in (1, 2):
-        seconds, executor = timed_sweep(nodes, models, args.out / f"{nodes}-node", extra,
-                                        args.image)
+        seconds, executor = timed_sweep(nodes, models, args.out / f"{nodes}-node", extra, args.image)
         used = len(set(executor["trial_nodes"].values()))
         times[nodes] = seconds
-        print(f"{nodes} node(s): sweep of {PROFILE} (--repeats {args.repeats}) in "
-              f"{seconds:.1f} s, {len(executor['trial_nodes'])} trials on {used} node(s)")
+        print(
+            f"{nodes} node(s): sweep of {PROFILE} (--repeats {args.repeats}) in "
+            f"{seconds:.1f} s, {len(executor['trial_nodes'])} trials on {used} node(s)"
+        )
     print(f"two nodes / one node: {times[2] / times[1]:.2f}x the wall time")
 
 

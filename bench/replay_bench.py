@@ -30,12 +30,28 @@ def our_run(stream: EventStream, policy: str, capacity: int) -> tuple[int, float
     """(misses, seconds) for one replay, next-use preparation included."""
     code = kernels.CODES[policy]
     start = time.perf_counter()
-    counts = (np.bincount(stream.items, minlength=stream.n_objects).astype(np.float64)
-              if code == kernels.STATIC_HOT else np.zeros(stream.n_objects))
-    next_use = (kernels.next_use_events(stream.ptr, stream.items, stream.n_objects)
-                if code == kernels.BELADY else np.zeros(0, dtype=np.int64))
-    flags = kernels.simulate(code, stream.ptr, stream.items, stream.step, stream.layer_index,
-                            stream.n_layers, stream.n_objects, capacity, counts, next_use)
+    counts = (
+        np.bincount(stream.items, minlength=stream.n_objects).astype(np.float64)
+        if code == kernels.STATIC_HOT
+        else np.zeros(stream.n_objects)
+    )
+    next_use = (
+        kernels.next_use_events(stream.ptr, stream.items, stream.n_objects)
+        if code == kernels.BELADY
+        else np.zeros(0, dtype=np.int64)
+    )
+    flags = kernels.simulate(
+        code,
+        stream.ptr,
+        stream.items,
+        stream.step,
+        stream.layer_index,
+        stream.n_layers,
+        stream.n_objects,
+        capacity,
+        counts,
+        next_use,
+    )
     seconds = time.perf_counter() - start
     return int(len(flags) - flags.sum()), seconds
 
@@ -66,46 +82,71 @@ def main() -> None:
 
     warm_up()
     prompt = min(512, args.tokens // 2)
-    spec = TraceSynthSpec(n_layers=args.layers, n_experts=args.experts, k=args.k, n_prompt=prompt,
-                     n_ubatch=128, n_decode=args.tokens - prompt, skew=1.0, correlation=0.3,
-                     seed=2026)
+    spec = TraceSynthSpec(
+        n_layers=args.layers,
+        n_experts=args.experts,
+        k=args.k,
+        n_prompt=prompt,
+        n_ubatch=128,
+        n_decode=args.tokens - prompt,
+        skew=1.0,
+        correlation=0.3,
+        seed=2026,
+    )
     events = trace_events(synth_trace(spec))
     flat = single_item_stream(events.stream)
     n = flat.n_requests
     capacity = int(flat.n_objects * args.capacity_fraction)
-    print(f"machine: {platform.machine()} {platform.processor() or ''} "
-          f"{os.cpu_count()} logical CPUs, python {platform.python_version()}; "
-          "one core (numba and libCacheSim single-threaded)")
-    print(f"trace: {args.layers} layers x {args.experts} experts, k={args.k}, "
-          f"{args.tokens} tokens -> {n} requests ({events.stream.n_events} MoE events), "
-          f"global pool of {flat.n_objects} objects, capacity {capacity}")
+    print(
+        f"machine: {platform.machine()} {platform.processor() or ''} "
+        f"{os.cpu_count()} logical CPUs, python {platform.python_version()}; "
+        "one core (numba and libCacheSim single-threaded)"
+    )
+    print(
+        f"trace: {args.layers} layers x {args.experts} experts, k={args.k}, "
+        f"{args.tokens} tokens -> {n} requests ({events.stream.n_events} MoE events), "
+        f"global pool of {flat.n_objects} objects, capacity {capacity}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         reader = open_reader(write_oracle_trace(Path(tmp) / "flat.oracleGeneral", flat.items))
         print()
-        print(f"{'policy':<12} {'ours req/s':>12} {'libCacheSim req/s':>18} {'ratio':>7} "
-              f"{'misses':>10} {'equal':>6}")
+        print(
+            f"{'policy':<12} {'ours req/s':>12} {'libCacheSim req/s':>18} {'ratio':>7} "
+            f"{'misses':>10} {'equal':>6}"
+        )
         for policy in kernels.POLICIES:
             ours_misses, ours_s = our_run(flat, policy, capacity)
             if policy in LCS_POLICIES:
                 lcs_m, lcs_s = lcs_run(reader, policy, capacity, n)
-                print(f"{policy:<12} {n / ours_s:>12,.0f} {n / lcs_s:>18,.0f} "
-                      f"{lcs_s / ours_s:>6.2f}x {ours_misses:>10} "
-                      f"{'yes' if lcs_m == ours_misses else 'NO':>6}")
+                print(
+                    f"{policy:<12} {n / ours_s:>12,.0f} {n / lcs_s:>18,.0f} "
+                    f"{lcs_s / ours_s:>6.2f}x {ours_misses:>10} "
+                    f"{'yes' if lcs_m == ours_misses else 'NO':>6}"
+                )
             else:
-                print(f"{policy:<12} {n / ours_s:>12,.0f} {'-':>18} {'-':>7} {ours_misses:>10} "
-                      f"{'-':>6}")
+                print(f"{policy:<12} {n / ours_s:>12,.0f} {'-':>18} {'-':>7} {ours_misses:>10} {'-':>6}")
         pools = events.pools("per-layer")
         atomic_start = time.perf_counter()
         for pool in pools:
-            kernels.simulate(kernels.LRU, pool.ptr, pool.items, pool.step, pool.layer_index,
-                            pool.n_layers, pool.n_objects, args.experts // 4,
-                            np.zeros(pool.n_objects), np.zeros(0, dtype=np.int64))
+            kernels.simulate(
+                kernels.LRU,
+                pool.ptr,
+                pool.items,
+                pool.step,
+                pool.layer_index,
+                pool.n_layers,
+                pool.n_objects,
+                args.experts // 4,
+                np.zeros(pool.n_objects),
+                np.zeros(0, dtype=np.int64),
+            )
         atomic_s = time.perf_counter() - atomic_start
-        print(f"(MoE atomic events, per-layer LRU at {args.experts // 4}: "
-              f"{events.stream.n_requests / atomic_s:,.0f} req/s)")
+        print(
+            f"(MoE atomic events, per-layer LRU at {args.experts // 4}: "
+            f"{events.stream.n_requests / atomic_s:,.0f} req/s)"
+        )
 
-        caps = np.unique(np.linspace(1, flat.n_objects, args.curve_points).round()
-                         .astype(np.int64)).tolist()
+        caps = np.unique(np.linspace(1, flat.n_objects, args.curve_points).round().astype(np.int64)).tolist()
         start = time.perf_counter()
         depths = kernels.lru_depths(flat.ptr, flat.items, flat.n_objects)
         hist = np.bincount(depths, minlength=flat.n_objects + 1)
@@ -121,9 +162,11 @@ def main() -> None:
             lcs_curve.append(int(round(ratio * n)))
         lcs_s = time.perf_counter() - start
     print()
-    print(f"LRU curve, {len(caps)} capacities: ours one pass {ours_s:.2f} s, libCacheSim "
-          f"{len(caps)} runs {lcs_s:.2f} s, ratio {lcs_s / ours_s:.1f}x, miss counts equal: "
-          f"{'yes' if ours_curve == lcs_curve else 'NO'}")
+    print(
+        f"LRU curve, {len(caps)} capacities: ours one pass {ours_s:.2f} s, libCacheSim "
+        f"{len(caps)} runs {lcs_s:.2f} s, ratio {lcs_s / ours_s:.1f}x, miss counts equal: "
+        f"{'yes' if ours_curve == lcs_curve else 'NO'}"
+    )
 
 
 if __name__ == "__main__":

@@ -15,11 +15,25 @@ from fuzz.mutate import INTERESTING_INTS, mutate_bytes
 SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 STRING, ARRAY = 8, 9
 U32, U64, F32, F64 = 4, 10, 6, 12
-KEYS = ("block_count", "expert_count", "expert_used_count", "full_attention_interval",
-        "nextn_predict_layers", "embedding_length", "attention.head_count",
-        "attention.head_count_kv", "attention.key_length", "expert_feed_forward_length",
-        "feed_forward_length", "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size",
-        "ssm.group_count", "context_length", "vocab_size")
+KEYS = (
+    "block_count",
+    "expert_count",
+    "expert_used_count",
+    "full_attention_interval",
+    "nextn_predict_layers",
+    "embedding_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "expert_feed_forward_length",
+    "feed_forward_length",
+    "ssm.conv_kernel",
+    "ssm.inner_size",
+    "ssm.state_size",
+    "ssm.group_count",
+    "context_length",
+    "vocab_size",
+)
 
 
 @dataclass
@@ -72,14 +86,14 @@ def parse(data: bytes) -> Header:
     pos = 24
     for _ in range(n_kv):
         (n,) = struct.unpack_from("<Q", data, pos)
-        key = data[pos + 8:pos + 8 + n]
+        key = data[pos + 8 : pos + 8 + n]
         (vtype,) = struct.unpack_from("<I", data, pos + 8 + n)
         start = pos + 12 + n
         pos = _value_end(data, start, vtype)
         header.entries.append(Entry(key, vtype, data[start:pos]))
     for _ in range(n_tensors):
         (n,) = struct.unpack_from("<Q", data, pos)
-        name = data[pos + 8:pos + 8 + n]
+        name = data[pos + 8 : pos + 8 + n]
         pos += 8 + n
         (n_dims,) = struct.unpack_from("<I", data, pos)
         dims = list(struct.unpack_from(f"<{n_dims}Q", data, pos + 4))
@@ -91,10 +105,15 @@ def parse(data: bytes) -> Header:
 
 
 def encode(header: Header) -> bytes:
-    out = [b"GGUF", struct.pack("<IQQ", header.version,
-                                 len(header.tensors) if header.n_tensors is None
-                                 else header.n_tensors,
-                                 len(header.entries) if header.n_kv is None else header.n_kv)]
+    out = [
+        b"GGUF",
+        struct.pack(
+            "<IQQ",
+            header.version,
+            len(header.tensors) if header.n_tensors is None else header.n_tensors,
+            len(header.entries) if header.n_kv is None else header.n_kv,
+        ),
+    ]
     for e in header.entries:
         out += [struct.pack("<Q", len(e.key)), e.key, struct.pack("<I", e.vtype), e.raw]
     for t in header.tensors:
@@ -122,7 +141,8 @@ def _scalar(rng: random.Random) -> tuple[int, bytes]:
         return STRING, struct.pack("<Q", 3) + b"abc"
     count = rng.choice((0, 1, 3, 5000))
     return ARRAY, struct.pack("<IQ", U32, count) + struct.pack(
-        f"<{count}I", *(rng.choice((0, 1, 2, 1 << 31)) for _ in range(count)))
+        f"<{count}I", *(rng.choice((0, 1, 2, 1 << 31)) for _ in range(count))
+    )
 
 
 def mutate(rng: random.Random, seed: bytes) -> bytes:
@@ -141,11 +161,11 @@ def mutate(rng: random.Random, seed: bytes) -> bytes:
         elif roll < 0.38:
             vtype, raw = _scalar(rng)
             if rng.random() < 0.5:
-                vtype, raw = U32, struct.pack("<I", rng.choice((0, 1, 3, 6, 2 ** 31, 2 ** 32 - 1)))
+                vtype, raw = U32, struct.pack("<I", rng.choice((0, 1, 3, 6, 2**31, 2**32 - 1)))
             header.entries.append(Entry(b"general.alignment", vtype, raw))
         elif roll < 0.46 and header.entries:  # a declared length far past the data
             entry = rng.choice(header.entries)
-            length = rng.choice((1 << 40, 1 << 63, (1 << 64) - 1, 1 << 30, 10 ** 7))
+            length = rng.choice((1 << 40, 1 << 63, (1 << 64) - 1, 1 << 30, 10**7))
             if entry.vtype == STRING:
                 entry.raw = struct.pack("<Q", length) + entry.raw[8:]
             elif entry.vtype == ARRAY:
@@ -154,11 +174,9 @@ def mutate(rng: random.Random, seed: bytes) -> bytes:
                 header.entries.append(Entry(b"k", STRING, struct.pack("<Q", length) + b"abc"))
         elif roll < 0.52:
             if rng.random() < 0.5:
-                header.n_tensors = rng.choice((0, 1 << 24, 1 << 40, (1 << 64) - 1,
-                                              len(header.tensors) + 1))
+                header.n_tensors = rng.choice((0, 1 << 24, 1 << 40, (1 << 64) - 1, len(header.tensors) + 1))
             else:
-                header.n_kv = rng.choice((0, 1 << 24, 1 << 40, (1 << 64) - 1,
-                                         len(header.entries) + 1))
+                header.n_kv = rng.choice((0, 1 << 24, 1 << 40, (1 << 64) - 1, len(header.entries) + 1))
         elif roll < 0.68 and header.tensors:  # tensor shape, type, offset
             t = rng.choice(header.tensors)
             what = rng.random()
@@ -172,9 +190,16 @@ def mutate(rng: random.Random, seed: bytes) -> bytes:
                 t.offset = _u64(rng.choice(INTERESTING_INTS))
         elif roll < 0.74 and header.tensors:  # tensor names the classifier parses
             t = rng.choice(header.tensors)
-            t.name = rng.choice((b"blk." + b"9" * rng.choice((3, 12, 5000)) + b".ffn_up_exps.weight",
-                                 b"blk.0.ffn_down_exps.weight", b"", b"blk..x", b"\xff\xfe",
-                                 t.name * 2))
+            t.name = rng.choice(
+                (
+                    b"blk." + b"9" * rng.choice((3, 12, 5000)) + b".ffn_up_exps.weight",
+                    b"blk.0.ffn_down_exps.weight",
+                    b"",
+                    b"blk..x",
+                    b"\xff\xfe",
+                    t.name * 2,
+                )
+            )
         elif roll < 0.8 and header.tensors:
             if rng.random() < 0.5:
                 del header.tensors[rng.randrange(len(header.tensors))]
@@ -205,9 +230,8 @@ def seed_headers(workdir: Path) -> list[bytes]:
     seeds = []
     for arch, layers in (("qwen3moe", 2), ("qwen35moe", 4)):
         path = workdir / f"seed-{arch}.gguf"
-        synthesize(ModelSynthSpec(arch=arch, size_bytes=8 << 20, experts=8, used=2, layers=layers),
-                   path)
+        synthesize(ModelSynthSpec(arch=arch, size_bytes=8 << 20, experts=8, used=2, layers=layers), path)
         header = read_header_file(path)
-        seeds.append(path.read_bytes()[:header.data_offset])
+        seeds.append(path.read_bytes()[: header.data_offset])
         path.unlink()
     return seeds

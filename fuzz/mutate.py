@@ -7,13 +7,49 @@ import copy
 import random
 from typing import Any
 
-INTERESTING_INTS = (0, 1, -1, 2, 3, 7, 255, 256, 4095, 4096, 65535, 65536, (1 << 31) - 1,
-                    1 << 31, (1 << 32) - 1, 1 << 32, 1 << 40, 10 ** 20, (1 << 62), (1 << 63) - 1,
-                    1 << 63, (1 << 64) - 1, -(1 << 63))
-INTERESTING_FLOATS = (0.0, -0.0, 0.5, -1.0, 1e-300, 1e300, float("nan"), float("inf"),
-                      float("-inf"))
-INTERESTING_STRINGS = ("", "a", "..", "/", "../../etc/passwd", "\u00ff", "\ud7ff" * 3,
-                       "x" * 5000, "sha256:", "0" * 64, "{}", "null", "\n", "auto", "cpu")
+INTERESTING_INTS = (
+    0,
+    1,
+    -1,
+    2,
+    3,
+    7,
+    255,
+    256,
+    4095,
+    4096,
+    65535,
+    65536,
+    (1 << 31) - 1,
+    1 << 31,
+    (1 << 32) - 1,
+    1 << 32,
+    1 << 40,
+    10**20,
+    (1 << 62),
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 1,
+    -(1 << 63),
+)
+INTERESTING_FLOATS = (0.0, -0.0, 0.5, -1.0, 1e-300, 1e300, float("nan"), float("inf"), float("-inf"))
+INTERESTING_STRINGS = (
+    "",
+    "a",
+    "..",
+    "/",
+    "../../etc/passwd",
+    "\u00ff",
+    "\ud7ff" * 3,
+    "x" * 5000,
+    "sha256:",
+    "0" * 64,
+    "{}",
+    "null",
+    "\n",
+    "auto",
+    "cpu",
+)
 
 
 def interesting(rng: random.Random) -> Any:
@@ -79,10 +115,11 @@ def mutate_tree(rng: random.Random, tree: Any, rounds: int | None = None) -> Any
         elif roll < 0.62 and isinstance(parent, dict):
             parent[rng.choice(("unknown", "extra", str(key) + "_", "x" * 300))] = interesting(rng)
         elif roll < 0.7 and isinstance(current, (int, float)) and not isinstance(current, bool):
-            parent[key] = rng.choice((current + 1, current - 1, -current, current * 1000,
-                                      float(current), str(current)))
+            parent[key] = rng.choice(
+                (current + 1, current - 1, -current, current * 1000, float(current), str(current))
+            )
         elif roll < 0.76 and isinstance(current, str):
-            parent[key] = current[:rng.randint(0, len(current))] if current else "x"
+            parent[key] = current[: rng.randint(0, len(current))] if current else "x"
         elif roll < 0.82 and isinstance(current, list) and current:
             parent[key] = current * rng.choice((2, 50))
         elif roll < 0.88:
@@ -106,16 +143,19 @@ def mutate_bytes(rng: random.Random, data: bytes) -> bytes:
             buf[at] ^= 1 << rng.randrange(8)
         elif roll < 0.5:
             width = rng.choice((1, 2, 4, 8))
-            value = rng.choice((0, 0xFF, 0x7F, 0x80)) if width == 1 else rng.choice(
-                ((1 << (8 * width)) - 1, 1 << (8 * width - 1), 0, 1))
-            buf[at:at + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
+            value = (
+                rng.choice((0, 0xFF, 0x7F, 0x80))
+                if width == 1
+                else rng.choice(((1 << (8 * width)) - 1, 1 << (8 * width - 1), 0, 1))
+            )
+            buf[at : at + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
         elif roll < 0.65:
-            del buf[rng.randrange(len(buf)):]
+            del buf[rng.randrange(len(buf)) :]
         elif roll < 0.75:
             end = min(len(buf), at + rng.randint(1, 64))
             buf[at:at] = buf[at:end] * rng.choice((1, 2, 16))
         elif roll < 0.85:
-            del buf[at:at + rng.randint(1, 32)]
+            del buf[at : at + rng.randint(1, 32)]
         elif roll < 0.92:
             buf[at:at] = bytes([rng.choice((0x80, 0xC3, 0xFF, 0x00, 0x22, 0x5B, 0x7B))])
         else:

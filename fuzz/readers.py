@@ -44,12 +44,13 @@ def _scratch() -> Path:
 
 # GGUF header -> accounting -> plan -> text, as `appliance plan FILE` does
 
+
 class MemorySource:
     def __init__(self, data: bytes) -> None:
         self.data, self.name = data, "case.gguf"
 
     def read(self, offset: int, size: int) -> bytes:
-        return self.data[offset:offset + size]
+        return self.data[offset : offset + size]
 
     def total_size(self) -> int | None:
         return len(self.data)
@@ -73,6 +74,7 @@ def run_gguf(case: bytes) -> None:
 
 # the same through HTTP range requests from a server that misbehaves
 
+
 def run_remote(case: bytes) -> None:
     from appliance.planner.remote import HttpRangeSource
 
@@ -92,6 +94,7 @@ def mutate_remote(rng: random.Random, seed: bytes) -> bytes:
 
 # route traces -> info, replay, curves
 
+
 def trace_seeds(workdir: Path) -> list[bytes]:
     import numpy as np
 
@@ -99,10 +102,12 @@ def trace_seeds(workdir: Path) -> list[bytes]:
     from appliance.trace.synth import TraceSynthSpec, synth_trace
 
     seeds = []
-    for i, spec in enumerate((TraceSynthSpec(n_layers=2, n_experts=8, k=2, n_prompt=6, n_ubatch=4,
-                                        n_decode=8, seed=1),
-                              TraceSynthSpec(n_layers=3, n_experts=16, k=4, n_prompt=0, n_decode=12,
-                                        skew=0.0, seed=2))):
+    for i, spec in enumerate(
+        (
+            TraceSynthSpec(n_layers=2, n_experts=8, k=2, n_prompt=6, n_ubatch=4, n_decode=8, seed=1),
+            TraceSynthSpec(n_layers=3, n_experts=16, k=4, n_prompt=0, n_decode=12, skew=0.0, seed=2),
+        )
+    ):
         trace = synth_trace(spec)
         header, rows = dict(trace.header), trace.rows
         if i == 1:  # with gate weights
@@ -121,14 +126,20 @@ def trace_seeds(workdir: Path) -> list[bytes]:
 
 def _trace_parts(data: bytes) -> tuple[dict[str, Any], bytes]:
     (header_len,) = struct.unpack_from("<I", data, 12)
-    header = json.loads(data[16:16 + header_len])
-    return header, data[16 + header_len:-16]
+    header = json.loads(data[16 : 16 + header_len])
+    return header, data[16 + header_len : -16]
 
 
 def _trace_bytes(header_text: bytes, rows: bytes, n_rows: int) -> bytes:
     header_text += b" " * (-(16 + len(header_text)) % 8)
-    return (b"MOETRACE" + struct.pack("<II", 1, len(header_text)) + header_text + rows
-            + b"MOETEND\0" + struct.pack("<Q", n_rows))
+    return (
+        b"MOETRACE"
+        + struct.pack("<II", 1, len(header_text))
+        + header_text
+        + rows
+        + b"MOETEND\0"
+        + struct.pack("<Q", n_rows)
+    )
 
 
 def mutate_trace(rng: random.Random, seed: bytes) -> bytes:
@@ -140,12 +151,31 @@ def mutate_trace(rng: random.Random, seed: bytes) -> bytes:
     if roll < 0.4:
         text = json.dumps(mutate_tree(rng, header)).encode()
     elif roll < 0.55:
-        key = rng.choice(("n_layers", "n_experts", "n_expert_used", "moe_layers", "has_weights",
-                          "version", "format"))
+        key = rng.choice(
+            ("n_layers", "n_experts", "n_expert_used", "moe_layers", "has_weights", "version", "format")
+        )
         changed = dict(header)
-        changed[key] = rng.choice((0, -1, 1, 2, 3, 1 << 16, 1 << 40, 1 << 62, 10 ** 20,
-                                   [0, 10 ** 20], [1, 0], [], True, 2.5, "x", None,
-                                   list(range(5000))))
+        changed[key] = rng.choice(
+            (
+                0,
+                -1,
+                1,
+                2,
+                3,
+                1 << 16,
+                1 << 40,
+                1 << 62,
+                10**20,
+                [0, 10**20],
+                [1, 0],
+                [],
+                True,
+                2.5,
+                "x",
+                None,
+                list(range(5000)),
+            )
+        )
         text = json.dumps(changed).encode()
     elif roll < 0.6:
         text = text[:-1] + b', "big": ' + b"9" * rng.choice((400, 5000)) + b"}"
@@ -157,7 +187,7 @@ def mutate_trace(rng: random.Random, seed: bytes) -> bytes:
         at = rng.randrange(n_rows) * row_size
         offset, width = rng.choice(((0, 4), (4, 2), (6, 1), (8, 4), (12, 4), (row_size - 4, 4)))
         value = rng.choice((0, 1, (1 << (8 * width)) - 1, 1 << (8 * width - 1), 7))
-        buf[at + offset:at + offset + width] = value.to_bytes(width, "little")
+        buf[at + offset : at + offset + width] = value.to_bytes(width, "little")
         rows = bytes(buf)
     elif roll < 0.85:
         n_rows = rng.choice((0, n_rows + 1, n_rows - 1, 1 << 40, (1 << 64) - 1)) % (1 << 64)
@@ -177,17 +207,20 @@ def run_trace(case: bytes) -> None:
     trace = Trace(header=header, rows=rows)
     json.dumps(trace_info(trace))
     events = trace_events(trace)
-    setup = ReplaySetup(events=events, k=trace.k,
-                        expert_bytes=uniform_expert_bytes(trace.moe_layers, 1 << 20),
-                        calibration=None)
+    setup = ReplaySetup(
+        events=events,
+        k=trace.k,
+        expert_bytes=uniform_expert_bytes(trace.moe_layers, 1 << 20),
+        calibration=None,
+    )
     for scope in ("per-layer", "global"):
         caps = default_capacities(setup, scope, points=3)
-        replay_report(setup, header, ["lru", "lfu", "belady", "static-hot", "least-stale"],
-                      caps, scope)
+        replay_report(setup, header, ["lru", "lfu", "belady", "static-hot", "least-stale"], caps, scope)
         curves_report(setup, header, ["lru", "fifo"], caps, scope)
 
 
 # engine lock and profiles, through the public loaders
+
 
 def lock_seeds(workdir: Path) -> list[bytes]:
     return [(REPO / "engine" / "llama.cpp.lock.json").read_bytes()]
@@ -281,8 +314,7 @@ def mutate_bundle(rng: random.Random, seed: bytes) -> bytes:
         envelope = json.loads(data)
         try:
             statement = json.loads(base64.b64decode(envelope["payload"]))
-            envelope["payload"] = base64.b64encode(
-                json.dumps(mutate_tree(rng, statement)).encode()).decode()
+            envelope["payload"] = base64.b64encode(json.dumps(mutate_tree(rng, statement)).encode()).decode()
         except (KeyError, ValueError):
             pass
         return bytes([which]) + json.dumps(envelope).encode()
@@ -323,5 +355,8 @@ def workdir() -> Path:
     """A fresh directory for seeds and the workers' files, in memory where there is a tmpfs
     (cases are written to files a hundred thousand times)."""
     shm = Path("/dev/shm")
-    return Path(tempfile.mkdtemp(prefix="appliance-fuzz-",
-                                 dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None))
+    return Path(
+        tempfile.mkdtemp(
+            prefix="appliance-fuzz-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+        )
+    )

@@ -16,9 +16,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 CLIENT_DEADLINE_S = 0.3  # what the fuzzed client is given per request
 RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 
-(NORMAL, NO_RANGES, WRONG_START, UNKNOWN_TOTAL, BAD_CONTENT_RANGE, SHORT_BODY, DRIP, STALL,
- RESET, SERVER_ERROR, ALWAYS_416, REDIRECT_LOOP, GARBAGE_STATUS, LONG_HEADER, LONGER_RANGE,
- SIZE_CHANGES) = range(16)
+(
+    NORMAL,
+    NO_RANGES,
+    WRONG_START,
+    UNKNOWN_TOTAL,
+    BAD_CONTENT_RANGE,
+    SHORT_BODY,
+    DRIP,
+    STALL,
+    RESET,
+    SERVER_ERROR,
+    ALWAYS_416,
+    REDIRECT_LOOP,
+    GARBAGE_STATUS,
+    LONG_HEADER,
+    LONGER_RANGE,
+    SIZE_CHANGES,
+) = range(16)
 SLOW = (DRIP, STALL)
 
 _state: dict[str, object] = {"mode": NORMAL, "body": b"", "requests": 0, "sent": 0}
@@ -59,8 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(CLIENT_DEADLINE_S * 10)
             return self._close()
         if mode == RESET:
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                       struct.pack("ii", 1, 0))
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return self._close()
         if mode == GARBAGE_STATUS:
             self.wfile.write(b"HTTP/9 nonsense\r\n\r\n\x00\xff")
@@ -75,11 +89,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, body, {})
         if start >= len(body):
             return self._send(416, b"", {"Content-Range": f"bytes */{total}"})
-        piece = body[start:end + 1]
+        piece = body[start : end + 1]
         header_start, header_end = start, end
         if mode == WRONG_START:
             header_start = start + 1
-            piece = body[start + 1:end + 1]
+            piece = body[start + 1 : end + 1]
         elif mode == UNKNOWN_TOTAL:
             total = "*"
         elif mode == LONGER_RANGE:
@@ -93,7 +107,7 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == LONG_HEADER:
             headers["X-Long"] = "x" * 70000
         if mode == SHORT_BODY:
-            self._send(206, piece[:len(piece) // 2], headers, length=len(piece))
+            self._send(206, piece[: len(piece) // 2], headers, length=len(piece))
             return self._close()
         if mode == DRIP:
             self._send(206, b"", headers, length=len(piece))
@@ -104,8 +118,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._close()
         self._send(206, piece, headers)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str],
-              length: int | None = None) -> None:
+    def _send(self, status: int, body: bytes, headers: dict[str, str], length: int | None = None) -> None:
         try:
             self.send_response(status)
             for name, value in headers.items():

@@ -26,8 +26,9 @@ PROGRESS_EVERY = 10_000
 class Tally:
     reader: str
     cases: int = 0
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        (REFUSED, ACCEPTED, FOREIGN, HANG, CRASH), 0))
+    counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys((REFUSED, ACCEPTED, FOREIGN, HANG, CRASH), 0)
+    )
     peak_rss: int = 0
     seconds: float = 0.0
     failures: list[Outcome] = field(default_factory=list)
@@ -49,9 +50,14 @@ def make_case(reader: Reader, seed: int, index: int) -> bytes:
     return reader.mutate(rng, rng.choice(reader.seeds))
 
 
-def fuzz_reader(name: str, cases: int, seed: int = 0, workers: int | None = None,
-                save_dir: Path | None = None,
-                progress: Callable[[Tally], None] | None = None) -> Tally:
+def fuzz_reader(
+    name: str,
+    cases: int,
+    seed: int = 0,
+    workers: int | None = None,
+    save_dir: Path | None = None,
+    progress: Callable[[Tally], None] | None = None,
+) -> Tally:
     reader = READERS[name]
     work = workdir()
     os.environ["APPLIANCE_FUZZ_WORKDIR"] = str(work)
@@ -93,12 +99,16 @@ def fuzz_reader(name: str, cases: int, seed: int = 0, workers: int | None = None
 
 
 def table(tallies: list[Tally]) -> str:
-    head = (f"{'reader':<8} {'cases':>8} {'refused':>8} {'accepted':>8} {'foreign':>8} "
-            f"{'hangs':>6} {'crashes':>7} {'peak MiB':>9} {'seconds':>8}")
+    head = (
+        f"{'reader':<8} {'cases':>8} {'refused':>8} {'accepted':>8} {'foreign':>8} "
+        f"{'hangs':>6} {'crashes':>7} {'peak MiB':>9} {'seconds':>8}"
+    )
     lines = [head]
     for t in tallies:
         c = t.counts
-        lines.append(f"{t.reader:<8} {t.cases:>8} {c[REFUSED]:>8} {c[ACCEPTED]:>8} "
-                     f"{c[FOREIGN]:>8} {c[HANG]:>6} {c[CRASH]:>7} {t.peak_rss / 2**20:>9.1f} "
-                     f"{t.seconds:>8.1f}")
+        lines.append(
+            f"{t.reader:<8} {t.cases:>8} {c[REFUSED]:>8} {c[ACCEPTED]:>8} "
+            f"{c[FOREIGN]:>8} {c[HANG]:>6} {c[CRASH]:>7} {t.peak_rss / 2**20:>9.1f} "
+            f"{t.seconds:>8.1f}"
+        )
     return "\n".join(lines)

@@ -56,8 +56,9 @@ def lock_with(tmp_path: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
     return path
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, check: bool = False,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, check: bool = False, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     """Run `python -m appliance ARGS` as a user would, capturing output."""
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -65,9 +66,14 @@ def run_cli(*args: str, env: dict[str, str] | None = None, check: bool = False,
         full_env.update(env)
     result = subprocess.run(
         [sys.executable, "-m", "appliance", *args],
-        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=REPO,
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"appliance {' '.join(args)} failed ({result.returncode}):\n"
-                             f"{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"appliance {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
     return result

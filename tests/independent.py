@@ -21,8 +21,11 @@ def imported_modules() -> set[str]:
 
 def run_independent_verifier(bundle: Path, public_key: Path) -> subprocess.CompletedProcess[str]:
     """python -I (no PYTHONPATH, no script directory) with `appliance` made unimportable."""
-    code = ("import sys; sys.modules['appliance'] = None; "
-            f"sys.argv = ['verifier', {str(bundle)!r}, {str(public_key)!r}]; "
-            f"exec(compile(open({str(VERIFIER)!r}).read(), 'independent_verifier.py', 'exec'))")
-    return subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
-                          timeout=300, check=False)
+    code = (
+        "import sys; sys.modules['appliance'] = None; "
+        f"sys.argv = ['verifier', {str(bundle)!r}, {str(public_key)!r}]; "
+        f"exec(compile(open({str(VERIFIER)!r}).read(), 'independent_verifier.py', 'exec'))"
+    )
+    return subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )

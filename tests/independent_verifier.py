@@ -32,8 +32,9 @@ def canonical(value: Any) -> bytes:
 
 
 def key_id(key: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical({"keytype": key["keytype"], "scheme": key["scheme"],
-                                     "keyval": key["keyval"]})).hexdigest()
+    return hashlib.sha256(
+        canonical({"keytype": key["keytype"], "scheme": key["scheme"], "keyval": key["keyval"]})
+    ).hexdigest()
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -99,14 +100,18 @@ def verify(bundle: Path, public_key_file: Path) -> tuple[list[str], str]:
 
     statement = json.loads(payload)
     problems = []
-    if statement.get("_type") != STATEMENT_TYPE or statement.get(
-            "predicateType") != PREDICATE_TYPE:
+    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
         problems.append("not a run Statement v1")
     subjects: dict[str, str] = {}
     for subject in statement["subject"]:
         name, digest = subject["name"], subject["digest"]["sha256"]
-        if (name in subjects or name.startswith("/") or posixpath.normpath(name) != name
-                or ".." in name.split("/") or name in SEALS):
+        if (
+            name in subjects
+            or name.startswith("/")
+            or posixpath.normpath(name) != name
+            or ".." in name.split("/")
+            or name in SEALS
+        ):
             problems.append(f"bad or repeated subject name {name!r}")
         subjects[name] = digest
 
@@ -121,13 +126,15 @@ def verify(bundle: Path, public_key_file: Path) -> tuple[list[str], str]:
     predicate = statement["predicate"]
     if predicate["bundle_digest"] != hashlib.sha256(canonical(subjects)).hexdigest():
         problems.append("bundle digest differs")
-    if "provenance.json" not in files or canonical(json.loads(
-            files["provenance.json"].read_bytes())) != canonical(predicate["provenance"]):
+    if "provenance.json" not in files or canonical(
+        json.loads(files["provenance.json"].read_bytes())
+    ) != canonical(predicate["provenance"]):
         problems.append("provenance.json differs from the signed provenance")
     run = json.loads(files["run.json"].read_bytes()) if "run.json" in files else {}
     if not run.get("status") == predicate["run"]["status"] == "complete":
-        problems.append(f"run status {run.get('status')!r}, signed "
-                        f"{predicate['run']['status']!r}: not a complete run")
+        problems.append(
+            f"run status {run.get('status')!r}, signed {predicate['run']['status']!r}: not a complete run"
+        )
     return problems, keyid
 
 

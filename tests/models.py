@@ -27,19 +27,17 @@ def synth_source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def tiny_spec(arch: str, size: str = "64MiB", skew: float = 1.0, seed: int = 0,
-              **kw: object) -> ModelSynthSpec:
+def tiny_spec(
+    arch: str, size: str = "64MiB", skew: float = 1.0, seed: int = 0, **kw: object
+) -> ModelSynthSpec:
     """The ModelSynthSpec tiny_model() would build; kw: experts, used, layers, expert_type, embd."""
-    return ModelSynthSpec(arch=arch, size_bytes=parse_size(size), skew=skew, seed=seed,
-                     **kw)  # type: ignore[arg-type]
+    return ModelSynthSpec(arch=arch, size_bytes=parse_size(size), skew=skew, seed=seed, **kw)  # type: ignore[arg-type]
 
 
-def tiny_model(arch: str, size: str = "64MiB", skew: float = 1.0, seed: int = 0,
-               **kw: object) -> Path:
+def tiny_model(arch: str, size: str = "64MiB", skew: float = 1.0, seed: int = 0, **kw: object) -> Path:
     """Path of a cached tiny model with these parameters, synthesized on first use."""
     spec = tiny_spec(arch, size, skew, seed, **kw)
-    key_doc = json.dumps({"spec": spec.__dict__, "source": synth_source_digest()},
-                         sort_keys=True)
+    key_doc = json.dumps({"spec": spec.__dict__, "source": synth_source_digest()}, sort_keys=True)
     key = hashlib.sha256(key_doc.encode()).hexdigest()[:20]
     path = cache_dir() / "models" / f"tiny-{arch}-{key}.gguf"
     if not path.exists():

@@ -53,8 +53,13 @@ def namespaces_available() -> str | None:
 
 class LoopbackCluster:
     def __init__(self, env: dict[str, str] | None = None) -> None:
-        self.env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
-                    "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            **(env or {}),
+        }
         self.temp_dir = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))  # socket paths stay short
         self.holder: subprocess.Popen[bytes] | None = None
 
@@ -81,25 +86,46 @@ class LoopbackCluster:
 
     def interfaces(self) -> list[str]:
         """The network interfaces inside the namespace."""
-        return subprocess.run(self.enter([sys.executable, "-c", LIST_INTERFACES]),
-                              capture_output=True, text=True, check=True).stdout.split()
+        return subprocess.run(
+            self.enter([sys.executable, "-c", LIST_INTERFACES]), capture_output=True, text=True, check=True
+        ).stdout.split()
 
     # nodes and drivers ---------------------------------------------------------------------
     def appliance(self, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.enter([sys.executable, "-m", "appliance", *args]),
-                              capture_output=True, text=True, env=self.env, cwd=REPO,
-                              timeout=timeout)
+        return subprocess.run(
+            self.enter([sys.executable, "-m", "appliance", *args]),
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+            timeout=timeout,
+        )
 
     def driver(self, *args: str) -> subprocess.Popen[str]:
         """`appliance ARGS` inside the namespace, its output readable line by line."""
-        return subprocess.Popen(self.enter([sys.executable, "-m", "appliance", *args]),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=self.env, cwd=REPO)
+        return subprocess.Popen(
+            self.enter([sys.executable, "-m", "appliance", *args]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+        )
 
     def join(self, *, head: bool = False, images: dict[str, str] | None = None) -> None:
-        args = ["cluster", "join", ADDRESS, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-                "--object-store-memory", str(OBJECT_STORE_BYTES), "--temp-dir",
-                str(self.temp_dir)]
+        args = [
+            "cluster",
+            "join",
+            ADDRESS,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            str(OBJECT_STORE_BYTES),
+            "--temp-dir",
+            str(self.temp_dir),
+        ]
         if head:
             args.append("--head")
         for target, tag in (images or {}).items():

@@ -112,8 +112,7 @@ def _reseal_untrusted_claiming_trusted_id(run: Path, keys: Keys) -> None:
     for signature in envelope["signatures"]:
         signature["keyid"] = keys.trusted.keyid
     _write_envelope(run, envelope)
-    _edit_manifest(run, lambda m: m["attestation"]["public_key"].update(
-        keyid=keys.trusted.keyid))
+    _edit_manifest(run, lambda m: m["attestation"]["public_key"].update(keyid=keys.trusted.keyid))
 
 
 def _strip_signature(run: Path, keys: Keys) -> None:
@@ -138,8 +137,10 @@ def _change_payload_type(run: Path, keys: Keys) -> None:
 
 def other_bundle_envelope(other: Path) -> Callable[[Path, Keys], None]:
     """The attestation of another genuine bundle (same trusted signer) moved into this one."""
+
     def tamper(run: Path, keys: Keys) -> None:
         _write_envelope(run, _envelope(other))
+
     return tamper
 
 
@@ -195,19 +196,21 @@ def cases(other: Path) -> list[Case]:
         Case("file-renamed", _rename_file, Verdict.TAMPERED, "subjects-cover-files"),
         Case("statement-edited", _edit_statement, Verdict.TAMPERED, "signature"),
         Case("resealed-untrusted", _reseal_untrusted, Verdict.UNTRUSTED, "signature"),
-        Case("resealed-untrusted-with-trusted-id", _reseal_untrusted_claiming_trusted_id,
-             Verdict.UNTRUSTED, "signature"),
+        Case(
+            "resealed-untrusted-with-trusted-id",
+            _reseal_untrusted_claiming_trusted_id,
+            Verdict.UNTRUSTED,
+            "signature",
+        ),
         Case("signature-stripped", _strip_signature, Verdict.UNSIGNED, "signature"),
         Case("signature-truncated", _truncate_signature, Verdict.TAMPERED, "signature"),
         Case("payload-type-changed", _change_payload_type, Verdict.TAMPERED, "attestation"),
-        Case("another-bundles-envelope", other_bundle_envelope(other), Verdict.TAMPERED,
-             "file-digests"),
+        Case("another-bundles-envelope", other_bundle_envelope(other), Verdict.TAMPERED, "file-digests"),
         Case("symlink-for-file", _symlink_for_file, Verdict.TAMPERED, "plain-files"),
         Case("fifo-added", _add_fifo, Verdict.TAMPERED, "plain-files"),
         Case("subject-twice", _duplicate_subject, Verdict.TAMPERED, "subject-names"),
         Case("provenance-differs", _provenance_differs, Verdict.TAMPERED, "provenance"),
-        Case("incomplete-marked-complete", _incomplete_marked_complete, Verdict.TAMPERED,
-             "run-status"),
+        Case("incomplete-marked-complete", _incomplete_marked_complete, Verdict.TAMPERED, "run-status"),
     ]
 
 

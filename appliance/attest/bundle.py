@@ -28,9 +28,13 @@ MANIFEST_VERSION = 1
 RUN_STATUSES = ("complete", "incomplete", "failed")
 SEALING_FILES = (MANIFEST_FILE, ATTESTATION_FILE)
 
-FILE_KINDS = ((stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "FIFO"),
-              (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-              (stat.S_ISBLK, "block device"))
+FILE_KINDS = (
+    (stat.S_ISLNK, "symbolic link"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
 
 
 def _kind(mode: int) -> str:
@@ -94,13 +98,14 @@ def _signer_for(key: Path | Signer | None) -> Signer | None:
 def _current_digests(run_dir: Path) -> dict[str, str]:
     files, odd = scan_bundle(run_dir)
     if odd:
-        raise IntegrityError(f"{run_dir}: only regular files can be bundled: "
-                             + ", ".join(f"{rel} ({kind})" for rel, kind in odd))
+        raise IntegrityError(
+            f"{run_dir}: only regular files can be bundled: "
+            + ", ".join(f"{rel} ({kind})" for rel, kind in odd)
+        )
     return {rel: sha256_file(path) for rel, path in files.items()}
 
 
-def finalize_bundle(run_dir: Path, key: Path | Signer | None = None,
-                    docker_client: Any = None) -> None:
+def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_client: Any = None) -> None:
     """Write manifest.json and the (signed, or explicitly unsigned) attestation for run_dir.
 
     key is a private key file or key directory from `appliance keys init`, or a Signer.
@@ -115,13 +120,19 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None,
     try:
         provenance = json.loads((run_dir / PROVENANCE_FILE).read_bytes())
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{run_dir / PROVENANCE_FILE}: not JSON ({exc}): remove it to have "
-                          "it collected again, or restore it") from None
+        raise ConfigError(
+            f"{run_dir / PROVENANCE_FILE}: not JSON ({exc}): remove it to have "
+            "it collected again, or restore it"
+        ) from None
     digests = _current_digests(run_dir)
     digest = bundle_digest(digests)
     predicate = {
-        "run": {"status": run["status"], "profile": run.get("profile"),
-                "started_utc": run.get("started_utc"), "ended_utc": run.get("ended_utc")},
+        "run": {
+            "status": run["status"],
+            "profile": run.get("profile"),
+            "started_utc": run.get("started_utc"),
+            "ended_utc": run.get("ended_utc"),
+        },
         "bundle_digest": digest,
         "provenance": provenance,
     }
@@ -134,8 +145,9 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None,
         "created_by": f"appliance {__version__}",
         "run_status": run["status"],
         "bundle_digest": digest,
-        "files": {rel: {"sha256": d, "bytes": (run_dir / rel).stat().st_size}
-                  for rel, d in sorted(digests.items())},
+        "files": {
+            rel: {"sha256": d, "bytes": (run_dir / rel).stat().st_size} for rel, d in sorted(digests.items())
+        },
         "attestation": {
             "file": ATTESTATION_FILE,
             "sha256": sha256_bytes(attestation_bytes),
@@ -151,8 +163,15 @@ def sealed_digests_match(run_dir: Path) -> list[str]:
     try:
         manifest = json.loads((run_dir / MANIFEST_FILE).read_text())
         recorded = {rel: entry["sha256"] for rel, entry in manifest["files"].items()}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError,
-            TypeError, AttributeError):
+    except (
+        OSError,
+        UnicodeDecodeError,
+        json.JSONDecodeError,
+        RecursionError,
+        KeyError,
+        TypeError,
+        AttributeError,
+    ):
         return []
     current = _current_digests(run_dir)
     names = set(recorded) | set(current)

@@ -57,8 +57,12 @@ def _inside_git_checkout(path: Path) -> bool:
     probe = path
     while not probe.exists():
         probe = probe.parent
-    result = subprocess.run(["git", "-C", str(probe), "rev-parse", "--is-inside-work-tree"],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        ["git", "-C", str(probe), "rev-parse", "--is-inside-work-tree"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return result.returncode == 0 and result.stdout.strip() == "true"
 
 
@@ -66,8 +70,10 @@ def init_keys(directory: Path | None = None, force: bool = False) -> KeyPair:
     """Make an ed25519 key pair in directory (private key mode 0600); refuse a git checkout."""
     directory = directory or default_key_dir()
     if _inside_git_checkout(directory):
-        raise ApplianceError(f"{directory} is inside a git checkout: keep signing keys outside "
-                             "any repository (default ~/.config/appliance/keys)")
+        raise ApplianceError(
+            f"{directory} is inside a git checkout: keep signing keys outside "
+            "any repository (default ~/.config/appliance/keys)"
+        )
     private, public = directory / PRIVATE_KEY_FILE, directory / PUBLIC_KEY_FILE
     if private.exists() and not force:
         raise ApplianceError(f"{private} already exists: pass --force to replace the key pair")
@@ -89,8 +95,7 @@ def load_public_key(path: Path) -> SSlibKey:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: public key not found "
-                          "(make one with `appliance keys init`)") from None
+        raise ConfigError(f"{path}: public key not found (make one with `appliance keys init`)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not an appliance public key file ({exc})") from None
     try:
@@ -116,9 +121,13 @@ def public_key_from_dict(data: Any) -> SSlibKey:
     keyval = data.get("keyval")
     if data.get("keytype") != KEY_TYPE or data.get("scheme") != KEY_TYPE:
         raise ValueError(f"keytype and scheme must be {KEY_TYPE!r}")
-    if not isinstance(keyval, dict) or set(keyval) != {"public"} or not isinstance(
-            keyval["public"], str) or not HEX_KEY.fullmatch(keyval["public"]):
-        raise ValueError("keyval must be {\"public\": <64 lowercase hex digits>}")
+    if (
+        not isinstance(keyval, dict)
+        or set(keyval) != {"public"}
+        or not isinstance(keyval["public"], str)
+        or not HEX_KEY.fullmatch(keyval["public"])
+    ):
+        raise ValueError('keyval must be {"public": <64 lowercase hex digits>}')
     material = {"public": keyval["public"]}
     fields = {"keytype": KEY_TYPE, "scheme": KEY_TYPE, "keyval": material}
     return SSlibKey.from_dict(key_id(KEY_TYPE, KEY_TYPE, material), fields)
@@ -144,8 +153,9 @@ def make_statement(subjects: dict[str, str], predicate: dict[str, Any]) -> dict[
     """in-toto Statement v1: one subject per file (sorted by name), the run predicate."""
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": name, "digest": {"sha256": digest}}
-                    for name, digest in sorted(subjects.items())],
+        "subject": [
+            {"name": name, "digest": {"sha256": digest}} for name, digest in sorted(subjects.items())
+        ],
         "predicateType": PREDICATE_TYPE,
         "predicate": predicate,
     }
@@ -191,11 +201,13 @@ def _b64(value: Any, what: str) -> bytes:
 def parse_envelope(data: Any) -> ParsedEnvelope:
     """The envelope's parts, or IntegrityError naming the first malformed field."""
     if not isinstance(data, dict) or set(data) != {"payload", "payloadType", "signatures"}:
-        raise IntegrityError("attestation is not a DSSE envelope (exactly payload, payloadType "
-                             "and signatures)")
+        raise IntegrityError(
+            "attestation is not a DSSE envelope (exactly payload, payloadType and signatures)"
+        )
     if data["payloadType"] != PAYLOAD_TYPE:
-        raise IntegrityError(f"attestation payload type is {data['payloadType']!r}, "
-                             f"expected {PAYLOAD_TYPE!r}")
+        raise IntegrityError(
+            f"attestation payload type is {data['payloadType']!r}, expected {PAYLOAD_TYPE!r}"
+        )
     payload = _b64(data["payload"], "payload")
     if not isinstance(data["signatures"], list):
         raise IntegrityError("attestation signatures is not a list")
@@ -214,8 +226,7 @@ def read_statement(envelope: ParsedEnvelope) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep
         raise IntegrityError(f"attestation payload is not JSON: {exc}") from None
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
-        raise IntegrityError(f"attestation payload is not an in-toto Statement v1 "
-                             f"({STATEMENT_TYPE})")
+        raise IntegrityError(f"attestation payload is not an in-toto Statement v1 ({STATEMENT_TYPE})")
     return statement
 
 

@@ -31,9 +31,24 @@ from appliance.images import labels as L
 
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
-RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc", "appliance_version",
-              "trial_count", "trials_recorded", "run_id", "target", "stand_in", "image_id",
-              "engine", "limits", "model_digest_status", "cgroup_version", "executor")
+RUN_FIELDS = (
+    "status",
+    "profile",
+    "started_utc",
+    "ended_utc",
+    "appliance_version",
+    "trial_count",
+    "trials_recorded",
+    "run_id",
+    "target",
+    "stand_in",
+    "image_id",
+    "engine",
+    "limits",
+    "model_digest_status",
+    "cgroup_version",
+    "executor",
+)
 HOME_PLACEHOLDER = "<home>"
 USER_PLACEHOLDER = "<user>"
 HOST_PLACEHOLDER = "<host>"
@@ -112,15 +127,18 @@ def _parse_probe(output: str, binaries: list[str]) -> dict[str, Any]:
         elif kind == "missing" and current is not None:
             current["missing_libraries"].append(rest)
         elif kind == "noldd":
-            raise ApplianceError("the image has no ldd (libc-bin): its runtime libraries "
-                                 "cannot be resolved; build it from the project's Dockerfile")
+            raise ApplianceError(
+                "the image has no ldd (libc-bin): its runtime libraries "
+                "cannot be resolved; build it from the project's Dockerfile"
+            )
     for binary in binaries:  # recorded, not raised: the bundle of a failed run still gets sealed
         result.setdefault(binary, {"absent": True})
     return result
 
 
-def collect_image_provenance(docker_client: Any, image: str, binaries: list[str],
-                             device_requests: list[Any] | None = None) -> dict[str, Any]:
+def collect_image_provenance(
+    docker_client: Any, image: str, binaries: list[str], device_requests: list[Any] | None = None
+) -> dict[str, Any]:
     """Image id, repo digests, labels; sha256 of each binary and each library it loads.
 
     The libraries are resolved by `ldd` inside a throwaway container of the image itself
@@ -133,19 +151,27 @@ def collect_image_provenance(docker_client: Any, image: str, binaries: list[str]
     try:
         img = docker_client.images.get(image)
     except docker.errors.ImageNotFound:
-        raise ApplianceError(f"image {image} not found: "
-                             "build it with `appliance image build`") from None
+        raise ApplianceError(f"image {image} not found: build it with `appliance image build`") from None
     try:
         output = docker_client.containers.run(
-            img.id, ["sh", "-c", _IMAGE_PROBE, "probe", *binaries], entrypoint=[],
-            network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            remove=True, stdout=True, stderr=True, user="0", device_requests=device_requests,
+            img.id,
+            ["sh", "-c", _IMAGE_PROBE, "probe", *binaries],
+            entrypoint=[],
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            remove=True,
+            stdout=True,
+            stderr=True,
+            user="0",
+            device_requests=device_requests,
         ).decode()
     except docker.errors.ContainerError as exc:
         raise ApplianceError(f"probing {image} failed: {exc.stderr!r}") from None
     except docker.errors.APIError as exc:
-        raise ApplianceError(f"could not start a container of {image} to hash its binaries: "
-                             f"{exc.explanation or exc}") from None
+        raise ApplianceError(
+            f"could not start a container of {image} to hash its binaries: {exc.explanation or exc}"
+        ) from None
     labels = img.labels or {}
     return {
         "reference": image,
@@ -160,14 +186,13 @@ def _load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path.name}: missing from the run directory "
-                          f"{path.parent.name}") from None
+        raise ConfigError(f"{path.name}: missing from the run directory {path.parent.name}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path.name}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
 
 
 def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
-    """"canonical" or "stand-in NAME": run.json's stand_in (null: canonical), else the labels."""
+    """ "canonical" or "stand-in NAME": run.json's stand_in (null: canonical), else the labels."""
     if "stand_in" in run:
         return "canonical" if run["stand_in"] is None else f"stand-in {run['stand_in']}"
     kind = labels.get(L.SOURCE_KIND)
@@ -177,8 +202,9 @@ def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
     return f"{kind} {name}" if kind != "canonical" and name else kind
 
 
-def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
-                 run: dict[str, Any]) -> dict[str, Any]:
+def engine_facts(
+    lock_raw: dict[str, Any], image: dict[str, Any] | None, run: dict[str, Any]
+) -> dict[str, Any]:
     """Lock digest, upstream pin, source, patch digests and the active series digest."""
     patches = lock_raw.get("patches", {})
     active = patches.get("active", [])
@@ -188,15 +214,18 @@ def engine_facts(lock_raw: dict[str, Any], image: dict[str, Any] | None,
         "image_lock_digest": labels.get(L.LOCK_DIGEST),
         "upstream": lock_raw.get("upstream"),
         "source": source_identity(run, labels),
-        "patches": {status: [{"file": p["file"], "sha256": p["sha256"]} for p in items]
-                    for status, items in patches.items()},
+        "patches": {
+            status: [{"file": p["file"], "sha256": p["sha256"]} for p in items]
+            for status, items in patches.items()
+        },
         "series_sha256": sha256_bytes(canonical_json([p["sha256"] for p in active])),
         "image_series_digest": labels.get(L.SERIES_DIGEST),
     }
 
 
-def collect_provenance(run_dir: Path, host: dict[str, Any],
-                       image: dict[str, Any] | None = None) -> dict[str, Any]:
+def collect_provenance(
+    run_dir: Path, host: dict[str, Any], image: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The provenance record of a run directory, from its inputs, run.json, host and image."""
     run = _load_json(run_dir / "run.json")
     inputs = run_dir / "inputs"
@@ -219,8 +248,9 @@ def collect_provenance(run_dir: Path, host: dict[str, Any],
     return sanitize(record)
 
 
-def collect_run_provenance(run_dir: Path, docker_client: Any = None,
-                           binaries: tuple[str, ...] = IMAGE_TOOL_PATHS) -> dict[str, Any]:
+def collect_run_provenance(
+    run_dir: Path, docker_client: Any = None, binaries: tuple[str, ...] = IMAGE_TOOL_PATHS
+) -> dict[str, Any]:
     """collect_provenance with this host's facts and, given a Docker client, the image the
     run used (run.json image_id), its binaries and libraries resolved inside it."""
     run = _load_json(run_dir / "run.json")
@@ -231,8 +261,7 @@ def collect_run_provenance(run_dir: Path, docker_client: Any = None,
             import docker.types
 
             requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        image = collect_image_provenance(docker_client, run["image_id"], list(binaries),
-                                         requests)
+        image = collect_image_provenance(docker_client, run["image_id"], list(binaries), requests)
     return collect_provenance(run_dir, host_facts(docker_client), image)
 
 

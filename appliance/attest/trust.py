@@ -43,15 +43,14 @@ def store_entries(directory: Path | None = None) -> list[StoreEntry]:
         return []
     entries = []
     for path in sorted(directory.glob(f"*{TRUSTED_SUFFIX}")):
-        named = path.name[:-len(TRUSTED_SUFFIX)]
+        named = path.name[: -len(TRUSTED_SUFFIX)]
         try:
             key = load_public_key(path)
         except ConfigError as exc:
             entries.append(StoreEntry(path, None, str(exc).replace(f"{path}: ", "")))
             continue
         if key.keyid != named:
-            entries.append(StoreEntry(path, None, f"named {named}, but the key's id is "
-                                      f"{key.keyid}: ignored"))
+            entries.append(StoreEntry(path, None, f"named {named}, but the key's id is {key.keyid}: ignored"))
             continue
         entries.append(StoreEntry(path, key))
     return entries
@@ -76,10 +75,11 @@ def untrust_key(keyid: str, directory: Path | None = None) -> Path:
     """Remove the key whose id is keyid (or starts with it, at least 8 characters)."""
     directory = directory or trusted_keys_dir()
     if len(keyid) < MIN_ID_PREFIX:
-        raise ConfigError(f"key id {keyid!r} is too short: give at least {MIN_ID_PREFIX} "
-                          "characters (see `appliance keys list`)")
-    matches = [e.path for e in store_entries(directory)
-               if e.path.name.startswith(keyid.lower())]
+        raise ConfigError(
+            f"key id {keyid!r} is too short: give at least {MIN_ID_PREFIX} "
+            "characters (see `appliance keys list`)"
+        )
+    matches = [e.path for e in store_entries(directory) if e.path.name.startswith(keyid.lower())]
     if not matches:
         raise ApplianceError(f"no trusted key {keyid} in {directory} (see `appliance keys list`)")
     if len(matches) > 1:

@@ -105,11 +105,17 @@ class Verification:
         return f"{head}: {self.advice}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict.label, "accepted": self.accepted,
-                "exit_code": self.exit_code, "untrusted_input": self.untrusted_input,
-                "allowed": sorted(ALLOW_FLAGS[v] for v in self.allowed), "signer": self.signer,
-                "bundle_digest": self.bundle_digest, "summary": self.summary(),
-                "checks": [check.as_dict() for check in self.checks]}
+        return {
+            "verdict": self.verdict.label,
+            "accepted": self.accepted,
+            "exit_code": self.exit_code,
+            "untrusted_input": self.untrusted_input,
+            "allowed": sorted(ALLOW_FLAGS[v] for v in self.allowed),
+            "signer": self.signer,
+            "bundle_digest": self.bundle_digest,
+            "summary": self.summary(),
+            "checks": [check.as_dict() for check in self.checks],
+        }
 
 
 def _field(value: Any, key: str) -> Any:
@@ -170,10 +176,10 @@ class _Verifier:
         self.checks: list[Check] = []
         self.state = _State()
 
-    def add(self, name: str, ok: bool, reason: str, files: list[str] | None = None,
-            *, integrity: bool = True) -> bool:
-        self.checks.append(Check(name, Status.PASS if ok else Status.FAIL, reason,
-                                 sorted(files or [])))
+    def add(
+        self, name: str, ok: bool, reason: str, files: list[str] | None = None, *, integrity: bool = True
+    ) -> bool:
+        self.checks.append(Check(name, Status.PASS if ok else Status.FAIL, reason, sorted(files or [])))
         if not ok and integrity:
             self.state.broken.append(name)
         return ok
@@ -201,14 +207,20 @@ class _Verifier:
             self.add("manifest", False, f"{MANIFEST_FILE} {problem}{hint}", [MANIFEST_FILE])
             return
         files = manifest.get("files") if isinstance(manifest, dict) else None
-        shape_ok = (isinstance(manifest, dict)
-                    and manifest.get("manifest_version") == MANIFEST_VERSION
-                    and isinstance(files, dict)
-                    and all(isinstance(e, dict) for e in files.values())
-                    and isinstance(manifest.get("attestation"), dict))
+        shape_ok = (
+            isinstance(manifest, dict)
+            and manifest.get("manifest_version") == MANIFEST_VERSION
+            and isinstance(files, dict)
+            and all(isinstance(e, dict) for e in files.values())
+            and isinstance(manifest.get("attestation"), dict)
+        )
         if not shape_ok:
-            self.add("manifest", False, f"{MANIFEST_FILE} is not a version {MANIFEST_VERSION} "
-                     "manifest (files, attestation)", [MANIFEST_FILE])
+            self.add(
+                "manifest",
+                False,
+                f"{MANIFEST_FILE} is not a version {MANIFEST_VERSION} manifest (files, attestation)",
+                [MANIFEST_FILE],
+            )
             return
         self.state.manifest = manifest
         self.add("manifest", True, f"{MANIFEST_FILE} lists {len(manifest['files'])} files")
@@ -223,24 +235,38 @@ class _Verifier:
         except IntegrityError as exc:
             self.add("attestation", False, str(exc), [ATTESTATION_FILE])
             return
-        if statement.get("predicateType") != PREDICATE_TYPE or not isinstance(
-                statement.get("subject"), list) or not isinstance(statement.get("predicate"),
-                                                                  dict):
-            self.add("attestation", False, "statement lacks subjects or a predicate, or has "
-                     f"predicate type {statement.get('predicateType')!r}, expected "
-                     f"{PREDICATE_TYPE!r}", [ATTESTATION_FILE])
+        if (
+            statement.get("predicateType") != PREDICATE_TYPE
+            or not isinstance(statement.get("subject"), list)
+            or not isinstance(statement.get("predicate"), dict)
+        ):
+            self.add(
+                "attestation",
+                False,
+                "statement lacks subjects or a predicate, or has "
+                f"predicate type {statement.get('predicateType')!r}, expected "
+                f"{PREDICATE_TYPE!r}",
+                [ATTESTATION_FILE],
+            )
             return
         self.state.envelope, self.state.statement = envelope, statement
-        self.add("attestation", True, f"in-toto Statement v1 with {len(statement['subject'])} "
-                 "subjects in a DSSE envelope")
+        self.add(
+            "attestation",
+            True,
+            f"in-toto Statement v1 with {len(statement['subject'])} subjects in a DSSE envelope",
+        )
         if self.state.manifest is not None:
             recorded = self.state.manifest["attestation"].get("sha256")
             actual = sha256_file(self.run_dir / ATTESTATION_FILE)
-            self.add("attestation-digest", recorded == actual,
-                     "attestation file matches the manifest" if recorded == actual else
-                     "attestation file differs from the sha256 in the manifest (statement or "
-                     "signature changed after sealing)", [] if recorded == actual
-                     else [ATTESTATION_FILE])
+            self.add(
+                "attestation-digest",
+                recorded == actual,
+                "attestation file matches the manifest"
+                if recorded == actual
+                else "attestation file differs from the sha256 in the manifest (statement or "
+                "signature changed after sealing)",
+                [] if recorded == actual else [ATTESTATION_FILE],
+            )
 
     def _recorded_key(self) -> SSlibKey | None:
         embedded = ((self.state.manifest or {}).get("attestation") or {}).get("public_key")
@@ -257,13 +283,16 @@ class _Verifier:
         claimed = ((self.state.manifest or {}).get("attestation") or {}).get("signed")
         if not envelope.signatures:
             if claimed is True:
-                self.add("signature", False, "the manifest says signed, but the attestation "
-                         "carries no signature (signature removed)", [ATTESTATION_FILE])
+                self.add(
+                    "signature",
+                    False,
+                    "the manifest says signed, but the attestation carries no signature (signature removed)",
+                    [ATTESTATION_FILE],
+                )
                 return
             self.state.origin = Verdict.UNSIGNED
             self.state.signer_note = "the bundle is unsigned: its origin is unknown"
-            self.add("signature", False, "the attestation carries no signature",
-                     integrity=False)
+            self.add("signature", False, "the attestation carries no signature", integrity=False)
             self.state.origin_check = self.checks[-1]
             return
         for keyid, key in sorted(self.trusted.items()):
@@ -276,25 +305,40 @@ class _Verifier:
         if recorded is not None and signed_by(envelope, recorded):
             self.state.origin = Verdict.UNTRUSTED
             self.state.signer = recorded.keyid
-            where = "is not the key given with --key" if self.given_key else \
-                f"is not in the trust store ({trusted_keys_dir()})"
+            where = (
+                "is not the key given with --key"
+                if self.given_key
+                else f"is not in the trust store ({trusted_keys_dir()})"
+            )
             self.state.signer_note = f"valid signature by key {recorded.keyid}, which {where}"
-            self.add("signature", False, f"valid ed25519 signature by {recorded.keyid} (id "
-                     f"recomputed from the key in {MANIFEST_FILE}), which {where}",
-                     integrity=False)
+            self.add(
+                "signature",
+                False,
+                f"valid ed25519 signature by {recorded.keyid} (id "
+                f"recomputed from the key in {MANIFEST_FILE}), which {where}",
+                integrity=False,
+            )
             self.state.origin_check = self.checks[-1]
             return
         keys = "the given key" if self.given_key else "any trusted key"
-        self.add("signature", False, f"no signature verifies with {keys} or with the key "
-                 f"recorded in {MANIFEST_FILE}: the statement or signature was altered",
-                 [ATTESTATION_FILE])
+        self.add(
+            "signature",
+            False,
+            f"no signature verifies with {keys} or with the key "
+            f"recorded in {MANIFEST_FILE}: the statement or signature was altered",
+            [ATTESTATION_FILE],
+        )
 
     def check_files(self) -> None:
         regular, odd = scan_bundle(self.run_dir)
         self.state.on_disk = regular
         if odd:
-            self.add("plain-files", False, "not regular files: " + ", ".join(
-                f"{rel} ({kind})" for rel, kind in odd), [rel for rel, _ in odd])
+            self.add(
+                "plain-files",
+                False,
+                "not regular files: " + ", ".join(f"{rel} ({kind})" for rel, kind in odd),
+                [rel for rel, _ in odd],
+            )
         else:
             self.add("plain-files", True, f"{len(regular)} regular files, nothing else")
 
@@ -310,8 +354,11 @@ class _Verifier:
             name = entry.get("name") if isinstance(entry, dict) else None
             digest = (entry.get("digest") if isinstance(entry, dict) else None) or {}
             why = _reject_name(name)
-            if why is None and (not isinstance(digest, dict) or not isinstance(
-                    digest.get("sha256"), str) or not SHA256_HEX.fullmatch(digest["sha256"])):
+            if why is None and (
+                not isinstance(digest, dict)
+                or not isinstance(digest.get("sha256"), str)
+                or not SHA256_HEX.fullmatch(digest["sha256"])
+            ):
                 why = "has no sha256 digest of 64 lowercase hex digits"
             if why is None and name in seen:
                 why = "is listed twice"
@@ -320,9 +367,12 @@ class _Verifier:
                 named += [name] if isinstance(name, str) else []
                 continue
             seen[name] = digest["sha256"]
-        if self.add("subject-names", not problems, "; ".join(problems) if problems else
-                    f"{len(seen)} distinct, normalised relative subject names",
-                    named):
+        if self.add(
+            "subject-names",
+            not problems,
+            "; ".join(problems) if problems else f"{len(seen)} distinct, normalised relative subject names",
+            named,
+        ):
             self.state.subjects = seen
 
     def check_subjects(self) -> None:
@@ -332,16 +382,28 @@ class _Verifier:
             return
         added = sorted(set(on_disk) - set(subjects))
         removed = sorted(set(subjects) - set(on_disk))
-        parts = [f"added: {', '.join(added)}" if added else "",
-                 f"removed: {', '.join(removed)}" if removed else ""]
-        self.add("subjects-cover-files", not (added or removed),
-                 "; ".join(p for p in parts if p) or f"the statement's {len(subjects)} subjects "
-                 "are exactly the bundle's regular files", added + removed)
+        parts = [
+            f"added: {', '.join(added)}" if added else "",
+            f"removed: {', '.join(removed)}" if removed else "",
+        ]
+        self.add(
+            "subjects-cover-files",
+            not (added or removed),
+            "; ".join(p for p in parts if p)
+            or f"the statement's {len(subjects)} subjects are exactly the bundle's regular files",
+            added + removed,
+        )
         common = sorted(set(subjects) & set(on_disk))
         digests = {rel: sha256_file(on_disk[rel]) for rel in common}
         changed = [rel for rel in common if digests[rel] != subjects[rel]]
-        self.add("file-digests", not changed, f"changed: {', '.join(changed)}" if changed else
-                 f"{len(common)} file digests recomputed and equal to the statement's", changed)
+        self.add(
+            "file-digests",
+            not changed,
+            f"changed: {', '.join(changed)}"
+            if changed
+            else f"{len(common)} file digests recomputed and equal to the statement's",
+            changed,
+        )
         if not (added or removed or changed):
             self.state.digest = bundle_digest(subjects)
 
@@ -356,15 +418,25 @@ class _Verifier:
             size = path.stat().st_size if path is not None else None
             if entry.get("sha256") != subjects.get(rel) or entry.get("bytes") != size:
                 differ.append(rel)
-        self.add("manifest-matches-statement", not differ, "manifest and statement disagree on: "
-                 + ", ".join(differ) if differ else "manifest lists the statement's subjects "
-                 "with the same digests and the files' sizes", differ)
+        self.add(
+            "manifest-matches-statement",
+            not differ,
+            "manifest and statement disagree on: " + ", ".join(differ)
+            if differ
+            else "manifest lists the statement's subjects with the same digests and the files' sizes",
+            differ,
+        )
         expected = bundle_digest(subjects)
         predicate = self.state.statement["predicate"]
         agree = manifest.get("bundle_digest") == expected == predicate.get("bundle_digest")
-        self.add("bundle-digest", agree, f"bundle digest {expected}" if agree else
-                 "bundle digest in the manifest or the predicate does not match the subjects "
-                 f"({expected})", [] if agree else [MANIFEST_FILE])
+        self.add(
+            "bundle-digest",
+            agree,
+            f"bundle digest {expected}"
+            if agree
+            else f"bundle digest in the manifest or the predicate does not match the subjects ({expected})",
+            [] if agree else [MANIFEST_FILE],
+        )
 
     def _subject_json(self, name: str) -> tuple[Any, str | None]:
         path = self.state.on_disk.get(name)
@@ -381,10 +453,16 @@ class _Verifier:
         signed = self.state.statement["predicate"].get("provenance")
         record, problem = self._subject_json(PROVENANCE_FILE)
         if problem is None and not _same_json(record, signed):
-            problem = (f"{PROVENANCE_FILE} differs from the provenance in the signed predicate "
-                       "(compared as canonical JSON)")
-        self.add("provenance", problem is None, problem or f"{PROVENANCE_FILE} equals the "
-                 "signed predicate's provenance", [PROVENANCE_FILE] if problem else [])
+            problem = (
+                f"{PROVENANCE_FILE} differs from the provenance in the signed predicate "
+                "(compared as canonical JSON)"
+            )
+        self.add(
+            "provenance",
+            problem is None,
+            problem or f"{PROVENANCE_FILE} equals the signed predicate's provenance",
+            [PROVENANCE_FILE] if problem else [],
+        )
 
     def check_run_status(self) -> None:
         if self.state.statement is None:
@@ -396,8 +474,9 @@ class _Verifier:
         if problem is None and status not in RUN_STATUSES:
             problem = f"{RUN_FILE} status must be one of {', '.join(RUN_STATUSES)}"
         if problem is None and not status == attested == listed:
-            problem = (f"{RUN_FILE} says {status!r}, the signed predicate {attested!r}, the "
-                       f"manifest {listed!r}")
+            problem = (
+                f"{RUN_FILE} says {status!r}, the signed predicate {attested!r}, the manifest {listed!r}"
+            )
         signed_run = self.state.statement["predicate"].get("run")
         differ = [key for key in RUN_FIELDS if _field(run, key) != _field(signed_run, key)]
         if problem is None and differ:
@@ -410,32 +489,49 @@ class _Verifier:
             self.add("run-status", True, "run completed")
             return
         self.state.incomplete = status
-        self.add("run-status", False, f"run is {status}: this bundle records a run that did not "
-                 "complete", [RUN_FILE], integrity=False)
+        self.add(
+            "run-status",
+            False,
+            f"run is {status}: this bundle records a run that did not complete",
+            [RUN_FILE],
+            integrity=False,
+        )
 
 
 def _verdict(state: _State, allowed: frozenset[Verdict]) -> tuple[Verdict, str]:
     if state.broken:
-        return Verdict.TAMPERED, (f"failed {', '.join(state.broken)}: the bundle is not what "
-                                  "was sealed; do not use its results")
+        return Verdict.TAMPERED, (
+            f"failed {', '.join(state.broken)}: the bundle is not what was sealed; do not use its results"
+        )
     if state.origin is not None and state.origin not in allowed:
         if state.origin is Verdict.UNSIGNED:
-            return state.origin, (f"signature: {state.signer_note}; ask its author for a "
-                                  "signed bundle, or pass --allow-unsigned to explore it anyway")
-        return state.origin, (f"signature: {state.signer_note}; if you trust its owner, run "
-                              "`appliance keys trust PUBKEY_FILE` with their public key, or "
-                              "pass --allow-untrusted to explore it anyway")
+            return state.origin, (
+                f"signature: {state.signer_note}; ask its author for a "
+                "signed bundle, or pass --allow-unsigned to explore it anyway"
+            )
+        return state.origin, (
+            f"signature: {state.signer_note}; if you trust its owner, run "
+            "`appliance keys trust PUBKEY_FILE` with their public key, or "
+            "pass --allow-untrusted to explore it anyway"
+        )
     if state.incomplete is not None:
-        return Verdict.INCOMPLETE, (f"run-status: the run is {state.incomplete}: its results "
-                                    "are partial and cannot be evidence; rerun the profile")
+        return Verdict.INCOMPLETE, (
+            f"run-status: the run is {state.incomplete}: its results "
+            "are partial and cannot be evidence; rerun the profile"
+        )
     if state.origin is not None:
         return state.origin, f"signature: {state.signer_note}; contents verified, origin not"
     return Verdict.VERIFIED, (f"every check passed; signed by trusted key {state.signer}")
 
 
-def verify_bundle(run_dir: Path, key: SSlibKey | Path | None = None, *,
-                  trusted: dict[str, SSlibKey] | None = None, allow_untrusted: bool = False,
-                  allow_unsigned: bool = False) -> Verification:
+def verify_bundle(
+    run_dir: Path,
+    key: SSlibKey | Path | None = None,
+    *,
+    trusted: dict[str, SSlibKey] | None = None,
+    allow_untrusted: bool = False,
+    allow_unsigned: bool = False,
+) -> Verification:
     """Every named check over the bundle at run_dir, in a fixed order, and the verdict.
 
     key (a public key or its file) is the only key trusted when given; otherwise the keys in
@@ -459,11 +555,13 @@ def verify_bundle(run_dir: Path, key: SSlibKey | Path | None = None, *,
     verifier.check_manifest_agrees()
     verifier.check_provenance()
     verifier.check_run_status()
-    allowed = frozenset(v for v, on in ((Verdict.UNTRUSTED, allow_untrusted),
-                                        (Verdict.UNSIGNED, allow_unsigned)) if on)
+    allowed = frozenset(
+        v for v, on in ((Verdict.UNTRUSTED, allow_untrusted), (Verdict.UNSIGNED, allow_unsigned)) if on
+    )
     state = verifier.state
     verdict, advice = _verdict(state, allowed)
     if state.origin in allowed and state.origin_check is not None:
         state.origin_check.status = Status.WARN
-    return Verification(verifier.checks, verdict, allowed, state.signer, state.digest,
-                        state.run_status, advice)
+    return Verification(
+        verifier.checks, verdict, allowed, state.signer, state.digest, state.run_status, advice
+    )

@@ -26,44 +26,68 @@ class Verb(NamedTuple):
 # short help as `appliance --help` lists it (a test keeps it equal to the command's own).
 VERBS: dict[str, Verb] = {
     "engine": Verb("appliance.cli.engine", "The engine lock and verified llama.cpp sources."),
-    "patches": Verb("appliance.cli.patches", "Manage the llama.cpp patch series (list, apply, "
-                    "bracket check, edit and export)."),
+    "patches": Verb(
+        "appliance.cli.patches",
+        "Manage the llama.cpp patch series (list, apply, bracket check, edit and export).",
+    ),
     "image": Verb("appliance.cli.image", "Build, inspect, publish and pull engine images."),
-    "pull": Verb("appliance.cli.image", "Pull TARGET's published image by digest, or load it "
-                 "--from an exported archive, and check it against the lock."),
-    "model": Verb("appliance.cli.model", "Synthesize tiny MoE GGUF models and inspect GGUF "
-                  "files."),
-    "plan": Verb("appliance.cli.plan", "Plan placement and memory for a GGUF (path, header-only "
-                 "file or URL) under limits."),
-    "run": Verb("appliance.cli.run", "Run an experiment PROFILE (a built-in name or a YAML file) "
-                "in the engine image."),
-    "sweep": Verb("appliance.cli.sweep", "Run PROFILE's variants at several memory limits "
-                  "(interleaved, cold cache each trial), measure the disk once, and set each "
-                  "trial's reads beside LRU and Belady replays of its own route trace."),
-    "cluster": Verb("appliance.cli.cluster", "Run trials across a lab's machines on Ray: join "
-                    "nodes, list them."),
-    "trace": Verb("appliance.cli.trace", "Inspect and replay MoE route traces through "
-                  "expert-cache policies."),
+    "pull": Verb(
+        "appliance.cli.image",
+        "Pull TARGET's published image by digest, or load it "
+        "--from an exported archive, and check it against the lock.",
+    ),
+    "model": Verb("appliance.cli.model", "Synthesize tiny MoE GGUF models and inspect GGUF files."),
+    "plan": Verb(
+        "appliance.cli.plan",
+        "Plan placement and memory for a GGUF (path, header-only file or URL) under limits.",
+    ),
+    "run": Verb(
+        "appliance.cli.run", "Run an experiment PROFILE (a built-in name or a YAML file) in the engine image."
+    ),
+    "sweep": Verb(
+        "appliance.cli.sweep",
+        "Run PROFILE's variants at several memory limits "
+        "(interleaved, cold cache each trial), measure the disk once, and set each "
+        "trial's reads beside LRU and Belady replays of its own route trace.",
+    ),
+    "cluster": Verb(
+        "appliance.cli.cluster", "Run trials across a lab's machines on Ray: join nodes, list them."
+    ),
+    "trace": Verb(
+        "appliance.cli.trace", "Inspect and replay MoE route traces through expert-cache policies."
+    ),
     "bundle": Verb("appliance.cli.bundle", "Sign and verify run bundles."),
-    "evidence": Verb("appliance.cli.evidence", "Published results and comparison of new runs "
-                     "against them."),
-    "doctor": Verb("appliance.cli.doctor", "Check this machine: Docker engine and cgroups, a "
-                   "BuildKit client, the NVIDIA runtime, GPUs and driver (NVML), the engine "
-                   "target that fits, swap, fincore."),
-    "keys": Verb("appliance.cli.keys", "Signing keys for run bundles (kept outside any "
-                 "repository) and the keys you trust."),
-    "release-check": Verb("appliance.cli.release_check", "Check that the committed and staged "
-                          "files (git's blobs, not the working tree) hold no weights, traces, "
-                          "secrets or host details; each finding names the commit that added "
-                          "it."),
-    "repro": Verb("appliance.cli.repro", "Reproduce the published findings on a target (what "
-                  "`make repro-<target>` runs)."),
-    "demo": Verb("appliance.cli.demo", "The whole pipeline at miniature scale: a tiny synthetic "
-                 "MoE model swept on the cpu image over the memory limits of profile "
-                 "tiny-oversub (a quarter, half and 1.2 times the model file; baseline, demand "
-                 "mmap, demand mmap with route-aware prefetch), one disk probe, one bundle, "
-                 "verified, every trial's decode reads set beside LRU and Belady replays of its "
-                 "own route trace, and compared with evidence/."),
+    "evidence": Verb("appliance.cli.evidence", "Published results and comparison of new runs against them."),
+    "doctor": Verb(
+        "appliance.cli.doctor",
+        "Check this machine: Docker engine and cgroups, a "
+        "BuildKit client, the NVIDIA runtime, GPUs and driver (NVML), the engine "
+        "target that fits, swap, fincore.",
+    ),
+    "keys": Verb(
+        "appliance.cli.keys",
+        "Signing keys for run bundles (kept outside any repository) and the keys you trust.",
+    ),
+    "release-check": Verb(
+        "appliance.cli.release_check",
+        "Check that the committed and staged "
+        "files (git's blobs, not the working tree) hold no weights, traces, "
+        "secrets or host details; each finding names the commit that added "
+        "it.",
+    ),
+    "repro": Verb(
+        "appliance.cli.repro",
+        "Reproduce the published findings on a target (what `make repro-<target>` runs).",
+    ),
+    "demo": Verb(
+        "appliance.cli.demo",
+        "The whole pipeline at miniature scale: a tiny synthetic "
+        "MoE model swept on the cpu image over the memory limits of profile "
+        "tiny-oversub (a quarter, half and 1.2 times the model file; baseline, demand "
+        "mmap, demand mmap with route-aware prefetch), one disk probe, one bundle, "
+        "verified, every trial's decode reads set beside LRU and Belady replays of its "
+        "own route trace, and compared with evidence/.",
+    ),
 }
 
 
@@ -83,8 +107,9 @@ class LazyGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = [(name, click.Command(name, help=VERBS[name].summary).get_short_help_str(limit))
-                for name in names]
+        rows = [
+            (name, click.Command(name, help=VERBS[name].summary).get_short_help_str(limit)) for name in names
+        ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -105,8 +130,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _debug_requested(ctx: click.Context | None) -> bool:
-    return bool(ctx is not None and isinstance(ctx.find_root().obj, dict)
-                and ctx.find_root().obj.get("debug"))
+    return bool(
+        ctx is not None and isinstance(ctx.find_root().obj, dict) and ctx.find_root().obj.get("debug")
+    )
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -13,8 +13,7 @@ from appliance.cli.options import json_option, refuse_key_with_unsigned
 from appliance.core.checks import check_lines
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 
-bundle_dir = click.argument("directory", type=click.Path(path_type=Path, file_okay=False,
-                                                         exists=True))
+bundle_dir = click.argument("directory", type=click.Path(path_type=Path, file_okay=False, exists=True))
 
 
 @click.group("bundle")
@@ -24,8 +23,13 @@ def bundle_group() -> None:
 
 @bundle_group.command("sign")
 @bundle_dir
-@click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Private key file or key directory (default ~/.config/appliance/keys).")
+@click.option(
+    "--key",
+    "key",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Private key file or key directory (default ~/.config/appliance/keys).",
+)
 @click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature, on purpose.")
 @click.option("--force", is_flag=True, help="Re-seal even though files changed since sealing.")
 def bundle_sign(directory: Path, key: Path | None, unsigned: bool, force: bool) -> None:
@@ -34,18 +38,21 @@ def bundle_sign(directory: Path, key: Path | None, unsigned: bool, force: bool) 
     if not unsigned and key is None:
         key = existing_default_key()
         if key is None:
-            raise ApplianceError(f"no signing key in {default_key_dir()}: run `appliance keys "
-                                 "init`, pass --key, or --unsigned to seal without a signature")
+            raise ApplianceError(
+                f"no signing key in {default_key_dir()}: run `appliance keys "
+                "init`, pass --key, or --unsigned to seal without a signature"
+            )
     changed = sealed_digests_match(directory)
     if changed and not force:
-        raise IntegrityError(f"{len(changed)} files differ from the existing {MANIFEST_FILE} "
-                             f"({', '.join(changed[:5])}): check them, then pass --force")
+        raise IntegrityError(
+            f"{len(changed)} files differ from the existing {MANIFEST_FILE} "
+            f"({', '.join(changed[:5])}): check them, then pass --force"
+        )
     finalize_bundle(directory, None if unsigned else key)
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     signer = None if unsigned else public_key_from_dict(manifest["attestation"]["public_key"])
     how = "unsigned" if signer is None else f"signed by {signer.keyid}"
-    click.echo(f"sealed {len(manifest['files'])} files, {how}; bundle digest "
-               f"{manifest['bundle_digest']}")
+    click.echo(f"sealed {len(manifest['files'])} files, {how}; bundle digest {manifest['bundle_digest']}")
 
 
 def print_verification(result: Verification) -> None:
@@ -54,34 +61,48 @@ def print_verification(result: Verification) -> None:
     click.echo(result.summary())
 
 
-@bundle_group.command("verify", epilog=(
-    "\b\nExit status (one per verdict):\n"
-    + "\n".join(f"  {v.exit_code}  {v.label}" for v in Verdict)
-    + "\n  0  also for untrusted / unsigned when --allow-untrusted / --allow-unsigned accept it"
-    + "\n  2  not a directory, or a --key file that cannot be read"))
+@bundle_group.command(
+    "verify",
+    epilog=(
+        "\b\nExit status (one per verdict):\n"
+        + "\n".join(f"  {v.exit_code}  {v.label}" for v in Verdict)
+        + "\n  0  also for untrusted / unsigned when --allow-untrusted / --allow-unsigned accept it"
+        + "\n  2  not a directory, or a --key file that cannot be read"
+    ),
+)
 @bundle_dir
-@click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Public key (file or key directory) the bundle must be signed with; "
-                   "default: any key in the trust store (`appliance keys list`).")
-@click.option("--allow-untrusted", is_flag=True,
-              help="Accept a valid signature by a key you do not trust (exploring someone "
-                   "else's bundle); the verdict says so.")
-@click.option("--allow-unsigned", is_flag=True,
-              help="Accept an unsigned bundle whose contents verify; the verdict says so.")
+@click.option(
+    "--key",
+    "key",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Public key (file or key directory) the bundle must be signed with; "
+    "default: any key in the trust store (`appliance keys list`).",
+)
+@click.option(
+    "--allow-untrusted",
+    is_flag=True,
+    help="Accept a valid signature by a key you do not trust (exploring someone "
+    "else's bundle); the verdict says so.",
+)
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="Accept an unsigned bundle whose contents verify; the verdict says so.",
+)
 @json_option
-def bundle_verify(directory: Path, key: Path | None, allow_untrusted: bool,
-                  allow_unsigned: bool, as_json: bool) -> None:
+def bundle_verify(
+    directory: Path, key: Path | None, allow_untrusted: bool, allow_unsigned: bool, as_json: bool
+) -> None:
     """Recompute every digest, check the signature against trusted keys and the run status,
     offline. Exits 0 only for a verified bundle (or one an --allow flag accepts)."""
-    result = verify_bundle(directory, key, allow_untrusted=allow_untrusted,
-                           allow_unsigned=allow_unsigned)
+    result = verify_bundle(directory, key, allow_untrusted=allow_untrusted, allow_unsigned=allow_unsigned)
     if as_json:
         click.echo(json.dumps(result.as_json(), indent=2))
     else:
         print_verification(result)
     if not result.accepted:
-        raise ApplianceError(f"bundle {result.verdict.label}: {result.advice}",
-                             exit_code=result.exit_code)
+        raise ApplianceError(f"bundle {result.verdict.label}: {result.advice}", exit_code=result.exit_code)
 
 
 @bundle_group.command("show")
@@ -94,15 +115,17 @@ def bundle_show(directory: Path, as_json: bool) -> None:
         manifest = json.loads((directory / MANIFEST_FILE).read_text())
         provenance = json.loads((directory / "provenance.json").read_text())
     except FileNotFoundError as exc:
-        raise ApplianceError(f"{directory}: {Path(str(exc.filename)).name} missing: seal the "
-                             "run with `appliance bundle sign`") from None
+        raise ApplianceError(
+            f"{directory}: {Path(str(exc.filename)).name} missing: seal the run with `appliance bundle sign`"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(f"{directory}: manifest or provenance unreadable ({exc})") from None
     try:
         summary = _summary(manifest, provenance)
     except (KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{directory}: not a bundle this version can show (field {exc} "
-                          "missing or malformed)") from None
+        raise ConfigError(
+            f"{directory}: not a bundle this version can show (field {exc} missing or malformed)"
+        ) from None
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -123,13 +146,18 @@ def _summary(manifest: dict[str, Any], provenance: dict[str, Any]) -> dict[str, 
         "bundle_digest": manifest["bundle_digest"],
         "files": len(manifest["files"]),
         "signed_by": signer,
-        "engine": {"lock_sha256": engine["lock_sha256"], "source": engine["source"],
-                   "series_sha256": engine["series_sha256"]},
+        "engine": {
+            "lock_sha256": engine["lock_sha256"],
+            "source": engine["source"],
+            "series_sha256": engine["series_sha256"],
+        },
         "image": (provenance.get("image") or {}).get("id"),
         "model": model,
-        "host": {k: host.get(k) for k in ("kernel", "cgroup_version", "cpu_model", "ram_bytes",
-                                          "swap_bytes", "docker_version")}
-                | {"gpus": [g.get("name") for g in host.get("gpus", [])]},
+        "host": {
+            k: host.get(k)
+            for k in ("kernel", "cgroup_version", "cpu_model", "ram_bytes", "swap_bytes", "docker_version")
+        }
+        | {"gpus": [g.get("name") for g in host.get("gpus", [])]},
     }
 
 

@@ -13,17 +13,31 @@ from appliance.workflows.demo import demo
 
 
 @click.command("demo")
-@click.option("--source", default="auto", show_default=True,
-              help="auto (canonical when reachable, else the b10229 stand-in, said loudly), "
-              "canonical, a stand-in name or a llama.cpp directory.")
-@click.option("--out", type=OutputPath(directory=True), default=None,
-              help="Run directory (default: runs/tiny-oversub-<UTC time>).")
-@click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=None, help="Where the tiny model is synthesized (default: the cache).")
+@click.option(
+    "--source",
+    default="auto",
+    show_default=True,
+    help="auto (canonical when reachable, else the b10229 stand-in, said loudly), "
+    "canonical, a stand-in name or a llama.cpp directory.",
+)
+@click.option(
+    "--out",
+    type=OutputPath(directory=True),
+    default=None,
+    help="Run directory (default: runs/tiny-oversub-<UTC time>).",
+)
+@click.option(
+    "--models",
+    "models_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where the tiny model is synthesized (default: the cache).",
+)
 @click.option("--repeats", type=REPEATS, default=None, help="Repeats of the sweep (default 1).")
 @lock_option
-def demo_command(source: str, out: Path | None, models_dir: Path | None, repeats: int | None,
-                 lock_path: Path | None) -> None:
+def demo_command(
+    source: str, out: Path | None, models_dir: Path | None, repeats: int | None, lock_path: Path | None
+) -> None:
     """The whole pipeline at miniature scale: a tiny synthetic MoE model swept on the cpu
     image over the memory limits of profile tiny-oversub (a quarter, half and 1.2 times the
     model file; baseline, demand mmap, demand mmap with route-aware prefetch), one disk probe,
@@ -31,8 +45,15 @@ def demo_command(source: str, out: Path | None, models_dir: Path | None, repeats
     own route trace, and compared with evidence/."""
     console = Console(width=None if sys.stdout.isatty() else 160)
     with progress_display() as progress:
-        demo(load_lock(lock_path), console, source=source, out=out, models_dir=models_dir,
-             repeats=repeats, progress=progress)
+        demo(
+            load_lock(lock_path),
+            console,
+            source=source,
+            out=out,
+            models_dir=models_dir,
+            repeats=repeats,
+            progress=progress,
+        )
 
 
 COMMANDS: list[click.Command] = [demo_command]

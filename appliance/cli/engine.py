@@ -88,11 +88,17 @@ def fetch(source_spec: str, lock_path: Path | None, as_json: bool) -> None:
     for note in tree.notes:
         console.print(f"[yellow]note:[/] {note}")
     if as_json:
-        click.echo(json.dumps(
-            {"path": str(tree.path), "identity": tree.identity, "downloaded_bytes": tree.downloaded_bytes,
-             "repaired": tree.repaired},
-            indent=2,
-        ))
+        click.echo(
+            json.dumps(
+                {
+                    "path": str(tree.path),
+                    "identity": tree.identity,
+                    "downloaded_bytes": tree.downloaded_bytes,
+                    "repaired": tree.repaired,
+                },
+                indent=2,
+            )
+        )
         return
     ident = tree.identity
     if not ident.get("canonical"):

@@ -21,9 +21,11 @@ from appliance.evidence.findings import (
 )
 
 allow_untrusted_option = click.option(
-    "--allow-untrusted", is_flag=True,
+    "--allow-untrusted",
+    is_flag=True,
     help="Read a bundle that is unsigned or signed by a key you do not trust; every line of "
-         "the result says \"untrusted input\".")
+    'the result says "untrusted input".',
+)
 
 
 @click.group("evidence")
@@ -37,14 +39,28 @@ def evidence_list(as_json: bool) -> None:
     """Every finding in evidence/, with its status and the profile that reproduces it."""
     findings = load_findings()
     if as_json:
-        click.echo(json.dumps([{"id": f.id, "origin": f.raw["origin"], "status": f.status,
-                                "profile": f.raw["profile"], "title": f.raw["title"]}
-                               for f in findings], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "id": f.id,
+                        "origin": f.raw["origin"],
+                        "status": f.status,
+                        "profile": f.raw["profile"],
+                        "title": f.raw["title"],
+                    }
+                    for f in findings
+                ],
+                indent=2,
+            )
+        )
         return
     width = max(len(f.id) for f in findings)
     for f in findings:
-        click.echo(f"{f.id:<{width}}  {f.raw['origin']:<12} {f.status:<15} "
-                   f"{f.raw['profile'] or '-':<14} {f.raw['title']}")
+        click.echo(
+            f"{f.id:<{width}}  {f.raw['origin']:<12} {f.status:<15} "
+            f"{f.raw['profile'] or '-':<14} {f.raw['title']}"
+        )
 
 
 @evidence_group.command("show")
@@ -62,15 +78,23 @@ def evidence_show(finding_id: str, as_json: bool) -> None:
         values = ", ".join(f"{k} {v}" for k, v in metric["values"].items())
         click.echo(f"{metric['name']} ({metric['unit']}): {values}")
     for claim in raw["claims"]:
-        ratio = "direction only" if claim["ratio"] is None else \
-            f"ratio {claim['ratio']} ±{claim['tolerance']:.0%}"
-        click.echo(f"claim: {claim['metric']} {claim['treatment']} {claim['direction']} than "
-                   f"{claim['baseline']} ({ratio})")
+        ratio = (
+            "direction only"
+            if claim["ratio"] is None
+            else f"ratio {claim['ratio']} ±{claim['tolerance']:.0%}"
+        )
+        click.echo(
+            f"claim: {claim['metric']} {claim['treatment']} {claim['direction']} than "
+            f"{claim['baseline']} ({ratio})"
+        )
     model = scope["model"]
-    click.echo(f"\nmodel: {model['name']} file {model['file']} bytes {model['bytes']} "
-               f"sha256 {model['sha256']}")
-    click.echo(f"limit: {scope['memory_limit_bytes']} bytes, swap {scope['swap_bytes']}; "
-               f"tokens {scope['n_predict']}; repeats {scope['repeats']}")
+    click.echo(
+        f"\nmodel: {model['name']} file {model['file']} bytes {model['bytes']} sha256 {model['sha256']}"
+    )
+    click.echo(
+        f"limit: {scope['memory_limit_bytes']} bytes, swap {scope['swap_bytes']}; "
+        f"tokens {scope['n_predict']}; repeats {scope['repeats']}"
+    )
     for key in ("controlled", "not_controlled", "unknown"):
         for item in scope[key]:
             click.echo(f"{key.replace('_', ' ')}: {item}")
@@ -88,20 +112,31 @@ def print_comparison(result: Comparison) -> None:
 
 @evidence_group.command("compare")
 @click.argument("bundle", type=click.Path(path_type=Path, file_okay=False, exists=True))
-@click.option("--evidence", "ids", multiple=True,
-              help="Evidence id to compare with (default: those the run's profile names).")
-@click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Public key the bundle must be signed with (default: any trusted key).")
+@click.option(
+    "--evidence",
+    "ids",
+    multiple=True,
+    help="Evidence id to compare with (default: those the run's profile names).",
+)
+@click.option(
+    "--key",
+    "key",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Public key the bundle must be signed with (default: any trusted key).",
+)
 @allow_untrusted_option
 @json_option
-def evidence_compare(bundle: Path, ids: tuple[str, ...], key: Path | None,
-                     allow_untrusted: bool, as_json: bool) -> None:
+def evidence_compare(
+    bundle: Path, ids: tuple[str, ...], key: Path | None, allow_untrusted: bool, as_json: bool
+) -> None:
     """Whether a run bundle reproduces the evidence it claims to (after full verification)."""
     verification = verified_input(bundle, key, allow_untrusted)
     wanted = list(ids) or claimed_evidence(bundle)
     if not wanted:
-        raise ApplianceError("the run's profile names no evidence: pass --evidence ID "
-                             "(see `appliance evidence list`)")
+        raise ApplianceError(
+            "the run's profile names no evidence: pass --evidence ID (see `appliance evidence list`)"
+        )
     results = [compare(bundle, find_finding(i), verification) for i in wanted]
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in results], indent=2))
@@ -111,8 +146,10 @@ def evidence_compare(bundle: Path, ids: tuple[str, ...], key: Path | None,
     missed = [r.evidence for r in results if r.verdict != REPRODUCED]
     mark_input = f"[{UNTRUSTED_INPUT}] " if verification.untrusted_input else ""
     if missed:
-        raise ApplianceError(f"{mark_input}{len(missed)} of {len(results)} not reproduced or "
-                             f"not comparable: {', '.join(missed)}")
+        raise ApplianceError(
+            f"{mark_input}{len(missed)} of {len(results)} not reproduced or "
+            f"not comparable: {', '.join(missed)}"
+        )
 
 
 @evidence_group.command("draft")
@@ -120,21 +157,40 @@ def evidence_compare(bundle: Path, ids: tuple[str, ...], key: Path | None,
 @click.option("--id", "finding_id", required=True, help="Id of the new finding (file name).")
 @click.option("--title", required=True, help="One-line title.")
 @click.option("--summary", default=None, help="What was found (default: the title).")
-@click.option("--baseline", default="baseline", show_default=True,
-              help="Variant the ratios are taken against.")
-@click.option("--tolerance", type=finite(min=0), default=0.25, show_default=True,
-              help="Relative tolerance a later reproduction's ratios must hold.")
-@click.option("--key", "key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Public key the bundle must be signed with (default: any trusted key).")
+@click.option(
+    "--baseline", default="baseline", show_default=True, help="Variant the ratios are taken against."
+)
+@click.option(
+    "--tolerance",
+    type=finite(min=0),
+    default=0.25,
+    show_default=True,
+    help="Relative tolerance a later reproduction's ratios must hold.",
+)
+@click.option(
+    "--key",
+    "key",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Public key the bundle must be signed with (default: any trusted key).",
+)
 @allow_untrusted_option
-@click.option("--out", type=OutputPath(), default=None,
-              help="Write the finding here (default: print it).")
-def evidence_draft(bundle: Path, finding_id: str, title: str, summary: str | None,
-                   baseline: str, tolerance: float, key: Path | None, allow_untrusted: bool,
-                   out: Path | None) -> None:
+@click.option("--out", type=OutputPath(), default=None, help="Write the finding here (default: print it).")
+def evidence_draft(
+    bundle: Path,
+    finding_id: str,
+    title: str,
+    summary: str | None,
+    baseline: str,
+    tolerance: float,
+    key: Path | None,
+    allow_untrusted: bool,
+    out: Path | None,
+) -> None:
     """Draft a reproduction finding from a verified bundle, for review before committing."""
-    raw = draft_finding(bundle, finding_id, title, summary or title, baseline, tolerance, key,
-                        allow_untrusted)
+    raw = draft_finding(
+        bundle, finding_id, title, summary or title, baseline, tolerance, key, allow_untrusted
+    )
     text = json.dumps(raw, indent=2) + "\n"
     if out is None:
         click.echo(text, nl=False)

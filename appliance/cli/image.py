@@ -27,8 +27,12 @@ from appliance.images.build import (
 from appliance.images.registry import pull_image, push_image
 
 source_option = click.option(
-    "--source", "source_spec", default="canonical", show_default=True,
-    help="canonical, a stand-in name from the lock (b10068, b10229), or a local llama.cpp dir.")
+    "--source",
+    "source_spec",
+    default="canonical",
+    show_default=True,
+    help="canonical, a stand-in name from the lock (b10068, b10229), or a local llama.cpp dir.",
+)
 
 
 @click.group("image")
@@ -40,46 +44,84 @@ def image_group() -> None:
 @click.option("--target", "target", required=True, help="cpu, sm89 or sm120 (the lock's targets).")
 @source_option
 @click.option("--experimental", multiple=True, help="Add an experimental patch (repeatable).")
-@click.option("--jobs", type=click.IntRange(1, 1024), default=DEFAULT_JOBS, show_default=True,
-              help="Parallel compile jobs.")
-@click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
-              help="BuildKit via a docker client that has it, or the SDK's classic builder.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 1024),
+    default=DEFAULT_JOBS,
+    show_default=True,
+    help="Parallel compile jobs.",
+)
+@click.option(
+    "--builder",
+    type=click.Choice(BUILDERS),
+    default="auto",
+    show_default=True,
+    help="BuildKit via a docker client that has it, or the SDK's classic builder.",
+)
 @lock_option
 @json_option
-def build(target: str, source_spec: str, experimental: tuple[str, ...], jobs: int, builder: str,
-          lock_path: Path | None, as_json: bool) -> None:
+def build(
+    target: str,
+    source_spec: str,
+    experimental: tuple[str, ...],
+    jobs: int,
+    builder: str,
+    lock_path: Path | None,
+    as_json: bool,
+) -> None:
     """Build the engine image for TARGET from a verified, patched source (reused if unchanged)."""
     lock = load_lock(lock_path)
     lock.target(target)
     console = Console(stderr=True)
     with progress_display(quiet=as_json) as progress:
-        result = build_image(lock, target, source_spec, experimental, jobs, builder,
-                             progress=progress)
+        result = build_image(lock, target, source_spec, experimental, jobs, builder, progress=progress)
     if as_json:
-        click.echo(json.dumps({
-            "tag": result.tag, "image_id": result.image_id, "reused": result.reused,
-            "builder": result.builder, "seconds": round(result.seconds, 1),
-            "log": str(result.log_path) if result.log_path else None, "labels": result.labels,
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "tag": result.tag,
+                    "image_id": result.image_id,
+                    "reused": result.reused,
+                    "builder": result.builder,
+                    "seconds": round(result.seconds, 1),
+                    "log": str(result.log_path) if result.log_path else None,
+                    "labels": result.labels,
+                },
+                indent=2,
+            )
+        )
         return
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
     source_kind = result.labels.get(L.SOURCE_KIND)
     if source_kind != "canonical":
-        console.print(f"[bold yellow]{str(source_kind).upper()} source "
-                      f"{result.labels.get(L.SOURCE_NAME)}: not the canonical pin[/]")
+        console.print(
+            f"[bold yellow]{str(source_kind).upper()} source "
+            f"{result.labels.get(L.SOURCE_NAME)}: not the canonical pin[/]"
+        )
     if result.reused:
         click.echo(f"{result.tag} is up to date (inputs unchanged): {result.image_id}")
     else:
-        click.echo(f"built {result.tag} {result.image_id} in {result.seconds:.0f} s "
-                   f"({result.builder}); log {result.log_path}")
+        click.echo(
+            f"built {result.tag} {result.image_id} in {result.seconds:.0f} s "
+            f"({result.builder}); log {result.log_path}"
+        )
 
 
 @image_group.command("base")
-@click.option("--epoch", default=DEFAULT_EPOCH, show_default=True,
-              help="SOURCE_DATE_EPOCH for mmdebstrap and the image config.")
-@click.option("--write-lock/--no-write-lock", "write_lock_flag", default=False, show_default=True,
-              help="Point the lock's cpu target at the new bases (tags and image IDs).")
+@click.option(
+    "--epoch",
+    default=DEFAULT_EPOCH,
+    show_default=True,
+    help="SOURCE_DATE_EPOCH for mmdebstrap and the image config.",
+)
+@click.option(
+    "--write-lock/--no-write-lock",
+    "write_lock_flag",
+    default=False,
+    show_default=True,
+    help="Point the lock's cpu target at the new bases (tags and image IDs).",
+)
 @lock_option
 def base(epoch: int, write_lock_flag: bool, lock_path: Path | None) -> None:
     """Make the registry-free Debian runtime and build bases with mmdebstrap."""
@@ -91,7 +133,6 @@ def base(epoch: int, write_lock_flag: bool, lock_path: Path | None) -> None:
         click.echo(f"recorded both bases in {lock.path} (targets.cpu)")
 
 
-
 @image_group.command("check-compile")
 @click.option("--target", "target", required=True)
 @click.option("--build-base", required=True, help="Local toolchain image to compile on.")
@@ -99,19 +140,25 @@ def base(epoch: int, write_lock_flag: bool, lock_path: Path | None) -> None:
 @source_option
 @click.option("--jobs", type=click.IntRange(1, 1024), default=DEFAULT_JOBS, show_default=True)
 @lock_option
-def check_compile(target: str, build_base: str, cmake_args: tuple[str, ...], source_spec: str,
-                  jobs: int, lock_path: Path | None) -> None:
+def check_compile(
+    target: str,
+    build_base: str,
+    cmake_args: tuple[str, ...],
+    source_spec: str,
+    jobs: int,
+    lock_path: Path | None,
+) -> None:
     """Compile TARGET's build stage on a local toolchain image (no image is kept)."""
     lock = load_lock(lock_path)
     with progress_display() as progress:
-        log_path, seconds = compile_check(lock, target, source_spec, build_base, cmake_args,
-                                          jobs, progress=progress)
+        log_path, seconds = compile_check(
+            lock, target, source_spec, build_base, cmake_args, jobs, progress=progress
+        )
     click.echo(f"{target} build stage compiled on {build_base} in {seconds:.0f} s; log {log_path}")
 
 
 def _print_report(report: InspectReport, console: Console) -> None:
-    console.print(f"[bold]{report.ref}[/] {report.image_id} "
-                  f"({report.size_bytes / 1e6:.1f} MB)")
+    console.print(f"[bold]{report.ref}[/] {report.image_id} ({report.size_bytes / 1e6:.1f} MB)")
     table = Table("label", "value")
     for key in sorted(report.labels):
         table.add_row(key, report.labels[key])
@@ -133,10 +180,19 @@ def inspect(image: str, lock_path: Path | None, as_json: bool) -> None:
     """Check IMAGE's labels against the lock and the patch series; exit 3 on drift."""
     report = inspect_image(load_lock(lock_path), image)
     if as_json:
-        click.echo(json.dumps({
-            "ref": report.ref, "image_id": report.image_id, "size_bytes": report.size_bytes,
-            "matches": report.matches, "labels": report.labels,
-            "drift": [asdict(d) for d in report.drifts]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "ref": report.ref,
+                    "image_id": report.image_id,
+                    "size_bytes": report.size_bytes,
+                    "matches": report.matches,
+                    "labels": report.labels,
+                    "drift": [asdict(d) for d in report.drifts],
+                },
+                indent=2,
+            )
+        )
     else:
         _print_report(report, Console())
     if not report.matches:
@@ -162,8 +218,12 @@ def selftest_command(image: str, as_json: bool) -> None:
 @image_group.command("push")
 @click.option("--target", "target", required=True)
 @click.option("--registry", required=True, help="host:port of the registry.")
-@click.option("--image", "image_ref", default=None,
-              help="Local image to push (default: the newest one built from this lock).")
+@click.option(
+    "--image",
+    "image_ref",
+    default=None,
+    help="Local image to push (default: the newest one built from this lock).",
+)
 @lock_option
 def push(target: str, registry: str, image_ref: str | None, lock_path: Path | None) -> None:
     """Push TARGET's image to a registry and record its manifest digest in the lock."""
@@ -174,34 +234,53 @@ def push(target: str, registry: str, image_ref: str | None, lock_path: Path | No
 @image_group.command("export")
 @click.argument("target")
 @click.argument("archive", metavar="FILE", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--image", "image_ref", default=None,
-              help="Local image to export (default: the newest one built from this lock).")
-@click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
-              help="Private key (or key directory) to sign the sidecar with "
-              "(default: the key from `appliance keys init`).")
+@click.option(
+    "--image",
+    "image_ref",
+    default=None,
+    help="Local image to export (default: the newest one built from this lock).",
+)
+@click.option(
+    "--key",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Private key (or key directory) to sign the sidecar with "
+    "(default: the key from `appliance keys init`).",
+)
 @lock_option
 @json_option
-def export(target: str, archive: Path, image_ref: str | None, key: Path | None,
-           lock_path: Path | None, as_json: bool) -> None:
+def export(
+    target: str, archive: Path, image_ref: str | None, key: Path | None, lock_path: Path | None, as_json: bool
+) -> None:
     """Write TARGET's image to FILE (a docker archive) and FILE.sidecar.json, signed."""
     from appliance.attest.dsse import load_signer
     from appliance.images.archive import export_image, sidecar_path
 
     signer = load_signer(key)
     with progress_display(quiet=as_json) as progress:
-        sidecar = export_image(load_lock(lock_path), target, archive, signer, image_ref,
-                               progress)
+        sidecar = export_image(load_lock(lock_path), target, archive, signer, image_ref, progress)
     if as_json:
-        click.echo(json.dumps({**sidecar.record(), "archive_path": str(archive),
-                               "sidecar_path": str(sidecar_path(archive))}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    **sidecar.record(),
+                    "archive_path": str(archive),
+                    "sidecar_path": str(sidecar_path(archive)),
+                },
+                indent=2,
+            )
+        )
         return
-    click.echo(f"exported {sidecar.tag} {sidecar.image_id} to {archive} "
-               f"({sidecar.archive_bytes} bytes, sha256 {sidecar.archive_sha256}); "
-               f"sidecar {sidecar_path(archive)} signed by {sidecar.keyid}")
+    click.echo(
+        f"exported {sidecar.tag} {sidecar.image_id} to {archive} "
+        f"({sidecar.archive_bytes} bytes, sha256 {sidecar.archive_sha256}); "
+        f"sidecar {sidecar_path(archive)} signed by {sidecar.keyid}"
+    )
 
 
-def _pull_from(lock_path: Path | None, target: str, archive: Path, key: Path | None,
-               tag: str | None, quiet: bool) -> InspectReport:
+def _pull_from(
+    lock_path: Path | None, target: str, archive: Path, key: Path | None, tag: str | None, quiet: bool
+) -> InspectReport:
     from appliance.attest.dsse import default_key_dir, load_public_key
     from appliance.images.archive import (
         load_image_archive,
@@ -212,29 +291,45 @@ def _pull_from(lock_path: Path | None, target: str, archive: Path, key: Path | N
 
     lock = load_lock(lock_path)
     if not archive.is_file():
-        raise ApplianceError(f"{archive}: no such archive (write one with `appliance image "
-                             "export`)")
+        raise ApplianceError(f"{archive}: no such archive (write one with `appliance image export`)")
     public = load_public_key(key or default_key_dir())
     sidecar = read_sidecar(sidecar_path(archive))
     with progress_display(quiet=quiet) as progress:
-        return load_image_archive(lock, target, archive, sidecar,
-                                  lambda s: verify_sidecar(s, public), tag, progress)
+        return load_image_archive(
+            lock, target, archive, sidecar, lambda s: verify_sidecar(s, public), tag, progress
+        )
 
 
 @click.command("pull")
 @click.argument("target")
-@click.option("--from", "archive", type=click.Path(path_type=Path, dir_okay=False),
-              default=None, help="Load from a docker archive written by `appliance image "
-              "export` (with its FILE.sidecar.json) instead of the registry.")
-@click.option("--key", type=click.Path(path_type=Path), default=None,
-              help="With --from: the exporting key's public key file or directory "
-              "(default: the key from `appliance keys init`).")
-@click.option("--tag", default=None, help="With --from: tag the loaded image REF instead of "
-              "the tag in the sidecar.")
+@click.option(
+    "--from",
+    "archive",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Load from a docker archive written by `appliance image "
+    "export` (with its FILE.sidecar.json) instead of the registry.",
+)
+@click.option(
+    "--key",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="With --from: the exporting key's public key file or directory "
+    "(default: the key from `appliance keys init`).",
+)
+@click.option(
+    "--tag", default=None, help="With --from: tag the loaded image REF instead of the tag in the sidecar."
+)
 @lock_option
 @json_option
-def pull(target: str, archive: Path | None, key: Path | None, tag: str | None,
-         lock_path: Path | None, as_json: bool) -> None:
+def pull(
+    target: str,
+    archive: Path | None,
+    key: Path | None,
+    tag: str | None,
+    lock_path: Path | None,
+    as_json: bool,
+) -> None:
     """Pull TARGET's published image by digest, or load it --from an exported archive, and
     check it against the lock."""
     if archive is None and (key is not None or tag is not None):
@@ -242,16 +337,28 @@ def pull(target: str, archive: Path | None, key: Path | None, tag: str | None,
     if archive is not None:
         report = _pull_from(lock_path, target, archive, key, tag, as_json)
         if as_json:
-            click.echo(json.dumps({"ref": report.ref, "image_id": report.image_id,
-                                   "matches": report.matches, "from": str(archive)}, indent=2))
+            click.echo(
+                json.dumps(
+                    {
+                        "ref": report.ref,
+                        "image_id": report.image_id,
+                        "matches": report.matches,
+                        "from": str(archive),
+                    },
+                    indent=2,
+                )
+            )
         else:
-            click.echo(f"loaded {report.image_id} from {archive} as {report.ref}: signed "
-                       "sidecar verified, matches the lock")
+            click.echo(
+                f"loaded {report.image_id} from {archive} as {report.ref}: signed "
+                "sidecar verified, matches the lock"
+            )
         return
     report = pull_image(load_lock(lock_path), target)
     if as_json:
-        click.echo(json.dumps({"ref": report.ref, "image_id": report.image_id,
-                               "matches": report.matches}, indent=2))
+        click.echo(
+            json.dumps({"ref": report.ref, "image_id": report.image_id, "matches": report.matches}, indent=2)
+        )
     else:
         click.echo(f"pulled {report.image_id} as {report.ref}: matches the lock")
 

@@ -20,8 +20,13 @@ def keys_group() -> None:
 
 
 @keys_group.command("init")
-@click.option("--dir", "directory", type=click.Path(path_type=Path, file_okay=False),
-              default=None, help="Where to keep the key pair (default ~/.config/appliance/keys).")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where to keep the key pair (default ~/.config/appliance/keys).",
+)
 @click.option("--force", is_flag=True, help="Replace an existing key pair.")
 def keys_init(directory: Path | None, force: bool) -> None:
     """Make an ed25519 key pair for signing bundles and trust its public key."""

@@ -23,16 +23,18 @@ class FiniteFloat(click.FloatRange):
 
     name = "finite float"
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
 
 
-def finite(min: float | None = None, max: float | None = None,  # noqa: A002 - click's names
-           min_open: bool = False) -> FiniteFloat:
+def finite(
+    min: float | None = None,
+    max: float | None = None,  # noqa: A002 - click's names
+    min_open: bool = False,
+) -> FiniteFloat:
     return FiniteFloat(min=min, max=max, min_open=min_open)
 
 
@@ -53,8 +55,7 @@ class OutputPath(click.Path):
         super().__init__(path_type=Path, file_okay=not directory, dir_okay=directory)
         self.directory = directory
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         path = Path(os.fsdecode(super().convert(value, param, ctx)))
         problem = atomic.output_problem(path, self.directory)
         if problem:
@@ -67,8 +68,7 @@ lock_option = click.option(
     "lock_path",
     type=click.Path(path_type=Path),
     default=None,
-    help="Engine lock file (default: $APPLIANCE_LOCK, else engine/llama.cpp.lock.json in "
-         "the checkout).",
+    help="Engine lock file (default: $APPLIANCE_LOCK, else engine/llama.cpp.lock.json in the checkout).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
@@ -84,36 +84,65 @@ def trial_options(what: str) -> Callable[[F], F]:
     trial runs, how the bundle is signed and where the trials execute. `what` is "run" or
     "sweep", for the help texts."""
     options = [
-        click.option("--models", "models_dir", required=True,
-                     type=click.Path(path_type=Path, file_okay=False),
-                     help="Directory holding the profile's model file (mounted read-only)."),
-        click.option("--out", type=OutputPath(directory=True), default=None,
-                     help="Run directory to create (default: runs/<profile>-<UTC time>)."),
-        click.option("--repeats", type=REPEATS, default=None,
-                     help="Override the profile's repeats."),
-        click.option("--skip-digest-check", is_flag=True,
-                     help="Check the model's size only, not its sha256 (marked in all output)."),
-        click.option("--image", default=None,
-                     help="Engine image tag (default: from target and lock)."),
-        click.option("--gpu", "gpu_index", type=click.IntRange(min=0), default=None,
-                     help="GPU index (default 0)."),
-        click.option("--trial-timeout", type=RATE, default=None, metavar="SECONDS",
-                     help="Stop a trial's engine after this long and record it as timed out."),
+        click.option(
+            "--models",
+            "models_dir",
+            required=True,
+            type=click.Path(path_type=Path, file_okay=False),
+            help="Directory holding the profile's model file (mounted read-only).",
+        ),
+        click.option(
+            "--out",
+            type=OutputPath(directory=True),
+            default=None,
+            help="Run directory to create (default: runs/<profile>-<UTC time>).",
+        ),
+        click.option("--repeats", type=REPEATS, default=None, help="Override the profile's repeats."),
+        click.option(
+            "--skip-digest-check",
+            is_flag=True,
+            help="Check the model's size only, not its sha256 (marked in all output).",
+        ),
+        click.option("--image", default=None, help="Engine image tag (default: from target and lock)."),
+        click.option(
+            "--gpu", "gpu_index", type=click.IntRange(min=0), default=None, help="GPU index (default 0)."
+        ),
+        click.option(
+            "--trial-timeout",
+            type=RATE,
+            default=None,
+            metavar="SECONDS",
+            help="Stop a trial's engine after this long and record it as timed out.",
+        ),
         json_option,
-        click.option("--key", type=click.Path(path_type=Path, exists=True), default=None,
-                     help="Private key (or key directory) to sign the bundle with (default: the "
-                     "key from `appliance keys init`, made and trusted on first use)."),
-        click.option("--unsigned", is_flag=True,
-                     help="Seal the bundle without a signature (it says so)."),
-        click.option("--cluster", "cluster_address", default=None, metavar="ADDRESS",
-                     help="Run the trials on a Ray cluster (HOST:PORT, ray://HOST:PORT or auto), "
-                     "one per node; see docs/cluster.md."),
-        click.option("--max-attempts", type=click.IntRange(min=1, max=MAX_ATTEMPTS), default=3,
-                     show_default=True,
-                     help="With --cluster: attempts per trial when its node is lost."),
-        click.option("--resume", is_flag=True,
-                     help=f"--out names an incomplete {what} of this profile: run only its "
-                     "missing trials."),
+        click.option(
+            "--key",
+            type=click.Path(path_type=Path, exists=True),
+            default=None,
+            help="Private key (or key directory) to sign the bundle with (default: the "
+            "key from `appliance keys init`, made and trusted on first use).",
+        ),
+        click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature (it says so)."),
+        click.option(
+            "--cluster",
+            "cluster_address",
+            default=None,
+            metavar="ADDRESS",
+            help="Run the trials on a Ray cluster (HOST:PORT, ray://HOST:PORT or auto), "
+            "one per node; see docs/cluster.md.",
+        ),
+        click.option(
+            "--max-attempts",
+            type=click.IntRange(min=1, max=MAX_ATTEMPTS),
+            default=3,
+            show_default=True,
+            help="With --cluster: attempts per trial when its node is lost.",
+        ),
+        click.option(
+            "--resume",
+            is_flag=True,
+            help=f"--out names an incomplete {what} of this profile: run only its missing trials.",
+        ),
         lock_option,
     ]
 
@@ -123,4 +152,3 @@ def trial_options(what: str) -> Callable[[F], F]:
         return command
 
     return apply
-

@@ -17,11 +17,19 @@ from appliance.engine.patches import apply_series, patches_dir, selected_patches
 from appliance.engine.source import fetch_source
 
 source_option = click.option(
-    "--source", "source_spec", default="b10229", show_default=True,
-    help="llama.cpp source: canonical, a stand-in name from the lock, or a directory.")
+    "--source",
+    "source_spec",
+    default="b10229",
+    show_default=True,
+    help="llama.cpp source: canonical, a stand-in name from the lock, or a directory.",
+)
 experimental_option = click.option(
-    "--with-experimental", "experimental", multiple=True, metavar="NAME",
-    help="Also apply this experimental patch after the active series (repeatable).")
+    "--with-experimental",
+    "experimental",
+    multiple=True,
+    metavar="NAME",
+    help="Also apply this experimental patch after the active series (repeatable).",
+)
 
 
 @click.group("patches")
@@ -39,8 +47,15 @@ def list_patches(lock_path: Path | None, as_json: bool) -> None:
     for status in PATCH_STATUSES:
         for entry in lock.patches[status]:
             patch = verified_patch(lock, entry)
-            rows.append({"status": status, "file": patch.file, "sha256": patch.sha256,
-                         "subject": patch.subject, "touches": patch.touched_files()})
+            rows.append(
+                {
+                    "status": status,
+                    "file": patch.file,
+                    "sha256": patch.sha256,
+                    "subject": patch.subject,
+                    "touches": patch.touched_files(),
+                }
+            )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -53,26 +68,43 @@ def list_patches(lock_path: Path | None, as_json: bool) -> None:
 @patches_group.command("apply")
 @lock_option
 @source_option
-@click.option("--out", "out_dir", required=True, type=OutputPath(directory=True),
-              help="New directory for the patched tree.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=OutputPath(directory=True),
+    help="New directory for the patched tree.",
+)
 @experimental_option
 @json_option
-def apply(lock_path: Path | None, source_spec: str, out_dir: Path, experimental: tuple[str, ...],
-          as_json: bool) -> None:
+def apply(
+    lock_path: Path | None, source_spec: str, out_dir: Path, experimental: tuple[str, ...], as_json: bool
+) -> None:
     """Write a patched copy of a source tree and print its series digest."""
     lock = load_lock(lock_path)
     selected_patches(lock, experimental)  # refuse a damaged series before fetching anything
     source = fetch_source(lock, source_spec)
     patched = apply_series(lock, source, out_dir, experimental)
     if as_json:
-        click.echo(json.dumps({"path": str(patched.path), "series_digest": patched.series_digest,
-                               "tree_digest": patched.tree_digest, "source": patched.source,
-                               "patches": [{"file": f, "sha256": s, "status": st}
-                                           for f, s, st in patched.patches]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "path": str(patched.path),
+                    "series_digest": patched.series_digest,
+                    "tree_digest": patched.tree_digest,
+                    "source": patched.source,
+                    "patches": [{"file": f, "sha256": s, "status": st} for f, s, st in patched.patches],
+                },
+                indent=2,
+            )
+        )
         return
     if not source.is_canonical:
-        click.echo(f"note: source is {source.identity.get('kind')} {source.identity.get('name')}, "
-                   "not the canonical pin", err=True)
+        click.echo(
+            f"note: source is {source.identity.get('kind')} {source.identity.get('name')}, "
+            "not the canonical pin",
+            err=True,
+        )
     for file, _, status in patched.patches:
         click.echo(f"applied {status}/{file}")
     click.echo(f"series digest sha256:{patched.series_digest}")
@@ -81,8 +113,9 @@ def apply(lock_path: Path | None, source_spec: str, out_dir: Path, experimental:
 
 def _print_checks(console: Console, title: str, checks: list[PatchCheck], stand_ins: list[str]) -> None:
     for check in checks:
-        applies = ", ".join(f"{name}: {'applies' if check.applies[name] is None else 'FAILS'}"
-                            for name in stand_ins)
+        applies = ", ".join(
+            f"{name}: {'applies' if check.applies[name] is None else 'FAILS'}" for name in stand_ins
+        )
         verdict = "[green]ok[/]" if check.ok else "[red]FAIL[/]"
         console.print(f"{title} {check.patch.file} ({applies}) {verdict}")
         for name in stand_ins:
@@ -124,8 +157,13 @@ def check(lock_path: Path | None, as_json: bool) -> None:
 @patches_group.command("dev")
 @lock_option
 @source_option
-@click.option("--out", "out_dir", required=True, type=OutputPath(directory=True),
-              help="New directory for the git checkout.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=OutputPath(directory=True),
+    help="New directory for the git checkout.",
+)
 @experimental_option
 def dev(lock_path: Path | None, source_spec: str, out_dir: Path, experimental: tuple[str, ...]) -> None:
     """A git checkout with tag `base` (upstream) and one commit per patch, for editing."""
@@ -139,8 +177,14 @@ def dev(lock_path: Path | None, source_spec: str, out_dir: Path, experimental: t
 @patches_group.command("export")
 @lock_option
 @click.argument("dev_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
-@click.option("--new-as", "new_status", type=click.Choice(["active", "experimental"]),
-              default="active", show_default=True, help="Status of commits that are new patches.")
+@click.option(
+    "--new-as",
+    "new_status",
+    type=click.Choice(["active", "experimental"]),
+    default="active",
+    show_default=True,
+    help="Status of commits that are new patches.",
+)
 def export(lock_path: Path | None, dev_dir: Path, new_status: str) -> None:
     """Write the commits after `base` back as patches; rewrite series and re-pin the lock."""
     lock = load_lock(lock_path)

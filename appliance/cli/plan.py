@@ -15,24 +15,46 @@ from appliance.planner.render import load_accounting, render, resolve_vram
 @click.command("plan")
 @click.argument("model")
 @click.option("--ram", "ram_text", required=True, help="Host memory limit, e.g. 8GiB.")
-@click.option("--vram", "vram_text", default="auto", show_default=True,
-              help="GPU memory: a size, 0 for CPU-only, or auto (free memory via NVML).")
+@click.option(
+    "--vram",
+    "vram_text",
+    default="auto",
+    show_default=True,
+    help="GPU memory: a size, 0 for CPU-only, or auto (free memory via NVML).",
+)
 @click.option("--ctx", type=POSITIVE, default=4096, show_default=True, help="Context size (tokens).")
 @click.option("--ubatch", type=POSITIVE, default=512, show_default=True, help="Physical batch size.")
 @click.option("--ssd-gbps", type=RATE, default=7.0, show_default=True, help="Storage read GB/s.")
 @click.option("--pcie-gbps", type=RATE, default=25.0, show_default=True, help="Host-to-GPU GB/s.")
 @click.option("--ram-gbps", type=RATE, default=60.0, show_default=True, help="Host memory GB/s.")
-@click.option("--hit-rate", type=FRACTION, default=None,
-              help="Expert-cache hit rate measured by a trace replay.")
+@click.option(
+    "--hit-rate", type=FRACTION, default=None, help="Expert-cache hit rate measured by a trace replay."
+)
 @json_option
-def plan_command(model: str, ram_text: str, vram_text: str, ctx: int, ubatch: int,
-                 ssd_gbps: float, pcie_gbps: float, ram_gbps: float, hit_rate: float | None,
-                 as_json: bool) -> None:
+def plan_command(
+    model: str,
+    ram_text: str,
+    vram_text: str,
+    ctx: int,
+    ubatch: int,
+    ssd_gbps: float,
+    pcie_gbps: float,
+    ram_gbps: float,
+    hit_rate: float | None,
+    as_json: bool,
+) -> None:
     """Plan placement and memory for a GGUF (path, header-only file or URL) under limits."""
     vram, vram_note = resolve_vram(vram_text)
-    limits = PlanLimits(ram_bytes=parse_size(ram_text), vram_bytes=vram, ctx=ctx, n_ubatch=ubatch,
-                    ssd_gbps=ssd_gbps, pcie_gbps=pcie_gbps, ram_gbps=ram_gbps,
-                    hit_rate=hit_rate)
+    limits = PlanLimits(
+        ram_bytes=parse_size(ram_text),
+        vram_bytes=vram,
+        ctx=ctx,
+        n_ubatch=ubatch,
+        ssd_gbps=ssd_gbps,
+        pcie_gbps=pcie_gbps,
+        ram_gbps=ram_gbps,
+        hit_rate=hit_rate,
+    )
     remote = model.startswith(("http://", "https://"))
     try:
         acc, how = load_accounting(model, progress=None if as_json else stderr_progress)
@@ -41,8 +63,12 @@ def plan_command(model: str, ram_text: str, vram_text: str, ctx: int, ubatch: in
             click.echo("", err=True)  # ends the progress line, also before an error
     plan = make_plan(acc, limits)
     if as_json:
-        doc = {"plan": plan.to_dict(), "accounting": acc.summary(), "source_note": how,
-               "vram_note": vram_note}
+        doc = {
+            "plan": plan.to_dict(),
+            "accounting": acc.summary(),
+            "source_note": how,
+            "vram_note": vram_note,
+        }
         click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(render(acc, plan, how, vram_note))

@@ -51,8 +51,7 @@ class LinePrinter:
             return
         self.last_time[p.task] = now
         if p.total:
-            where = f"{_amount(p.done, p.unit)}/{_amount(p.total, p.unit)} " \
-                    f"({p.done * 100 // p.total}%)"
+            where = f"{_amount(p.done, p.unit)}/{_amount(p.total, p.unit)} ({p.done * 100 // p.total}%)"
         else:
             where = _amount(p.done, p.unit) if p.done else "running"
         log = f"; log {p.log}" if p.log else ""
@@ -74,17 +73,21 @@ def progress_display(quiet: bool = False) -> Iterator[ProgressFn]:
     from rich import progress as rp
 
     tasks: dict[str, Any] = {}
-    with rp.Progress(rp.TextColumn("{task.description}"), rp.BarColumn(),
-                     rp.TextColumn("{task.fields[amount]}"), rp.TimeElapsedColumn(),
-                     rp.TextColumn("[dim]{task.fields[log]}"), console=console) as bars:
+    with rp.Progress(
+        rp.TextColumn("{task.description}"),
+        rp.BarColumn(),
+        rp.TextColumn("{task.fields[amount]}"),
+        rp.TimeElapsedColumn(),
+        rp.TextColumn("[dim]{task.fields[log]}"),
+        console=console,
+    ) as bars:
         counts = {BYTES: rp.DownloadColumn(), "steps": rp.MofNCompleteColumn()}
 
         def show(p: Progress) -> None:
             if p.task not in tasks:
                 tasks[p.task] = bars.add_task(p.task, total=p.total, amount="", log="")
             task = tasks[p.task]
-            bars.update(task, completed=p.done, total=p.total,
-                        log=f"log {p.log}" if p.log else "")
+            bars.update(task, completed=p.done, total=p.total, log=f"log {p.log}" if p.log else "")
             column = counts.get(p.unit, counts["steps"])
             bars.update(task, amount=column.render(bars.tasks[task]))
             if p.total is not None and p.done >= p.total:

@@ -28,11 +28,24 @@ from appliance.workflows.run import execute_profile
 @click.argument("profile_name", metavar="PROFILE")
 @click.option("--dry-run", is_flag=True, help="Print the trial plan and docker parameters only.")
 @trial_options("run")
-def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: int | None,
-                dry_run: bool, skip_digest_check: bool, image: str | None,
-                gpu_index: int | None, trial_timeout: float | None, as_json: bool,
-                key: Path | None, unsigned: bool, cluster_address: str | None,
-                max_attempts: int, resume: bool, lock_path: Path | None) -> None:
+def run_command(
+    profile_name: str,
+    models_dir: Path,
+    out: Path | None,
+    repeats: int | None,
+    dry_run: bool,
+    skip_digest_check: bool,
+    image: str | None,
+    gpu_index: int | None,
+    trial_timeout: float | None,
+    as_json: bool,
+    key: Path | None,
+    unsigned: bool,
+    cluster_address: str | None,
+    max_attempts: int,
+    resume: bool,
+    lock_path: Path | None,
+) -> None:
     """Run an experiment PROFILE (a built-in name or a YAML file) in the engine image.
 
     With --dry-run --json the trial plan is printed as JSON."""
@@ -42,16 +55,34 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
     lock = load_lock(lock_path)
     if dry_run:
         with progress_display(quiet=as_json) as progress:
-            prepared, _ = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
-                                      dry_run=True, skip_digest=skip_digest_check, image=image,
-                                      gpu_index=gpu_index, client_factory=docker_client,
-                                      progress=progress)
+            prepared, _ = prepare_run(
+                profile,
+                models_dir,
+                lock,
+                repeats=repeats,
+                out=out,
+                dry_run=True,
+                skip_digest=skip_digest_check,
+                image=image,
+                gpu_index=gpu_index,
+                client_factory=docker_client,
+                progress=progress,
+            )
         specs = planned_specs(prepared, LlamaMoeTraceEngine(prepared.image), secrets.token_hex(6))
         if as_json:
-            click.echo(json.dumps({"profile": profile.name, "target": prepared.choice.target,
-                                   "model_digest": prepared.model.digest_status,
-                                   "note": prepared.choice.note, "containers": specs},
-                                  indent=2, sort_keys=True))
+            click.echo(
+                json.dumps(
+                    {
+                        "profile": profile.name,
+                        "target": prepared.choice.target,
+                        "model_digest": prepared.model.digest_status,
+                        "note": prepared.choice.note,
+                        "containers": specs,
+                    },
+                    indent=2,
+                    sort_keys=True,
+                )
+            )
             return
         console.print("[bold]dry run[/bold]: nothing is started")
         print_header(console, prepared)
@@ -62,13 +93,27 @@ def run_command(profile_name: str, models_dir: Path, out: Path | None, repeats: 
         from appliance.cluster.run import cluster_executor  # ray loads only for cluster runs
 
         executor = cluster_executor(cluster_address, max_attempts)
-    outcome = execute_profile(profile, models_dir, lock, console, image=image, out=out,
-                              repeats=repeats, key=key, unsigned=unsigned,
-                              trial_timeout=trial_timeout, skip_digest=skip_digest_check,
-                              gpu_index=gpu_index, executor=executor, resume=resume)
+    outcome = execute_profile(
+        profile,
+        models_dir,
+        lock,
+        console,
+        image=image,
+        out=out,
+        repeats=repeats,
+        key=key,
+        unsigned=unsigned,
+        trial_timeout=trial_timeout,
+        skip_digest=skip_digest_check,
+        gpu_index=gpu_index,
+        executor=executor,
+        resume=resume,
+    )
     if outcome.status != RunStatus.COMPLETE:
-        raise ApplianceError(f"run interrupted: {outcome.run_dir} holds the trials recorded "
-                             "so far and is marked incomplete", exit_code=130)
+        raise ApplianceError(
+            f"run interrupted: {outcome.run_dir} holds the trials recorded so far and is marked incomplete",
+            exit_code=130,
+        )
 
 
 COMMANDS: list[click.Command] = [run_command]

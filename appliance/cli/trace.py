@@ -44,8 +44,9 @@ def _capacities(values: tuple[str, ...]) -> list[int]:
     return out
 
 
-def _setup(trace_path: Path, expert_bytes: str | None, model: Path | None,
-           calibration: Path | None) -> tuple[Trace, ReplaySetup]:
+def _setup(
+    trace_path: Path, expert_bytes: str | None, model: Path | None, calibration: Path | None
+) -> tuple[Trace, ReplaySetup]:
     from appliance.trace.events import trace_events
     from appliance.trace.expert_bytes import expert_bytes_from_gguf
     from appliance.trace.format import read_trace
@@ -63,11 +64,11 @@ def _setup(trace_path: Path, expert_bytes: str | None, model: Path | None,
         try:
             per_layer = uniform_expert_bytes(trace.moe_layers, int(expert_bytes))
         except ValueError:
-            raise ConfigError(f"--expert-bytes must be 'auto' or a number of bytes, "
-                              f"got {expert_bytes!r}") from None
+            raise ConfigError(
+                f"--expert-bytes must be 'auto' or a number of bytes, got {expert_bytes!r}"
+            ) from None
     calib = trace_events(read_trace(calibration)) if calibration else None
-    setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=per_layer,
-                        calibration=calib)
+    setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=per_layer, calibration=calib)
     return trace, setup
 
 
@@ -99,14 +100,18 @@ def info_cmd(trace_path: Path, as_json: bool) -> None:
     click.echo(f"model      {info['model_file']} ({info['arch']})")
     click.echo(f"layers     {info['n_layers']} blocks, {info['moe_layers']} MoE")
     click.echo(f"experts    {info['n_experts']} per layer, {info['n_expert_used']} per token")
-    click.echo(f"steps      {info['steps']} ({info['prompt_tokens']} prompt tokens, "
-               f"{info['decode_tokens']} decode tokens)")
+    click.echo(
+        f"steps      {info['steps']} ({info['prompt_tokens']} prompt tokens, "
+        f"{info['decode_tokens']} decode tokens)"
+    )
     click.echo(f"requests   {info['requests']} in {info['events']} events")
     click.echo("layer  requests  distinct  first  reuse p50  p90  p99")
     for row in info["layers"]:
         r = row["reuse_distance"]
-        click.echo(f"{row['layer']:>5}  {row['requests']:>8}  {row['distinct_experts']:>8}  "
-                   f"{row['first_touches']:>5}  {r['p50']!s:>9}  {r['p90']!s:>4}  {r['p99']!s:>4}")
+        click.echo(
+            f"{row['layer']:>5}  {row['requests']:>8}  {row['distinct_experts']:>8}  "
+            f"{row['first_touches']:>5}  {r['p50']!s:>9}  {r['p90']!s:>4}  {r['p99']!s:>4}"
+        )
 
 
 @trace_group.command("synth")
@@ -117,36 +122,80 @@ def info_cmd(trace_path: Path, as_json: bool) -> None:
 @click.option("--prompt", type=NON_NEGATIVE, default=32, show_default=True, help="Prompt tokens.")
 @click.option("--ubatch", type=POSITIVE, default=16, show_default=True, help="Prompt micro-batch size.")
 @click.option("--decode", type=NON_NEGATIVE, default=64, show_default=True, help="Decode steps.")
-@click.option("--skew", type=finite(min=0), default=1.0, show_default=True,
-              help="Zipf exponent of popularity.")
-@click.option("--correlation", type=FRACTION, default=0.3, show_default=True,
-              help="Probability a token re-uses the previous token's expert in a slot.")
+@click.option(
+    "--skew", type=finite(min=0), default=1.0, show_default=True, help="Zipf exponent of popularity."
+)
+@click.option(
+    "--correlation",
+    type=FRACTION,
+    default=0.3,
+    show_default=True,
+    help="Probability a token re-uses the previous token's expert in a slot.",
+)
 @click.option("--seed", type=SEED, default=0, show_default=True)
-def synth_cmd(out: Path, layers: int, experts: int, k: int, prompt: int, ubatch: int,
-              decode: int, skew: float, correlation: float, seed: int) -> None:
+def synth_cmd(
+    out: Path,
+    layers: int,
+    experts: int,
+    k: int,
+    prompt: int,
+    ubatch: int,
+    decode: int,
+    skew: float,
+    correlation: float,
+    seed: int,
+) -> None:
     """Write a synthetic trace (deterministic by seed) for tests and benchmarks."""
     from appliance.trace.format import write_trace
     from appliance.trace.synth import TraceSynthSpec, synth_trace
 
-    trace = synth_trace(TraceSynthSpec(n_layers=layers, n_experts=experts, k=k, n_prompt=prompt,
-                                  n_ubatch=ubatch, n_decode=decode, skew=skew,
-                                  correlation=correlation, seed=seed))
+    trace = synth_trace(
+        TraceSynthSpec(
+            n_layers=layers,
+            n_experts=experts,
+            k=k,
+            n_prompt=prompt,
+            n_ubatch=ubatch,
+            n_decode=decode,
+            skew=skew,
+            correlation=correlation,
+            seed=seed,
+        )
+    )
     write_trace(out, trace.header, trace.rows)
     click.echo(f"wrote {out}: {len(trace.rows)} rows, {trace.n_steps} steps")
 
 
 def _replay_options(func: Any) -> Any:
     options = [
-        click.option("--policy", "policy", multiple=True,
-                     help=f"Policy (repeat or comma list; default all): {', '.join(POLICIES)}."),
-        click.option("--scope", type=SCOPE, default="per-layer", show_default=True,
-                     help="One cache per MoE layer, or one pool for all."),
-        click.option("--expert-bytes", default=None,
-                     help="Bytes of one expert, or 'auto' to read them from --model."),
-        click.option("--model", type=click.Path(path_type=Path), default=None,
-                     help="GGUF the trace was recorded with (for --expert-bytes auto)."),
-        click.option("--calibration", type=click.Path(path_type=Path), default=None,
-                     help="Trace whose expert frequencies rank static-hot (default: this one)."),
+        click.option(
+            "--policy",
+            "policy",
+            multiple=True,
+            help=f"Policy (repeat or comma list; default all): {', '.join(POLICIES)}.",
+        ),
+        click.option(
+            "--scope",
+            type=SCOPE,
+            default="per-layer",
+            show_default=True,
+            help="One cache per MoE layer, or one pool for all.",
+        ),
+        click.option(
+            "--expert-bytes", default=None, help="Bytes of one expert, or 'auto' to read them from --model."
+        ),
+        click.option(
+            "--model",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="GGUF the trace was recorded with (for --expert-bytes auto).",
+        ),
+        click.option(
+            "--calibration",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Trace whose expert frequencies rank static-hot (default: this one).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -155,13 +204,21 @@ def _replay_options(func: Any) -> Any:
 
 @trace_group.command("replay")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
-@click.option("--capacity", "capacity", multiple=True, required=True,
-              help="Experts per cache (repeat or comma list).")
+@click.option(
+    "--capacity", "capacity", multiple=True, required=True, help="Experts per cache (repeat or comma list)."
+)
 @_replay_options
 @json_option
-def replay_cmd(trace_path: Path, capacity: tuple[str, ...], policy: tuple[str, ...], scope: str,
-               expert_bytes: str | None, model: Path | None, calibration: Path | None,
-               as_json: bool) -> None:
+def replay_cmd(
+    trace_path: Path,
+    capacity: tuple[str, ...],
+    policy: tuple[str, ...],
+    scope: str,
+    expert_bytes: str | None,
+    model: Path | None,
+    calibration: Path | None,
+    as_json: bool,
+) -> None:
     """Replay TRACE through cache policies: hits, misses, hit rate, bytes moved."""
     from appliance.trace.replay import replay_report
 
@@ -171,26 +228,43 @@ def replay_cmd(trace_path: Path, capacity: tuple[str, ...], policy: tuple[str, .
         _emit(report)
         return
     click.echo(f"{report['requests']} requests in {report['events']} events, scope {scope}")
-    click.echo(f"{'policy':<12} {'capacity':>8} {'hits':>10} {'misses':>10} {'hit rate':>9} "
-               f"{'bytes moved':>14}")
+    click.echo(
+        f"{'policy':<12} {'capacity':>8} {'hits':>10} {'misses':>10} {'hit rate':>9} {'bytes moved':>14}"
+    )
     for r in report["results"]:
         t = r["total"]
         moved = "-" if t["bytes_moved"] is None else str(t["bytes_moved"])
         rate = "-" if t["hit_rate"] is None else f"{t['hit_rate']:.4f}"
-        click.echo(f"{r['policy']:<12} {r['capacity']:>8} {t['hits']:>10} {t['misses']:>10} "
-                   f"{rate:>9} {moved:>14}")
+        click.echo(
+            f"{r['policy']:<12} {r['capacity']:>8} {t['hits']:>10} {t['misses']:>10} {rate:>9} {moved:>14}"
+        )
 
 
 @trace_group.command("curves")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
-@click.option("--out", type=OutputPath(directory=True), required=True,
-              help="Directory for curves.json, curves.png and heatmap-<policy>.png.")
-@click.option("--capacity", "capacity", multiple=True,
-              help="Capacities (repeat or comma list; default 16 from k to all experts).")
+@click.option(
+    "--out",
+    type=OutputPath(directory=True),
+    required=True,
+    help="Directory for curves.json, curves.png and heatmap-<policy>.png.",
+)
+@click.option(
+    "--capacity",
+    "capacity",
+    multiple=True,
+    help="Capacities (repeat or comma list; default 16 from k to all experts).",
+)
 @_replay_options
-def curves_cmd(trace_path: Path, out: Path, capacity: tuple[str, ...], policy: tuple[str, ...],
-               scope: str, expert_bytes: str | None, model: Path | None,
-               calibration: Path | None) -> None:
+def curves_cmd(
+    trace_path: Path,
+    out: Path,
+    capacity: tuple[str, ...],
+    policy: tuple[str, ...],
+    scope: str,
+    expert_bytes: str | None,
+    model: Path | None,
+    calibration: Path | None,
+) -> None:
     """Hit rate against capacity for every policy (LRU in one pass), plots and JSON."""
     from appliance.trace.curves import curves_report, default_capacities, plot_curves
 

@@ -19,8 +19,10 @@ def check_reachable(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
     except OSError as exc:
-        raise ApplianceError(f"cannot reach a Ray cluster at {address} ({exc.strerror or exc}): "
-                             "start its head (docs/cluster.md) or check the address") from None
+        raise ApplianceError(
+            f"cannot reach a Ray cluster at {address} ({exc.strerror or exc}): "
+            "start its head (docs/cluster.md) or check the address"
+        ) from None
 
 
 def connect(address: str) -> None:
@@ -32,12 +34,13 @@ def connect(address: str) -> None:
         return
     check_reachable(address)
     try:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
-                 configure_logging=True)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ApplianceError(f"cannot reach a Ray cluster at {address} ({first[:160]}): start "
-                             "its head (docs/cluster.md) or check the address") from None
+        raise ApplianceError(
+            f"cannot reach a Ray cluster at {address} ({first[:160]}): start "
+            "its head (docs/cluster.md) or check the address"
+        ) from None
 
 
 def alive_nodes() -> list[dict[str, Any]]:
@@ -46,13 +49,22 @@ def alive_nodes() -> list[dict[str, Any]]:
     return [node for node in ray.nodes() if node.get("Alive")]
 
 
-def on_node(node_id: str, function: Callable[..., Any], *args: Any, resources: dict[str, float]
-            | None = None, name: str | None = None) -> Any:
+def on_node(
+    node_id: str,
+    function: Callable[..., Any],
+    *args: Any,
+    resources: dict[str, float] | None = None,
+    name: str | None = None,
+) -> Any:
     """A Ray task of function pinned to node_id (never moved elsewhere); returns its ref."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     remote = ray.remote(function).options(
-        num_cpus=0, resources=resources or {}, max_retries=0, name=name or function.__name__,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+        num_cpus=0,
+        resources=resources or {},
+        max_retries=0,
+        name=name or function.__name__,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    )
     return remote.remote(*args)

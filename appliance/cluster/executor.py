@@ -40,13 +40,24 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _base_record(job: TrialJob, trial: Trial) -> dict[str, Any]:
-    return {"index": trial.index, "variant": trial.variant.name, "repeat": trial.repeat,
-            "memory_limit": trial.memory_limit(job.profile)}
+    return {
+        "index": trial.index,
+        "variant": trial.variant.name,
+        "repeat": trial.repeat,
+        "memory_limit": trial.memory_limit(job.profile),
+    }
 
 
 class RayExecutor:
-    def __init__(self, address: str, target: str, inputs_digest: str,
-                 nodes: list[dict[str, Any]], refused: list[str], max_attempts: int = 3) -> None:
+    def __init__(
+        self,
+        address: str,
+        target: str,
+        inputs_digest: str,
+        nodes: list[dict[str, Any]],
+        refused: list[str],
+        max_attempts: int = 3,
+    ) -> None:
         self.address = address
         self.target = target
         self.inputs_digest = inputs_digest
@@ -57,15 +68,18 @@ class RayExecutor:
         self.lost: list[str] = []
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "ray", "address": self.address, "resource": resource_for(self.target),
-                "nodes": [{"node_id": n, "hostname": r.get("hostname")}
-                          for n, r in sorted(self.nodes.items())],
-                "refused": self.refused, "lost": self.lost,
-                "max_attempts": self.max_attempts, "trial_nodes": dict(sorted(
-                    self.trial_nodes.items()))}
+        return {
+            "kind": "ray",
+            "address": self.address,
+            "resource": resource_for(self.target),
+            "nodes": [{"node_id": n, "hostname": r.get("hostname")} for n, r in sorted(self.nodes.items())],
+            "refused": self.refused,
+            "lost": self.lost,
+            "max_attempts": self.max_attempts,
+            "trial_nodes": dict(sorted(self.trial_nodes.items())),
+        }
 
-    def _place(self, run_dir: Path, trial: Trial, archive: bytes,
-               extra: dict[str, Any]) -> dict[str, Any]:
+    def _place(self, run_dir: Path, trial: Trial, archive: bytes, extra: dict[str, Any]) -> dict[str, Any]:
         """Unpack a trial directory next to the run and rename it into trials/ whole."""
         staging = run_dir / ".scratch" / f"{trial.name}.incoming"
         shutil.rmtree(staging, ignore_errors=True)
@@ -85,15 +99,19 @@ class RayExecutor:
         atomic.write_json(run_dir / "trials" / trial.name / "trial.json", record)
         return record
 
-    def run(self, job: OneTrial, trials: Sequence[Trial], run_dir: Path,
-            on_start: OnStart | None = None) -> Iterator[dict[str, Any]]:
+    def run(
+        self, job: OneTrial, trials: Sequence[Trial], run_dir: Path, on_start: OnStart | None = None
+    ) -> Iterator[dict[str, Any]]:
         if not isinstance(job, TrialJob):
             raise TypeError("the Ray executor ships a TrialJob to its nodes")
         import ray
 
         # nodes find the model at the same absolute path (their working directory differs)
-        job = replace(job, model=replace(job.model, path=job.model.path.resolve()),
-                      settings=replace(job.settings, models_dir=job.settings.models_dir.resolve()))
+        job = replace(
+            job,
+            model=replace(job.model, path=job.model.path.resolve()),
+            settings=replace(job.settings, models_dir=job.settings.models_dir.resolve()),
+        )
 
         queue: deque[Trial] = deque(trials)
         attempts: dict[str, list[dict[str, Any]]] = {t.name: [] for t in trials}
@@ -107,20 +125,36 @@ class RayExecutor:
                 free = [n for n in free if n in usable]
                 while queue and free:
                     trial, node = queue.popleft(), free.pop(0)
-                    ref = on_node(node, run_trial_here, job, trial, self.target,
-                                  self.inputs_digest, resources={resource_for(self.target): 1},
-                                  name=f"appliance-trial-{trial.name}")
+                    ref = on_node(
+                        node,
+                        run_trial_here,
+                        job,
+                        trial,
+                        self.target,
+                        self.inputs_digest,
+                        resources={resource_for(self.target): 1},
+                        name=f"appliance-trial-{trial.name}",
+                    )
                     running[ref] = (trial, node, utc_now())
                     if on_start is not None:
                         on_start(trial, f"node {node[:8]} ({self.nodes[node].get('hostname')})")
                 if not running:  # trials are left and no node can take them
                     while queue:
                         trial = queue.popleft()
-                        yield self._record_only(run_dir, trial, {
-                            **_base_record(job, trial), "status": TrialStatus.FAILED, "unscheduled": True,
-                            "exit_code": None, "oom_killed": False,
-                            "error": f"no admitted node with {resource_for(self.target)} is "
-                                     "left to run it", "attempts": attempts[trial.name]})
+                        yield self._record_only(
+                            run_dir,
+                            trial,
+                            {
+                                **_base_record(job, trial),
+                                "status": TrialStatus.FAILED,
+                                "unscheduled": True,
+                                "exit_code": None,
+                                "oom_killed": False,
+                                "error": f"no admitted node with {resource_for(self.target)} is "
+                                "left to run it",
+                                "attempts": attempts[trial.name],
+                            },
+                        )
                     break
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
                 for ref in ready:
@@ -128,45 +162,80 @@ class RayExecutor:
                     try:
                         where, archive = ray.get(ref)
                     except ray.exceptions.RayTaskError as exc:  # the node said no, or broke
-                        attempts[trial.name].append({"node_id": node, "started_utc": started,
-                                                     "ended_utc": utc_now(),
-                                                     "error": _first_line(exc.cause or exc)})
+                        attempts[trial.name].append(
+                            {
+                                "node_id": node,
+                                "started_utc": started,
+                                "ended_utc": utc_now(),
+                                "error": _first_line(exc.cause or exc),
+                            }
+                        )
                         free.append(node)
                         yield from self._retry_or_give_up(job, queue, trial, attempts, run_dir)
                         continue
                     except ray.exceptions.RayError as exc:  # node or worker lost
-                        attempts[trial.name].append({"node_id": node, "started_utc": started,
-                                                     "ended_utc": utc_now(),
-                                                     "error": f"node lost: {_first_line(exc)}"})
+                        attempts[trial.name].append(
+                            {
+                                "node_id": node,
+                                "started_utc": started,
+                                "ended_utc": utc_now(),
+                                "error": f"node lost: {_first_line(exc)}",
+                            }
+                        )
                         usable.discard(node)
                         self.lost.append(node)
                         yield from self._retry_or_give_up(job, queue, trial, attempts, run_dir)
                         continue
                     free.append(node)
-                    attempts[trial.name].append({"node_id": node, "started_utc": started,
-                                                 "ended_utc": utc_now(),
-                                                 "status": where["status"]})
+                    attempts[trial.name].append(
+                        {
+                            "node_id": node,
+                            "started_utc": started,
+                            "ended_utc": utc_now(),
+                            "status": where["status"],
+                        }
+                    )
                     self.trial_nodes[trial.name] = node
-                    yield self._place(run_dir, trial, archive,
-                                      {"node": where["node"], "attempts": attempts[trial.name]})
+                    yield self._place(
+                        run_dir, trial, archive, {"node": where["node"], "attempts": attempts[trial.name]}
+                    )
         except KeyboardInterrupt:
             self._cancel(job, running, run_dir, attempts)
             raise
 
-    def _retry_or_give_up(self, job: TrialJob, queue: deque[Trial], trial: Trial,
-                          attempts: dict[str, list[dict[str, Any]]],
-                          run_dir: Path) -> Iterator[dict[str, Any]]:
+    def _retry_or_give_up(
+        self,
+        job: TrialJob,
+        queue: deque[Trial],
+        trial: Trial,
+        attempts: dict[str, list[dict[str, Any]]],
+        run_dir: Path,
+    ) -> Iterator[dict[str, Any]]:
         """Back to the front of the queue, or recorded as failed after max_attempts."""
         if len(attempts[trial.name]) < self.max_attempts:
             queue.appendleft(trial)
             return
-        yield self._record_only(run_dir, trial, {
-            **_base_record(job, trial), "status": TrialStatus.FAILED, "unscheduled": True, "exit_code": None,
-            "oom_killed": False, "error": f"gave up after {len(attempts[trial.name])} attempts",
-            "attempts": attempts[trial.name]})
+        yield self._record_only(
+            run_dir,
+            trial,
+            {
+                **_base_record(job, trial),
+                "status": TrialStatus.FAILED,
+                "unscheduled": True,
+                "exit_code": None,
+                "oom_killed": False,
+                "error": f"gave up after {len(attempts[trial.name])} attempts",
+                "attempts": attempts[trial.name],
+            },
+        )
 
-    def _cancel(self, job: TrialJob, running: dict[Any, tuple[Trial, str, str]], run_dir: Path,
-                attempts: dict[str, list[dict[str, Any]]]) -> None:
+    def _cancel(
+        self,
+        job: TrialJob,
+        running: dict[Any, tuple[Trial, str, str]],
+        run_dir: Path,
+        attempts: dict[str, list[dict[str, Any]]],
+    ) -> None:
         """Ctrl-C: each running task gets a KeyboardInterrupt (its container is stopped and
         removed on the node); the trials are recorded here as interrupted."""
         import ray
@@ -175,10 +244,19 @@ class RayExecutor:
             ray.cancel(ref)
         ray.wait(list(running), num_returns=len(running), timeout=CANCEL_WAIT_S)
         for trial, node, started in running.values():
-            attempts[trial.name].append({"node_id": node, "started_utc": started,
-                                         "ended_utc": utc_now(), "error": "interrupted"})
-            self._record_only(run_dir, trial, {
-                **_base_record(job, trial), "status": TrialStatus.INTERRUPTED, "interrupted": True,
-                "exit_code": None, "oom_killed": False,
-                "node": {"node_id": node, "hostname": self.nodes[node].get("hostname")},
-                "attempts": attempts[trial.name]})
+            attempts[trial.name].append(
+                {"node_id": node, "started_utc": started, "ended_utc": utc_now(), "error": "interrupted"}
+            )
+            self._record_only(
+                run_dir,
+                trial,
+                {
+                    **_base_record(job, trial),
+                    "status": TrialStatus.INTERRUPTED,
+                    "interrupted": True,
+                    "exit_code": None,
+                    "oom_killed": False,
+                    "node": {"node_id": node, "hostname": self.nodes[node].get("hostname")},
+                    "attempts": attempts[trial.name],
+                },
+            )

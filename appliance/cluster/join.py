@@ -32,8 +32,9 @@ def parse_images(values: tuple[str, ...], lock: Lock) -> dict[str, str]:
     for value in values:
         target, sep, tag = value.partition("=")
         if not sep or not tag or target not in lock.targets:
-            raise ApplianceError(f"--image {value}: expected TARGET=TAG with TARGET one of "
-                                 f"{', '.join(sorted(lock.targets))}")
+            raise ApplianceError(
+                f"--image {value}: expected TARGET=TAG with TARGET one of {', '.join(sorted(lock.targets))}"
+            )
         images[target] = tag
     return images
 
@@ -46,13 +47,27 @@ def ray_executable() -> str:
     return found
 
 
-def ray_start_command(address: str, targets: list[str], *, head: bool, node_ip: str | None,
-                      num_cpus: int, object_store_bytes: int | None,
-                      temp_dir: Path | None = None) -> list[str]:
+def ray_start_command(
+    address: str,
+    targets: list[str],
+    *,
+    head: bool,
+    node_ip: str | None,
+    num_cpus: int,
+    object_store_bytes: int | None,
+    temp_dir: Path | None = None,
+) -> list[str]:
     """The `ray start` command line for a head (listening at ADDRESS's port) or a worker."""
     resources = {resource_for(t): 1 for t in targets}
-    argv = [ray_executable(), "start", "--num-cpus", str(num_cpus),
-            "--resources", json.dumps(resources, sort_keys=True), "--disable-usage-stats"]
+    argv = [
+        ray_executable(),
+        "start",
+        "--num-cpus",
+        str(num_cpus),
+        "--resources",
+        json.dumps(resources, sort_keys=True),
+        "--disable-usage-stats",
+    ]
     if head:
         host, _, port = address.rpartition(":")
         if not port.isdigit():

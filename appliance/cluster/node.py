@@ -55,13 +55,23 @@ def node_image(client: Any, target: str) -> tuple[str, Any] | None:
 def node_report(targets: list[str], model_path: str | None) -> dict[str, Any]:
     """Everything the driver checks before a run: versions, images, the model's digest."""
     client = docker_client()
-    report: dict[str, Any] = {**node_identity(client), "appliance_version": __version__,
-                              "lock_digest": load_lock().digest, "images": {}}
+    report: dict[str, Any] = {
+        **node_identity(client),
+        "appliance_version": __version__,
+        "lock_digest": load_lock().digest,
+        "images": {},
+    }
     for target in targets:
         found = node_image(client, target)
-        report["images"][target] = None if found is None else {
-            "tag": found[0], "id": found[1].id,
-            "inputs_digest": (found[1].labels or {}).get(INPUTS_DIGEST)}
+        report["images"][target] = (
+            None
+            if found is None
+            else {
+                "tag": found[0],
+                "id": found[1].id,
+                "inputs_digest": (found[1].labels or {}).get(INPUTS_DIGEST),
+            }
+        )
     if model_path is not None:
         path = Path(model_path)
         if not path.is_file():
@@ -90,8 +100,9 @@ def pack(directory: Path) -> bytes:
     return buffer.getvalue()
 
 
-def run_trial_here(job: TrialJob, trial: Trial, target: str,
-                   inputs_digest: str) -> tuple[dict[str, Any], bytes]:
+def run_trial_here(
+    job: TrialJob, trial: Trial, target: str, inputs_digest: str
+) -> tuple[dict[str, Any], bytes]:
     """One trial on this node with this node's image for target, which must carry the run's
     inputs digest; returns (node, image and record) and the trial directory as a tar."""
     client = docker_client()
@@ -101,12 +112,20 @@ def run_trial_here(job: TrialJob, trial: Trial, target: str,
     tag, image = found
     carried = (image.labels or {}).get(INPUTS_DIGEST)
     if carried != inputs_digest:
-        raise ApplianceError(f"image {tag} carries inputs digest {carried}, the run needs "
-                             f"{inputs_digest}: refused")
-    settings = replace(job.settings, block_device=block_device_for(job.model.path),
-                       cgroup_version=cgroup_version(), user=f"{os.getuid()}:{os.getgid()}")
-    here = replace(job, engine=replace(job.engine, image=tag),  # type: ignore[type-var]
-                   settings=settings)
+        raise ApplianceError(
+            f"image {tag} carries inputs digest {carried}, the run needs {inputs_digest}: refused"
+        )
+    settings = replace(
+        job.settings,
+        block_device=block_device_for(job.model.path),
+        cgroup_version=cgroup_version(),
+        user=f"{os.getuid()}:{os.getgid()}",
+    )
+    here = replace(
+        job,
+        engine=replace(job.engine, image=tag),  # type: ignore[type-var]
+        settings=settings,
+    )
     _remove_leftovers(client, job.run_id, trial)
     with tempfile.TemporaryDirectory(prefix="appliance-trial-") as work:
         record = here(trial, Path(work))

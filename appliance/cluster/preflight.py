@@ -44,25 +44,35 @@ def refusal(report: dict[str, Any], expected: Expected) -> str | None:
     """Why this node may not run the run's trials, or None."""
     name = node_name(report)
     if report["appliance_version"] != __version__:
-        return (f"{name} runs appliance {report['appliance_version']}, this driver "
-                f"{__version__}: install the same version there")
+        return (
+            f"{name} runs appliance {report['appliance_version']}, this driver "
+            f"{__version__}: install the same version there"
+        )
     if report["lock_digest"] != expected.lock_digest:
-        return (f"{name} has engine lock {report['lock_digest'][:12]}, this run "
-                f"{expected.lock_digest[:12]}: check out the same lock there")
+        return (
+            f"{name} has engine lock {report['lock_digest'][:12]}, this run "
+            f"{expected.lock_digest[:12]}: check out the same lock there"
+        )
     image = report["images"].get(expected.target)
     if image is None:
-        return (f"{name} has no engine image for {expected.target}: build it there with "
-                f"`appliance image build --target {expected.target}`")
+        return (
+            f"{name} has no engine image for {expected.target}: build it there with "
+            f"`appliance image build --target {expected.target}`"
+        )
     if image["inputs_digest"] != expected.inputs_digest:
-        return (f"{name}: image {image['tag']} carries inputs digest "
-                f"{str(image['inputs_digest'])[:12]}, this run's image "
-                f"{expected.inputs_digest[:12]}: rebuild it there from the same lock and source")
+        return (
+            f"{name}: image {image['tag']} carries inputs digest "
+            f"{str(image['inputs_digest'])[:12]}, this run's image "
+            f"{expected.inputs_digest[:12]}: rebuild it there from the same lock and source"
+        )
     model = report.get("model") or {}
     if not model.get("present"):
         return f"{name} has no model file {expected.model_path}: put it there at the same path"
     if expected.model_sha256 is not None and model.get("sha256") != expected.model_sha256:
-        return (f"{name}: model {expected.model_path} has sha256 {str(model.get('sha256'))[:12]}"
-                f", this run's {expected.model_sha256[:12]}: copy the same file there")
+        return (
+            f"{name}: model {expected.model_path} has sha256 {str(model.get('sha256'))[:12]}"
+            f", this run's {expected.model_sha256[:12]}: copy the same file there"
+        )
     return None
 
 
@@ -73,11 +83,17 @@ def admit(address: str, expected: Expected) -> Admission:
     resource = resource_for(expected.target)
     candidates = [n for n in alive_nodes() if n.get("Resources", {}).get(resource, 0) > 0]
     if not candidates:
-        raise ApplianceError(f"no node of the cluster at {address} offers {resource}: run "
-                             f"`appliance cluster join {address}` on a machine that can run "
-                             f"{expected.target}")
-    refs = [on_node(n["NodeID"], node_report, [expected.target], expected.model_path,
-                    name="appliance-node-report") for n in candidates]
+        raise ApplianceError(
+            f"no node of the cluster at {address} offers {resource}: run "
+            f"`appliance cluster join {address}` on a machine that can run "
+            f"{expected.target}"
+        )
+    refs = [
+        on_node(
+            n["NodeID"], node_report, [expected.target], expected.model_path, name="appliance-node-report"
+        )
+        for n in candidates
+    ]
     admission = Admission()
     deadline = time.monotonic() + PROBE_TIMEOUT_S
     for node, ref in zip(candidates, refs, strict=True):
@@ -85,9 +101,11 @@ def admit(address: str, expected: Expected) -> Admission:
             report = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
         except ray.exceptions.RayError as exc:
             # a node that died after it was listed (not yet marked dead) cannot run trials
-            admission.refused.append(f"node {str(node['NodeID'])[:12]} "
-                                     f"({node.get('NodeManagerHostname')}) did not answer the "
-                                     f"preflight probe ({type(exc).__name__}): it is skipped")
+            admission.refused.append(
+                f"node {str(node['NodeID'])[:12]} "
+                f"({node.get('NodeManagerHostname')}) did not answer the "
+                f"preflight probe ({type(exc).__name__}): it is skipped"
+            )
             continue
         why = refusal(report, expected)
         if why is None:

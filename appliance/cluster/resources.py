@@ -16,8 +16,11 @@ def resource_for(target: str) -> str:
 
 def targets_of(resources: dict[str, float]) -> list[str]:
     """The targets a node registered, from its Ray resources."""
-    return sorted(name[len(RESOURCE_PREFIX):] for name, amount in resources.items()
-                  if name.startswith(RESOURCE_PREFIX) and amount > 0)
+    return sorted(
+        name[len(RESOURCE_PREFIX) :]
+        for name, amount in resources.items()
+        if name.startswith(RESOURCE_PREFIX) and amount > 0
+    )
 
 
 def node_image_overrides() -> dict[str, str]:

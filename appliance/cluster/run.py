@@ -28,15 +28,17 @@ def expected_of(prepared: PreparedRun, lock: Lock) -> Expected:
     labels = docker_client().images.get(prepared.image).labels or {}
     inputs_digest = labels.get(INPUTS_DIGEST)
     if not inputs_digest:
-        raise ApplianceError(f"image {prepared.image} carries no {INPUTS_DIGEST} label: a "
-                             "cluster run needs an engine image built by `appliance image build`")
+        raise ApplianceError(
+            f"image {prepared.image} carries no {INPUTS_DIGEST} label: a "
+            "cluster run needs an engine image built by `appliance image build`"
+        )
     model = prepared.model
-    return Expected(target, lock.digest, inputs_digest, str(model.path.resolve()), model.bytes,
-                    model.sha256)
+    return Expected(target, lock.digest, inputs_digest, str(model.path.resolve()), model.bytes, model.sha256)
 
 
-def cluster_executor(address: str, max_attempts: int = DEFAULT_MAX_ATTEMPTS
-                     ) -> Callable[[PreparedRun, Lock, Console], RayExecutor]:
+def cluster_executor(
+    address: str, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> Callable[[PreparedRun, Lock, Console], RayExecutor]:
     """The executor factory `execute_profile` calls once the run is prepared."""
     if max_attempts < 1:
         raise ApplianceError("--max-attempts must be at least 1")
@@ -48,12 +50,19 @@ def cluster_executor(address: str, max_attempts: int = DEFAULT_MAX_ATTEMPTS
         for line in admission.refused:
             console.print(f"[yellow]refused[/yellow]: {line}")
         if not admission.accepted:
-            raise ApplianceError(f"no node of the cluster at {address} can run this run's "
-                                 f"trials ({len(admission.refused)} refused, see above)")
+            raise ApplianceError(
+                f"no node of the cluster at {address} can run this run's "
+                f"trials ({len(admission.refused)} refused, see above)"
+            )
         for report in admission.accepted:
-            console.print(f"admitted: {node_name(report)}, image "
-                          f"{report['images'][expected.target]['tag']}")
-        return RayExecutor(address, expected.target, expected.inputs_digest,
-                           admission.accepted, admission.refused, max_attempts)
+            console.print(f"admitted: {node_name(report)}, image {report['images'][expected.target]['tag']}")
+        return RayExecutor(
+            address,
+            expected.target,
+            expected.inputs_digest,
+            admission.accepted,
+            admission.refused,
+            max_attempts,
+        )
 
     return make

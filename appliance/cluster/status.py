@@ -16,12 +16,21 @@ def cluster_status() -> list[dict[str, Any]]:
 
     nodes = alive_nodes()
     targets = [targets_of(n.get("Resources", {})) for n in nodes]
-    refs = [on_node(n["NodeID"], node_report, t, None, name="appliance-node-status")
-            for n, t in zip(nodes, targets, strict=True)]
+    refs = [
+        on_node(n["NodeID"], node_report, t, None, name="appliance-node-status")
+        for n, t in zip(nodes, targets, strict=True)
+    ]
     reports = []
-    for node, node_targets, report in zip(nodes, targets, ray.get(refs, timeout=STATUS_TIMEOUT_S),
-                                          strict=True):
+    for node, node_targets, report in zip(
+        nodes, targets, ray.get(refs, timeout=STATUS_TIMEOUT_S), strict=True
+    ):
         report.pop("host", None)
-        reports.append({**report, "targets": node_targets, "address": node.get("NodeManagerAddress"),
-                        "head": "node:__internal_head__" in node.get("Resources", {})})
+        reports.append(
+            {
+                **report,
+                "targets": node_targets,
+                "address": node.get("NodeManagerAddress"),
+                "head": "node:__internal_head__" in node.get("Resources", {}),
+            }
+        )
     return reports

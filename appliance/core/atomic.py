@@ -50,8 +50,7 @@ def replacing_path(path: Path, mode: int | None = None) -> Iterator[Path]:
     refuse_special(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TMP_SUFFIX,
-                                dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TMP_SUFFIX, dir=path.parent)
     tmp = Path(name)
     try:
         os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
@@ -91,7 +90,7 @@ def stale_temporaries(path: Path) -> list[Path]:
     """Temporary files of `path` (`.NAME.PID.RANDOM.tmp`) whose writing process is gone."""
     stale = []
     for candidate in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}"):
-        pid = candidate.name[len(path.name) + 2:].split(".", 1)[0]
+        pid = candidate.name[len(path.name) + 2 :].split(".", 1)[0]
         if not pid.isdigit():
             continue
         try:
@@ -125,8 +124,10 @@ def refuse_special(path: Path) -> None:
     except OSError as exc:
         raise ApplianceError(f"cannot write {path}: {exc.strerror}") from None
     if not stat.S_ISREG(info.st_mode):
-        raise ApplianceError(f"{path} exists and is not a regular file (a device, directory, "
-                             "link or fifo); give a new file path")
+        raise ApplianceError(
+            f"{path} exists and is not a regular file (a device, directory, "
+            "link or fifo); give a new file path"
+        )
 
 
 def move_into(source: Path, destination: Path) -> None:

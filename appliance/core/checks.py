@@ -23,8 +23,7 @@ def one_line(text: str) -> str:
     names read from untrusted files, and a name must not forge a line of the report."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 @dataclass
@@ -48,8 +47,13 @@ class Check:
         return self.status is not Status.FAIL
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status.value, "reason": self.reason,
-                "files": list(self.files), "fix": self.fix}
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "reason": self.reason,
+            "files": list(self.files),
+            "fix": self.fix,
+        }
 
 
 def failed(checks: Iterable[Check]) -> list[Check]:

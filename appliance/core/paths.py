@@ -18,7 +18,11 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 LOCK_IN_CHECKOUT = Path("engine") / "llama.cpp.lock.json"
 ROOT_ENV, LOCK_ENV, PATCHES_ENV, EVIDENCE_ENV = (
-    "APPLIANCE_ROOT", "APPLIANCE_LOCK", "APPLIANCE_PATCHES", "APPLIANCE_EVIDENCE")
+    "APPLIANCE_ROOT",
+    "APPLIANCE_LOCK",
+    "APPLIANCE_PATCHES",
+    "APPLIANCE_EVIDENCE",
+)
 
 
 def _env_path(name: str) -> Path | None:

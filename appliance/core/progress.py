@@ -15,18 +15,19 @@ BYTES = "bytes"
 
 @dataclass(frozen=True)
 class Progress:
-    task: str                 # what is being done, e.g. "compiling cpu", "sha256 model.gguf"
+    task: str  # what is being done, e.g. "compiling cpu", "sha256 model.gguf"
     done: int
-    total: int | None         # None while unknown
-    unit: str = STEPS         # STEPS or BYTES
-    log: Path | None = None   # the full output of the work, when it has one
+    total: int | None  # None while unknown
+    unit: str = STEPS  # STEPS or BYTES
+    log: Path | None = None  # the full output of the work, when it has one
 
 
 ProgressFn = Callable[[Progress], None]
 
 
-def byte_counter(task: str, total: int | None, progress: ProgressFn | None,
-                 log: Path | None = None) -> Callable[[int], None]:
+def byte_counter(
+    task: str, total: int | None, progress: ProgressFn | None, log: Path | None = None
+) -> Callable[[int], None]:
     """A callback for chunked byte work (hashing, writing) that reports a running total."""
     done = 0
 

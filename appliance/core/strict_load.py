@@ -59,8 +59,9 @@ def read_text(path: Path, max_bytes: int = MAX_BYTES, missing: str = "file not f
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at "
-                          f"offset {exc.start})") from None
+        raise ConfigError(
+            f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
 
 
 # --- JSON ------------------------------------------------------------------------------------
@@ -161,11 +162,15 @@ def parse_json(text: str, path: Path, max_depth: int = MAX_DEPTH) -> Any:
     """JSON text read strictly; errors name path and line."""
     deep = _too_deep(text, max_depth)
     if deep is not None:
-        raise ConfigError(f"{path}: line {_line(text, deep)}: nested deeper than {max_depth} "
-                          "levels")
+        raise ConfigError(f"{path}: line {_line(text, deep)}: nested deeper than {max_depth} levels")
     try:
-        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant,
-                          parse_int=_bounded_int, parse_float=_finite_float)
+        return json.loads(
+            text,
+            object_pairs_hook=_pairs,
+            parse_constant=_no_constant,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+        )
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
     except (ValueError, RecursionError) as exc:
@@ -190,6 +195,7 @@ class _Refusal(yaml.MarkedYAMLError):
 try:  # libyaml scans and parses about five times faster; composing stays in Python
     from yaml._yaml import CParser as _Parser
 except ImportError:  # a PyYAML built without libyaml
+
     class _Parser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):  # type: ignore[no-redef]
         def __init__(self, stream: str) -> None:
             yaml.reader.Reader.__init__(self, stream)
@@ -197,8 +203,9 @@ except ImportError:  # a PyYAML built without libyaml
             yaml.parser.Parser.__init__(self)
 
 
-class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstructor,
-                    yaml.resolver.Resolver):
+class _StrictLoader(
+    yaml.composer.Composer, _Parser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver
+):
     """A safe loader that bounds depth and alias expansion and refuses duplicate or
     non-string keys, non-finite floats and over-long integers. The Python composer comes
     first in the MRO, so every node passes compose_node below even over libyaml's parser."""
@@ -216,13 +223,14 @@ class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
         if self.check_event(AliasEvent) and event.anchor in self.anchors:
             target = self.anchors[event.anchor]
             if id(target) not in self._weights:
-                raise _Refusal(problem=f"alias *{event.anchor} refers to a node that contains it",
-                               problem_mark=event.start_mark)
+                raise _Refusal(
+                    problem=f"alias *{event.anchor} refers to a node that contains it",
+                    problem_mark=event.start_mark,
+                )
             return super().compose_node(parent, index)
         self._depth += 1
         if self._depth > MAX_DEPTH:
-            raise _Refusal(problem=f"nested deeper than {MAX_DEPTH} levels",
-                           problem_mark=event.start_mark)
+            raise _Refusal(problem=f"nested deeper than {MAX_DEPTH} levels", problem_mark=event.start_mark)
         try:
             node: Any = super().compose_node(parent, index)
         finally:
@@ -231,8 +239,10 @@ class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
         flat = [n for item in children for n in (item if isinstance(item, tuple) else (item,))]
         weight = 1 + sum(self._weights.get(id(child), 1) for child in flat)
         if weight > MAX_NODES:
-            raise _Refusal(problem=f"expands to more than {MAX_NODES} values (through aliases)",
-                           problem_mark=event.start_mark)
+            raise _Refusal(
+                problem=f"expands to more than {MAX_NODES} values (through aliases)",
+                problem_mark=event.start_mark,
+            )
         self._weights[id(node)] = weight
         return node
 
@@ -241,39 +251,46 @@ class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
             seen: dict[Any, Any] = {}
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise _Refusal(problem="merge keys (<<) are not accepted",
-                                   problem_mark=key_node.start_mark)
+                    raise _Refusal(
+                        problem="merge keys (<<) are not accepted", problem_mark=key_node.start_mark
+                    )
                 key = self.construct_object(key_node, deep=True)
                 if not isinstance(key, str):
-                    raise _Refusal(problem=f"key {key!r} is not a string (quote it)",
-                                   problem_mark=key_node.start_mark)
+                    raise _Refusal(
+                        problem=f"key {key!r} is not a string (quote it)", problem_mark=key_node.start_mark
+                    )
                 if key in seen:
-                    raise _Refusal(problem=f"duplicate key {key!r} (first at line "
-                                           f"{seen[key].line + 1})",
-                                   problem_mark=key_node.start_mark)
+                    raise _Refusal(
+                        problem=f"duplicate key {key!r} (first at line {seen[key].line + 1})",
+                        problem_mark=key_node.start_mark,
+                    )
                 seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
     def construct_bounded_int(self, node: Any) -> int:
         text = str(self.construct_scalar(node))
         if sum(c.isdigit() for c in text) > MAX_INT_DIGITS:
-            raise _Refusal(problem=f"a number with more than {MAX_INT_DIGITS} digits",
-                           problem_mark=node.start_mark)
+            raise _Refusal(
+                problem=f"a number with more than {MAX_INT_DIGITS} digits", problem_mark=node.start_mark
+            )
         value: int = self.construct_yaml_int(node)
         return value
 
     def construct_finite_float(self, node: Any) -> float:
         value: float = self.construct_yaml_float(node)
         if not math.isfinite(value):
-            raise _Refusal(problem=f"{self.construct_scalar(node)} is not a finite number",
-                           problem_mark=node.start_mark)
+            raise _Refusal(
+                problem=f"{self.construct_scalar(node)} is not a finite number", problem_mark=node.start_mark
+            )
         return value
 
 
 _StrictLoader.add_constructor(  # type: ignore[type-var]
-    "tag:yaml.org,2002:int", _StrictLoader.construct_bounded_int)
+    "tag:yaml.org,2002:int", _StrictLoader.construct_bounded_int
+)
 _StrictLoader.add_constructor(  # type: ignore[type-var]
-    "tag:yaml.org,2002:float", _StrictLoader.construct_finite_float)
+    "tag:yaml.org,2002:float", _StrictLoader.construct_finite_float
+)
 
 
 def _yaml_line(exc: yaml.YAMLError, text: str) -> int | None:
@@ -297,8 +314,7 @@ def parse_yaml(text: str, path: Path) -> Any:
         line = _yaml_line(exc, text)
         where = f" at line {line}" if line is not None else ""
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or exc
-        raise ConfigError(f"{path}: not valid YAML{where}: "
-                          f"{' '.join(str(problem).split())}") from None
+        raise ConfigError(f"{path}: not valid YAML{where}: {' '.join(str(problem).split())}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply to read") from None
     finally:

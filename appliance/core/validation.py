@@ -24,13 +24,37 @@ from appliance.core.paths import PACKAGE_DIR
 SCHEMAS_DIR = PACKAGE_DIR / "schemas"
 DRAFT = "http://json-schema.org/draft-07/schema#"
 ANNOTATIONS = {"$schema", "$comment", "definitions", "title", "description"}
-KEYWORDS = {"type", "const", "enum", "pattern", "minLength", "maxLength", "minimum", "maximum",
-            "exclusiveMinimum", "properties", "required", "additionalProperties",
-            "propertyNames", "minProperties", "maxProperties", "items", "minItems", "maxItems",
-            "$ref"}
+KEYWORDS = {
+    "type",
+    "const",
+    "enum",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "properties",
+    "required",
+    "additionalProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "items",
+    "minItems",
+    "maxItems",
+    "$ref",
+}
 MAX_ERRORS = 100
-JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-              dict: "object", type(None): "null"}
+JSON_TYPES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
 
 
 def schema_path(name: str) -> Path:
@@ -60,8 +84,7 @@ def schema_problems(schema: Any) -> list[str]:
         if unknown:
             problems.append(f"{where}: keywords this project does not check: {', '.join(unknown)}")
         types = sub.get("type")
-        is_object = "properties" in sub or types == "object" or \
-            isinstance(types, list) and "object" in types
+        is_object = "properties" in sub or types == "object" or isinstance(types, list) and "object" in types
         if is_object and "additionalProperties" not in sub:
             problems.append(f"{where}: an object schema must set additionalProperties")
         if "$ref" in sub:
@@ -77,8 +100,9 @@ def _schema_text(name: str) -> str:
     try:
         return schema_path(name).read_text()
     except FileNotFoundError:
-        raise ApplianceError(f"{schema_path(name)}: schema missing from the installed package "
-                             "(reinstall the appliance)") from None
+        raise ApplianceError(
+            f"{schema_path(name)}: schema missing from the installed package (reinstall the appliance)"
+        ) from None
 
 
 def load_schema(name: str) -> dict[str, Any]:
@@ -100,7 +124,8 @@ def _validator(schema_text: str) -> Any:
 
     base = jsonschema.Draft7Validator
     strict = jsonschema.validators.extend(
-        base, type_checker=base.TYPE_CHECKER.redefine("integer", _strict_int))
+        base, type_checker=base.TYPE_CHECKER.redefine("integer", _strict_int)
+    )
     return strict(json.loads(schema_text))
 
 
@@ -135,13 +160,20 @@ def _problem(keyword: str, expected: Any, instance: Any, schema: dict[str, Any])
         return f"{_show(instance)} does not match {expected}"
     if keyword == "minLength":
         return "must not be empty" if expected == 1 else f"needs at least {expected} characters"
-    bounds = {"minimum": "must be at least", "maximum": "must be at most",
-              "exclusiveMinimum": "must be more than"}
+    bounds = {
+        "minimum": "must be at least",
+        "maximum": "must be at most",
+        "exclusiveMinimum": "must be more than",
+    }
     if keyword in bounds:
         return f"{bounds[keyword]} {expected} (got {_show(instance)})"
-    counts = {"maxLength": "allows at most {} characters", "minItems": "needs at least {} items",
-              "maxItems": "allows at most {} items", "minProperties": "needs at least {} entries",
-              "maxProperties": "allows at most {} entries"}
+    counts = {
+        "maxLength": "allows at most {} characters",
+        "minItems": "needs at least {} items",
+        "maxItems": "allows at most {} items",
+        "minProperties": "needs at least {} entries",
+        "maxProperties": "allows at most {} entries",
+    }
     if keyword in counts:
         return counts[keyword].format(expected)
     return f"fails {keyword} {_show(expected)}"
@@ -151,15 +183,20 @@ def _lines(error: Any) -> list[str]:
     path = list(error.absolute_path)
     keyword, instance, schema = error.validator, error.instance, error.schema
     if keyword == "required":
-        return [f"{pointer([*path, key])}: missing field" for key in error.validator_value
-                if isinstance(instance, dict) and key not in instance]
+        return [
+            f"{pointer([*path, key])}: missing field"
+            for key in error.validator_value
+            if isinstance(instance, dict) and key not in instance
+        ]
     if keyword == "additionalProperties" and error.validator_value is False:
         allowed = ", ".join(schema.get("properties", {}))
         extra = [k for k in instance if k not in schema.get("properties", {})]
         return [f"{pointer([*path, key])}: unknown field (allowed: {allowed})" for key in extra]
     if "propertyNames" in error.relative_schema_path:
-        return [f"{pointer([*path, instance])}: the name "
-                f"{_problem(keyword, error.validator_value, instance, schema)}"]
+        return [
+            f"{pointer([*path, instance])}: the name "
+            f"{_problem(keyword, error.validator_value, instance, schema)}"
+        ]
     return [f"{pointer(path)}: {_problem(keyword, error.validator_value, instance, schema)}"]
 
 
@@ -172,10 +209,16 @@ def schema_errors(instance: Any, name: str, limit: int = MAX_ERRORS) -> list[str
     """
     schema = load_schema(name)
     version = schema.get("properties", {}).get("schema_version", {}).get("const")
-    if isinstance(instance, dict) and version is not None and \
-            "schema_version" in instance and instance["schema_version"] != version:
-        return [f"/schema_version: unsupported version {_show(instance['schema_version'])} "
-                f"(this tool reads {version})"]
+    if (
+        isinstance(instance, dict)
+        and version is not None
+        and "schema_version" in instance
+        and instance["schema_version"] != version
+    ):
+        return [
+            f"/schema_version: unsupported version {_show(instance['schema_version'])} "
+            f"(this tool reads {version})"
+        ]
     lines: dict[str, None] = {}  # insertion-ordered set: one line per problem
     for error in _validator(_schema_text(name)).iter_errors(instance):
         lines.update(dict.fromkeys(_lines(error)[:limit]))

@@ -46,8 +46,11 @@ class PatchCheck:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "file": self.patch.file, "status": self.patch.status, "subject": self.patch.subject,
-            "sha256": self.patch.sha256, "ok": self.ok,
+            "file": self.patch.file,
+            "status": self.patch.status,
+            "subject": self.patch.subject,
+            "sha256": self.patch.sha256,
+            "ok": self.ok,
             "applies": {name: reason is None for name, reason in self.applies.items()},
             "apply_errors": {name: reason for name, reason in self.applies.items() if reason},
             "files": [{"path": f.path, "state": f.state, "ok": f.ok} for f in self.files],
@@ -65,14 +68,19 @@ class BracketReport:
         return all(c.ok for c in self.active) and all(c.ok for c in self.experimental)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "stand_ins": self.stand_ins,
-                "active": [c.as_dict() for c in self.active],
-                "experimental": [c.as_dict() for c in self.experimental]}
+        return {
+            "ok": self.ok,
+            "stand_ins": self.stand_ins,
+            "active": [c.as_dict() for c in self.active],
+            "experimental": [c.as_dict() for c in self.experimental],
+        }
 
 
 def file_state(rel: str, trees: dict[str, SourceTree]) -> str:
-    contents = {name: (tree.path / rel).read_bytes() if (tree.path / rel).is_file() else None
-                for name, tree in trees.items()}
+    contents = {
+        name: (tree.path / rel).read_bytes() if (tree.path / rel).is_file() else None
+        for name, tree in trees.items()
+    }
     present = [name for name, data in contents.items() if data is not None]
     if not present:
         return NEW
@@ -119,8 +127,10 @@ def require_bracket(lock: Lock, names: Sequence[str]) -> None:
     """Refuse a check that brackets nothing: it needs a stand-in on each side of the pin."""
     if len(names) < 2:
         found = ", ".join(names) or "none"
-        raise ConfigError(f"{lock.path}: /stand_ins: the bracket check needs two stand-ins, one "
-                          f"before and one after the pin (found: {found}); add them to the lock")
+        raise ConfigError(
+            f"{lock.path}: /stand_ins: the bracket check needs two stand-ins, one "
+            f"before and one after the pin (found: {found}); add them to the lock"
+        )
 
 
 def bracket_check(lock: Lock, trees: dict[str, SourceTree]) -> BracketReport:

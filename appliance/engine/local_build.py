@@ -71,17 +71,25 @@ def build_identity(source: SourceTree) -> tuple[int, str]:
 
 def cmake_args(lock: Lock, source: SourceTree) -> list[str]:
     number, commit = build_identity(source)
-    return [*BASE_CMAKE_ARGS, *lock.target("cpu").cmake_args,
-            f"-DLLAMA_BUILD_NUMBER={number}", f"-DLLAMA_BUILD_COMMIT={commit}"]
+    return [
+        *BASE_CMAKE_ARGS,
+        *lock.target("cpu").cmake_args,
+        f"-DLLAMA_BUILD_NUMBER={number}",
+        f"-DLLAMA_BUILD_COMMIT={commit}",
+    ]
 
 
 def build_key(lock: Lock, source: SourceTree, experimental: Sequence[str] = ()) -> str:
-    return sha256_bytes(canonical_json({
-        "source_tree_digest": source.identity.get("tree_digest"),
-        "series_digest": digest_of(selected_patches(lock, experimental)),
-        "cmake_args": cmake_args(lock, source),
-        "targets": list(LOCAL_TOOLS),
-    }))
+    return sha256_bytes(
+        canonical_json(
+            {
+                "source_tree_digest": source.identity.get("tree_digest"),
+                "series_digest": digest_of(selected_patches(lock, experimental)),
+                "cmake_args": cmake_args(lock, source),
+                "targets": list(LOCAL_TOOLS),
+            }
+        )
+    )
 
 
 def builds_dir() -> Path:
@@ -89,8 +97,11 @@ def builds_dir() -> Path:
 
 
 def workspace_for(lock: Lock, source: SourceTree) -> Path:
-    ident = sha256_bytes(canonical_json({"source_tree_digest": source.identity.get("tree_digest"),
-                                         "cmake_args": cmake_args(lock, source)}))
+    ident = sha256_bytes(
+        canonical_json(
+            {"source_tree_digest": source.identity.get("tree_digest"), "cmake_args": cmake_args(lock, source)}
+        )
+    )
     return builds_dir() / f"work-{ident[:16]}"
 
 
@@ -104,8 +115,12 @@ def sync_tree(new: Path, dest: Path) -> int:
             rel = src.relative_to(new)
             wanted.add(rel.as_posix())
             target = dest / rel
-            if target.is_file() and not target.is_symlink() and not src.is_symlink() \
-                    and filecmp.cmp(src, target, shallow=False):
+            if (
+                target.is_file()
+                and not target.is_symlink()
+                and not src.is_symlink()
+                and filecmp.cmp(src, target, shallow=False)
+            ):
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink() or target.exists():
@@ -174,18 +189,33 @@ def _compile(lock: Lock, source: SourceTree, workspace: Path, log: Log) -> tuple
         args += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
     started = time.monotonic()
     log(f"configuring ({' '.join(args)})")
-    _run_logged([*nice, "cmake", "-S", "src", "-B", "build", "-G", "Ninja", *args], workspace,
-                log_path, "cmake configure")
+    _run_logged(
+        [*nice, "cmake", "-S", "src", "-B", "build", "-G", "Ninja", *args],
+        workspace,
+        log_path,
+        "cmake configure",
+    )
     jobs = build_jobs()
     hint = "incremental" if incremental else "about 5 minutes on 2 free cores"
     log(f"building {' '.join(LOCAL_TOOLS)} with -j{jobs} ({hint}); log: {log_path}")
-    _run_logged([*nice, "cmake", "--build", "build", "-j", str(jobs), "--target", *LOCAL_TOOLS],
-                workspace, log_path, "build")
+    _run_logged(
+        [*nice, "cmake", "--build", "build", "-j", str(jobs), "--target", *LOCAL_TOOLS],
+        workspace,
+        log_path,
+        "build",
+    )
     return time.monotonic() - started, incremental
 
 
-def _build(lock: Lock, source: SourceTree, experimental: Sequence[str], key: str, entry: Path,
-           workspace: Path, log: Log) -> dict[str, Any]:
+def _build(
+    lock: Lock,
+    source: SourceTree,
+    experimental: Sequence[str],
+    key: str,
+    entry: Path,
+    workspace: Path,
+    log: Log,
+) -> dict[str, Any]:
     workspace.mkdir(parents=True, exist_ok=True)
     staged = workspace / "src.next"
     shutil.rmtree(staged, ignore_errors=True)
@@ -221,8 +251,9 @@ def _build(lock: Lock, source: SourceTree, experimental: Sequence[str], key: str
     return record
 
 
-def build_source(lock: Lock, source: SourceTree, experimental: Sequence[str] = (),
-                 log: Log | None = None) -> tuple[Path, dict[str, Any]]:
+def build_source(
+    lock: Lock, source: SourceTree, experimental: Sequence[str] = (), log: Log | None = None
+) -> tuple[Path, dict[str, Any]]:
     """Build (or reuse) the patched tree of `source`; returns (bin dir, build record)."""
     say = log or (lambda message: None)
     if shutil.which("cmake") is None or shutil.which("ninja") is None:
@@ -239,8 +270,9 @@ def build_source(lock: Lock, source: SourceTree, experimental: Sequence[str] = (
     return entry / "bin", record
 
 
-def build_local(lock: Lock, source_spec: str, experimental: Sequence[str] = (),
-                log: Log | None = None) -> Path:
+def build_local(
+    lock: Lock, source_spec: str, experimental: Sequence[str] = (), log: Log | None = None
+) -> Path:
     """Fetch and verify `source_spec`, apply the series and build it; returns the bin dir."""
     bin_dir, _ = build_source(lock, fetch_source(lock, source_spec), experimental, log)
     return bin_dir

@@ -104,14 +104,21 @@ def lock_digest(raw: dict[str, Any]) -> str:
 
 
 def _upstream(raw: dict[str, Any]) -> Upstream:
-    return Upstream(name=raw["name"], repository=raw["repository"], commit=raw["commit"],
-                    release=raw["release"])
+    return Upstream(
+        name=raw["name"], repository=raw["repository"], commit=raw["commit"], release=raw["release"]
+    )
 
 
 def _stand_in(name: str, raw: dict[str, Any]) -> StandIn:
-    return StandIn(name=name, package=raw["package"], version=raw["version"],
-                   release=raw["release"], relation=raw["relation"],
-                   sdist_sha256=raw["sdist_sha256"], tree=raw["tree"])
+    return StandIn(
+        name=name,
+        package=raw["package"],
+        version=raw["version"],
+        release=raw["release"],
+        relation=raw["relation"],
+        sdist_sha256=raw["sdist_sha256"],
+        tree=raw["tree"],
+    )
 
 
 def _target(name: str, raw: dict[str, Any]) -> Target:
@@ -135,8 +142,12 @@ def parse_lock(raw: Any, path: Path) -> Lock:
         raw=raw,
         upstream=_upstream(raw["upstream"]),
         stand_ins={name: _stand_in(name, item) for name, item in raw["stand_ins"].items()},
-        patches={status: tuple(PatchEntry(file=p["file"], sha256=p["sha256"], status=status)
-                               for p in raw["patches"][status]) for status in PATCH_STATUSES},
+        patches={
+            status: tuple(
+                PatchEntry(file=p["file"], sha256=p["sha256"], status=status) for p in raw["patches"][status]
+            )
+            for status in PATCH_STATUSES
+        },
         targets={name: _target(name, item) for name, item in raw["targets"].items()},
         published_images=raw.get("published_images") or {},
     )
@@ -144,8 +155,9 @@ def parse_lock(raw: Any, path: Path) -> Lock:
 
 def load_lock(path: Path | None = None) -> Lock:
     path = path or default_lock_path()
-    raw = load_json(path, MAX_LOCK_BYTES,
-                    missing="lock file not found (pass --lock or run from the project checkout)")
+    raw = load_json(
+        path, MAX_LOCK_BYTES, missing="lock file not found (pass --lock or run from the project checkout)"
+    )
     return parse_lock(raw, path)
 
 

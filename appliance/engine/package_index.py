@@ -28,7 +28,9 @@ def index_url() -> str:
     try:
         configured = subprocess.run(
             [sys.executable, "-m", "pip", "config", "get", "global.index-url"],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         if configured.returncode == 0 and configured.stdout.strip():
             return configured.stdout.strip().rstrip("/") + "/"

@@ -35,8 +35,12 @@ from appliance.engine.source import SourceTree
 
 DEV_RECORD = "appliance-dev.json"  # inside .git/: subject -> (file, status) of each patch
 BASE_TAG = "base"
-IDENTITY = {"GIT_AUTHOR_NAME": "appliance", "GIT_AUTHOR_EMAIL": "appliance@localhost",
-            "GIT_COMMITTER_NAME": "appliance", "GIT_COMMITTER_EMAIL": "appliance@localhost"}
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "appliance",
+    "GIT_AUTHOR_EMAIL": "appliance@localhost",
+    "GIT_COMMITTER_NAME": "appliance",
+    "GIT_COMMITTER_EMAIL": "appliance@localhost",
+}
 
 
 @dataclass(frozen=True)
@@ -58,12 +62,13 @@ def _git(args: list[str], cwd: Path) -> str:
 def _subject(patch_text: str) -> str:
     for line in patch_text.splitlines():
         if line.startswith("Subject: "):
-            return re.sub(r"^\[PATCH[^\]]*\]\s*", "", line[len("Subject: "):])
+            return re.sub(r"^\[PATCH[^\]]*\]\s*", "", line[len("Subject: ") :])
     return ""
 
 
-def make_dev_tree(lock: Lock, source: SourceTree, out_dir: Path,
-                  experimental: Sequence[str] = ()) -> list[Patch]:
+def make_dev_tree(
+    lock: Lock, source: SourceTree, out_dir: Path, experimental: Sequence[str] = ()
+) -> list[Patch]:
     """A git checkout of `source` at out_dir: commit `base`, then one commit per patch."""
     if out_dir.exists():
         raise ApplianceError(f"{out_dir} exists: choose a new directory")
@@ -101,8 +106,10 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
     directory = patches_dir(lock)
     out: list[Exported] = []
     with tempfile.TemporaryDirectory(prefix="appliance-export-") as tmp:
-        _git(["format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", tmp,
-              f"{BASE_TAG}..HEAD"], dev_dir)
+        _git(
+            ["format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", tmp, f"{BASE_TAG}..HEAD"],
+            dev_dir,
+        )
         produced = sorted(Path(tmp).iterdir())
         locked_status = {e.file: e.status for entries in lock.patches.values() for e in entries}
         all_files = [info["file"] for info in known.values()]
@@ -131,19 +138,24 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
     series_path = directory / "series"
     header = [line for line in series_path.read_text().splitlines() if line.startswith("#")]
     atomic.write_text(series_path, "\n".join([*header, *active]) + "\n")
-    write_lock_patches(lock.path, {
-        "active": patch_records(directory, "active", active),
-        "experimental": patch_records(directory, "experimental", experimental),
-        "rejected": [{"file": e.file, "sha256": e.sha256} for e in lock.patches["rejected"]],
-    })
+    write_lock_patches(
+        lock.path,
+        {
+            "active": patch_records(directory, "active", active),
+            "experimental": patch_records(directory, "experimental", experimental),
+            "rejected": [{"file": e.file, "sha256": e.sha256} for e in lock.patches["rejected"]],
+        },
+    )
     return out
 
 
 def repin(lock: Lock) -> dict[str, list[dict[str, str]]]:
     """Re-pin the lock's sha256 for the patch files as they are now (after editing by hand)."""
     directory = patches_dir(lock)
-    pinned = {status: patch_records(directory, status, [e.file for e in lock.patches[status]])
-              for status in ("active", "experimental", "rejected")}
+    pinned = {
+        status: patch_records(directory, status, [e.file for e in lock.patches[status]])
+        for status in ("active", "experimental", "rejected")
+    }
     write_lock_patches(lock.path, pinned)
     return pinned
 
@@ -154,8 +166,11 @@ def move_patch(lock: Lock, name: str, status: str) -> tuple[str, str]:
         raise ApplianceError(f"unknown status {status!r}: use active, experimental or rejected")
     entries = [e for entries in lock.patches.values() for e in entries]
     stem = NUMBER_PREFIX_RE.sub("", name.removesuffix(".patch"))
-    found = [e for e in entries
-             if name == e.file or stem == NUMBER_PREFIX_RE.sub("", e.file.removesuffix(".patch"))]
+    found = [
+        e
+        for e in entries
+        if name == e.file or stem == NUMBER_PREFIX_RE.sub("", e.file.removesuffix(".patch"))
+    ]
     if len(found) != 1:
         raise ApplianceError(f"no single patch named {name!r} in the lock")
     entry = found[0]

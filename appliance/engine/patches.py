@@ -50,7 +50,7 @@ class Patch:
     def subject(self) -> str:
         for line in self.path.read_text(errors="replace").splitlines():
             if line.startswith("Subject: "):
-                return re.sub(r"^\[PATCH[^\]]*\]\s*", "", line[len("Subject: "):])
+                return re.sub(r"^\[PATCH[^\]]*\]\s*", "", line[len("Subject: ") :])
         return ""
 
     def touched_files(self) -> list[str]:
@@ -131,8 +131,12 @@ def find_experimental(lock: Lock, name: str) -> Patch:
         stem = entry.file.removesuffix(".patch")
         if name in (entry.file, stem, NUMBER_PREFIX_RE.sub("", stem)):
             return verified_patch(lock, entry)
-    known = ", ".join(NUMBER_PREFIX_RE.sub("", e.file.removesuffix(".patch"))
-                      for e in lock.patches["experimental"]) or "none"
+    known = (
+        ", ".join(
+            NUMBER_PREFIX_RE.sub("", e.file.removesuffix(".patch")) for e in lock.patches["experimental"]
+        )
+        or "none"
+    )
     raise ApplianceError(f"no experimental patch named {name!r} (experimental patches: {known})")
 
 
@@ -147,8 +151,9 @@ def selected_patches(lock: Lock, experimental: Sequence[str] = ()) -> list[Patch
 
 
 def digest_of(patches: Sequence[Patch]) -> str:
-    return sha256_bytes(canonical_json(
-        [{"file": p.file, "sha256": p.sha256, "status": p.status} for p in patches]))
+    return sha256_bytes(
+        canonical_json([{"file": p.file, "sha256": p.sha256, "status": p.status} for p in patches])
+    )
 
 
 def series_digest(lock: Lock, experimental: Sequence[str] = ()) -> str:
@@ -168,8 +173,9 @@ def git_apply(patch: Patch, work: Path, check_only: bool = False) -> str | None:
     args = ["git", "apply", "-p1", "--whitespace=nowarn"]
     if check_only:
         args.append("--check")
-    result = subprocess.run([*args, str(patch.path)], cwd=work, capture_output=True, text=True,
-                            env=_git_env(work))
+    result = subprocess.run(
+        [*args, str(patch.path)], cwd=work, capture_output=True, text=True, env=_git_env(work)
+    )
     if result.returncode == 0:
         return None
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -192,8 +198,9 @@ def patched_tree_ignore(rel: str) -> bool:
     return ignore_vcs(rel) or rel == SERIES_RECORD
 
 
-def apply_series(lock: Lock, source: SourceTree, out_dir: Path,
-                 experimental: Sequence[str] = ()) -> PatchedTree:
+def apply_series(
+    lock: Lock, source: SourceTree, out_dir: Path, experimental: Sequence[str] = ()
+) -> PatchedTree:
     """Copy `source` to `out_dir` (which must not exist or be empty) and apply the series there.
 
     The copy is made next to out_dir and renamed when every patch applied, so out_dir never
@@ -212,7 +219,8 @@ def apply_series(lock: Lock, source: SourceTree, out_dir: Path,
             if reason is not None:
                 raise ApplianceError(
                     f"patch {patch.status}/{patch.file} does not apply to {source.identity.get('name')}: "
-                    f"{reason}")
+                    f"{reason}"
+                )
         digest = digest_of(patches)
         patched_digest = tree_digest(work, patched_tree_ignore)
         record: dict[str, Any] = {
@@ -245,10 +253,10 @@ def write_lock_patches(lock_path: Path, patches: dict[str, list[dict[str, str]]]
     text = lock_path.read_text()
     start = text.find('\n  "patches": {')
     if start < 0:
-        raise ConfigError(f"{lock_path}: no top-level \"patches\" object to update")
+        raise ConfigError(f'{lock_path}: no top-level "patches" object to update')
     end = text.find("\n  }", start + 1)
     block = json.dumps(patches, indent=2).replace("\n", "\n  ")
-    new_text = f'{text[:start]}\n  "patches": {block}{text[end + len(chr(10) + "  }"):]}'
+    new_text = f'{text[:start]}\n  "patches": {block}{text[end + len(chr(10) + "  }") :]}'
     parsed = json.loads(new_text)
     if parsed["patches"] != patches:
         raise ConfigError(f"{lock_path}: could not rewrite the patches object safely")

@@ -135,7 +135,7 @@ def _extract_subtree(archive: Path, subtree: str, dest: Path) -> None:
             for member in members:
                 if not member.name.startswith(prefix):
                     continue
-                rel = member.name[len(prefix):]
+                rel = member.name[len(prefix) :]
                 if not rel or ignore_vcs(rel):
                     continue
                 _refuse_unsafe(archive, member, rel)
@@ -171,8 +171,12 @@ def _write_identity(entry: Path, identity: dict[str, Any]) -> None:
 
 def declared_identity(stand_in: StandIn) -> dict[str, str]:
     """What the lock declares about a stand-in's tree: all of it keys the cache entry."""
-    return {"package": stand_in.package, "version": stand_in.version,
-            "sdist_sha256": stand_in.sdist_sha256, "subtree": stand_in.tree}
+    return {
+        "package": stand_in.package,
+        "version": stand_in.version,
+        "sdist_sha256": stand_in.sdist_sha256,
+        "subtree": stand_in.tree,
+    }
 
 
 def stand_in_entry(stand_in: StandIn) -> Path:
@@ -239,9 +243,7 @@ def fetch_stand_in(stand_in: StandIn, progress: Progress | None = None) -> Sourc
 
 def _git(args: list[str], cwd: Path | None = None, timeout: float = GIT_TIMEOUT_S) -> str:
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
-    result = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
-    )
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if result.returncode != 0:
         raise subprocess.CalledProcessError(result.returncode, args, result.stdout, result.stderr)
     return result.stdout.strip()

@@ -62,15 +62,14 @@ def _ratio_problems(raw: dict[str, Any]) -> list[str]:
                 problems.append(f"{where}/{role}: variant {claim[role]!r} is not in variants")
         ratio = claim["ratio"]
         if ratio is not None and (ratio < 1) != (claim["direction"] == "lower"):
-            problems.append(f"{where}: ratio {ratio} contradicts direction "
-                            f"{claim['direction']!r}")
+            problems.append(f"{where}: ratio {ratio} contradicts direction {claim['direction']!r}")
         measured = values.get(claim["metric"], {})
-        if claim["ratio"] is not None and measured.get(claim["baseline"]) and \
-                claim["treatment"] in measured:
+        if claim["ratio"] is not None and measured.get(claim["baseline"]) and claim["treatment"] in measured:
             actual = measured[claim["treatment"]] / measured[claim["baseline"]]
             if abs(actual / claim["ratio"] - 1) > RATIO_CONSISTENCY:
-                problems.append(f"{where}: ratio {claim['ratio']} disagrees with the metric "
-                                f"values ({actual:.5f})")
+                problems.append(
+                    f"{where}: ratio {claim['ratio']} disagrees with the metric values ({actual:.5f})"
+                )
     return problems
 
 
@@ -89,8 +88,7 @@ def validate_finding(raw: Any, schema: dict[str, Any] | None = None) -> list[str
     for index, metric in enumerate(raw["metrics"]):
         unknown = set(metric["values"]) - variants
         if unknown:
-            errors.append(f"/metrics/{index}/values: values for unknown variants "
-                          f"{sorted(unknown)}")
+            errors.append(f"/metrics/{index}/values: values for unknown variants {sorted(unknown)}")
     return errors + _ratio_problems(raw)
 
 
@@ -112,8 +110,9 @@ def load_findings(directory: Path | None = None) -> list[Finding]:
 def find_finding(finding_id: str, directory: Path | None = None) -> Finding:
     findings = {f.id: f for f in load_findings(directory)}
     if finding_id not in findings:
-        raise ConfigError(f"no evidence {finding_id!r}: `appliance evidence list` shows "
-                          f"{', '.join(sorted(findings))}")
+        raise ConfigError(
+            f"no evidence {finding_id!r}: `appliance evidence list` shows {', '.join(sorted(findings))}"
+        )
     return findings[finding_id]
 
 
@@ -138,21 +137,20 @@ class Comparison:
         return result
 
 
-def verified_input(bundle: Path, pubkey: Any = None,
-                   allow_untrusted: bool = False) -> Verification:
+def verified_input(bundle: Path, pubkey: Any = None, allow_untrusted: bool = False) -> Verification:
     """Full verification of a bundle evidence is to read; refuses what does not verify.
 
     A tampered bundle is always refused. An unsigned bundle, or one signed by a key that is
     not trusted, is refused unless allow_untrusted: then it is read as untrusted input. An
     incomplete run passes here and is reported as not comparable.
     """
-    result = verify_bundle(bundle, pubkey, allow_untrusted=allow_untrusted,
-                           allow_unsigned=allow_untrusted)
+    result = verify_bundle(bundle, pubkey, allow_untrusted=allow_untrusted, allow_unsigned=allow_untrusted)
     if result.accepted or result.verdict is Verdict.INCOMPLETE:
         return result
     hint = "" if result.verdict is Verdict.TAMPERED else " (or pass --allow-untrusted)"
-    raise ApplianceError(f"{bundle}: bundle {result.verdict.label}: {result.advice}{hint}",
-                         exit_code=result.exit_code)
+    raise ApplianceError(
+        f"{bundle}: bundle {result.verdict.label}: {result.advice}{hint}", exit_code=result.exit_code
+    )
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
@@ -193,8 +191,11 @@ class BundleFacts:
         plimits = _obj(profile.get("limits"))
         memory = size_or_none(limits.get("memory_bytes", plimits.get("memory")))
         memswap = size_or_none(limits.get("memswap_bytes"))
-        swap = memswap - memory if memory is not None and memswap is not None else \
-            size_or_none(plimits.get("swap"))
+        swap = (
+            memswap - memory
+            if memory is not None and memswap is not None
+            else size_or_none(plimits.get("swap"))
+        )
         n_predict = schedule.get("n_predict", _obj(profile.get("schedule")).get("n_predict"))
         repeats = schedule.get("repeats")
         gpus = _obj(provenance.get("host")).get("gpus")
@@ -206,7 +207,8 @@ class BundleFacts:
             n_predict=n_predict if type(n_predict) is int else None,
             repeats=repeats if type(repeats) is int else None,
             gpus=[str(g.get("name", "")) for g in gpus if isinstance(g, dict)]
-            if isinstance(gpus, list) else [],
+            if isinstance(gpus, list)
+            else [],
             results=_read_mapping(run_dir / "results.json"),
         )
 
@@ -228,8 +230,11 @@ def claimed_evidence(run_dir: Path, directory: Path | None = None) -> list[str]:
     for a sweep, the findings with a `sweep` section drawn from the same profile."""
     facts = BundleFacts.read(run_dir)
     if isinstance(facts.results.get("sweep"), dict):
-        return [f.id for f in load_findings(directory)
-                if "sweep" in f.raw and f.raw["profile"] == facts.profile.get("name")]
+        return [
+            f.id
+            for f in load_findings(directory)
+            if "sweep" in f.raw and f.raw["profile"] == facts.profile.get("name")
+        ]
     named = facts.profile.get("evidence", facts.profile.get("reproduces")) or []
     return [named] if isinstance(named, str) else [str(n) for n in named]
 
@@ -240,23 +245,28 @@ def _scope_mismatches(facts: BundleFacts, finding: Finding) -> tuple[list[str], 
     model = scope["model"]
     if model["sha256"] is not None:
         if facts.model.get("sha256") != model["sha256"]:
-            blockers.append(f"another model file: the run used {facts.model.get('file')!r} "
-                            f"(sha256 {str(facts.model.get('sha256'))[:12]}), the evidence "
-                            f"{model['name']} (sha256 {model['sha256'][:12]})")
+            blockers.append(
+                f"another model file: the run used {facts.model.get('file')!r} "
+                f"(sha256 {str(facts.model.get('sha256'))[:12]}), the evidence "
+                f"{model['name']} (sha256 {model['sha256'][:12]})"
+            )
     elif model["file"] is not None and facts.model.get("file") != model["file"]:
         blockers.append(f"another model file: {facts.model.get('file')!r}, not {model['file']!r}")
     else:
-        caveats.append("the evidence does not pin its model file by sha256: compared by scope "
-                       "alone")
+        caveats.append("the evidence does not pin its model file by sha256: compared by scope alone")
     gpu = scope["hardware"]["gpu"]
-    if gpu is not None and not any(gpu.lower() in g.lower() or g.lower() in gpu.lower()
-                                   for g in facts.gpus if g):
+    if gpu is not None and not any(
+        gpu.lower() in g.lower() or g.lower() in gpu.lower() for g in facts.gpus if g
+    ):
         ran = ", ".join(facts.gpus) or "no GPU"
         blockers.append(f"another GPU: the evidence was measured on {gpu}, this run on {ran}")
     elif gpu is None and scope["target"] not in (None, "cpu"):
         caveats.append("the evidence does not name its GPU")
-    for key, actual in (("memory_limit_bytes", facts.memory_limit_bytes),
-                        ("swap_bytes", facts.swap_bytes), ("n_predict", facts.n_predict)):
+    for key, actual in (
+        ("memory_limit_bytes", facts.memory_limit_bytes),
+        ("swap_bytes", facts.swap_bytes),
+        ("n_predict", facts.n_predict),
+    ):
         wanted = scope[key]
         if wanted is not None and actual is None:
             blockers.append(f"the run does not record {key} (the evidence used {wanted})")
@@ -270,21 +280,35 @@ def _check_claim(facts: BundleFacts, claim: dict[str, Any]) -> ClaimResult:
     base = facts.median(claim["baseline"], claim["metric"])
     treat = facts.median(claim["treatment"], claim["metric"])
     if base is None or treat is None or base == 0:
-        return ClaimResult(label, None, f"results.json has no median {claim['metric']} for "
-                           f"{claim['baseline']!r} and {claim['treatment']!r}")
+        return ClaimResult(
+            label,
+            None,
+            f"results.json has no median {claim['metric']} for "
+            f"{claim['baseline']!r} and {claim['treatment']!r}",
+        )
     observed = treat / base
     direction_ok = observed < 1 if claim["direction"] == "lower" else observed > 1
     if not direction_ok:
-        return ClaimResult(label, False, f"observed ratio {observed:.4g}: the treatment is not "
-                           f"{claim['direction']} than the baseline")
+        return ClaimResult(
+            label,
+            False,
+            f"observed ratio {observed:.4g}: the treatment is not {claim['direction']} than the baseline",
+        )
     if claim["ratio"] is None:
-        return ClaimResult(label, True, f"observed ratio {observed:.4g}: direction "
-                           f"{claim['direction']} as claimed (no ratio claimed)")
+        return ClaimResult(
+            label,
+            True,
+            f"observed ratio {observed:.4g}: direction {claim['direction']} as claimed (no ratio claimed)",
+        )
     deviation = observed / claim["ratio"] - 1
     within = abs(deviation) <= claim["tolerance"]
-    return ClaimResult(label, within, f"observed ratio {observed:.4g} vs claimed "
-                       f"{claim['ratio']:.4g} ({deviation:+.1%}, tolerance "
-                       f"±{claim['tolerance']:.0%})")
+    return ClaimResult(
+        label,
+        within,
+        f"observed ratio {observed:.4g} vs claimed "
+        f"{claim['ratio']:.4g} ({deviation:+.1%}, tolerance "
+        f"±{claim['tolerance']:.0%})",
+    )
 
 
 def _check_sweep(facts: BundleFacts, finding: Finding) -> tuple[str | None, list[ClaimResult]]:
@@ -311,8 +335,9 @@ def _check_identity(facts: BundleFacts, finding: Finding) -> ClaimResult | None:
     if observed is None:
         return ClaimResult("byte identity", None, "results.json does not record byte identity")
     word = {True: "identical", False: "different"}
-    return ClaimResult("byte identity", observed == claimed,
-                       f"outputs {word[observed]}, the evidence says {word[claimed]}")
+    return ClaimResult(
+        "byte identity", observed == claimed, f"outputs {word[observed]}, the evidence says {word[claimed]}"
+    )
 
 
 def compare(bundle: Path, finding: Finding, verification: Verification) -> Comparison:
@@ -320,14 +345,18 @@ def compare(bundle: Path, finding: Finding, verification: Verification) -> Compa
 
     verification is verified_input's for the same bundle: only an accepted bundle is read.
     """
-    result = Comparison(evidence=finding.id, verdict=NOT_COMPARABLE,
-                        untrusted_input=verification.untrusted_input)
+    result = Comparison(
+        evidence=finding.id, verdict=NOT_COMPARABLE, untrusted_input=verification.untrusted_input
+    )
     if not verification.accepted:
-        result.reasons.append(f"the bundle is {verification.verdict.label}: only a verified, "
-                              "complete run can reproduce evidence")
+        result.reasons.append(
+            f"the bundle is {verification.verdict.label}: only a verified, "
+            "complete run can reproduce evidence"
+        )
         return result
-    if finding.status == "plan-unverified" or not (finding.raw["claims"]
-                                                   or (finding.raw.get("sweep") or {}).get("claims")):
+    if finding.status == "plan-unverified" or not (
+        finding.raw["claims"] or (finding.raw.get("sweep") or {}).get("claims")
+    ):
         result.reasons.append("the evidence is a plan with nothing measured to compare with")
         return result
     facts = BundleFacts.read(bundle)
@@ -369,9 +398,16 @@ def _significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
-                  baseline: str = "baseline", tolerance: float = 0.25,
-                  pubkey: Any = None, allow_untrusted: bool = False) -> dict[str, Any]:
+def draft_finding(
+    run_dir: Path,
+    finding_id: str,
+    title: str,
+    summary: str,
+    baseline: str = "baseline",
+    tolerance: float = 0.25,
+    pubkey: Any = None,
+    allow_untrusted: bool = False,
+) -> dict[str, Any]:
     """A reproduction finding drawn from a verified bundle: medians, ratios against baseline.
 
     Every scope field comes from the bundle (model manifest, schedule, provenance, results);
@@ -382,15 +418,19 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
     """
     verification = verified_input(run_dir, pubkey, allow_untrusted)
     if not verification.accepted:
-        raise ConfigError(f"{run_dir}: the bundle is {verification.verdict.label}: only a "
-                          "verified, complete run can become evidence (see `appliance bundle "
-                          "verify`)")
+        raise ConfigError(
+            f"{run_dir}: the bundle is {verification.verdict.label}: only a "
+            "verified, complete run can become evidence (see `appliance bundle "
+            "verify`)"
+        )
     provenance = _read_mapping(run_dir / "provenance.json")
     facts = BundleFacts.read(run_dir)
     names = sorted(_obj(facts.results.get("variants")).keys())
     if baseline not in names:
-        raise ConfigError(f"{run_dir}: results.json has no variant {baseline!r} "
-                          f"(variants: {', '.join(names) or 'none'}); pass --baseline")
+        raise ConfigError(
+            f"{run_dir}: results.json has no variant {baseline!r} "
+            f"(variants: {', '.join(names) or 'none'}); pass --baseline"
+        )
     metrics, claims = [], []
     for metric in DRAFT_METRICS:
         values = {v: m for v in names if (m := facts.median(v, metric)) is not None}
@@ -402,39 +442,59 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
                 continue
             ratio = values[variant] / values[baseline]
             if ratio != 1:
-                claims.append({"metric": metric, "baseline": baseline, "treatment": variant,
-                               "direction": "lower" if ratio < 1 else "higher",
-                               "ratio": _significant(ratio), "tolerance": tolerance})
+                claims.append(
+                    {
+                        "metric": metric,
+                        "baseline": baseline,
+                        "treatment": variant,
+                        "direction": "lower" if ratio < 1 else "higher",
+                        "ratio": _significant(ratio),
+                        "tolerance": tolerance,
+                    }
+                )
     engine = provenance.get("engine") or {}
     upstream = engine.get("upstream") or {}
     host = provenance.get("host") or {}
     gpus = host.get("gpus") or []
     target = facts.profile.get("target")
     scope: dict[str, Any] = {
-        "model": {"name": Path(str(facts.model.get("file", "model"))).stem,
-                  "quantization": None, "file": facts.model.get("file"),
-                  "bytes": facts.model.get("bytes"), "sha256": facts.model.get("sha256")},
-        "engine": {"name": "llama.cpp", "source": _source_text(engine.get("source")),
-                   "commit": upstream.get("commit"), "release": upstream.get("release"),
-                   "modification": None},
+        "model": {
+            "name": Path(str(facts.model.get("file", "model"))).stem,
+            "quantization": None,
+            "file": facts.model.get("file"),
+            "bytes": facts.model.get("bytes"),
+            "sha256": facts.model.get("sha256"),
+        },
+        "engine": {
+            "name": "llama.cpp",
+            "source": _source_text(engine.get("source")),
+            "commit": upstream.get("commit"),
+            "release": upstream.get("release"),
+            "modification": None,
+        },
         "target": target if target in ("cpu", "sm89", "sm120") else None,
-        "hardware": {"gpu": gpus[0].get("name") if gpus else None,
-                     "gpu_memory_bytes": gpus[0].get("memory_bytes") if gpus else None,
-                     "ram_bytes": host.get("ram_bytes")},
+        "hardware": {
+            "gpu": gpus[0].get("name") if gpus else None,
+            "gpu_memory_bytes": gpus[0].get("memory_bytes") if gpus else None,
+            "ram_bytes": host.get("ram_bytes"),
+        },
         "memory_limit_bytes": facts.memory_limit_bytes,
         "swap_bytes": facts.swap_bytes,
         "n_predict": facts.n_predict,
         "repeats": facts.repeats,
         "statistic": "median",
-        "controlled": [], "not_controlled": [],
+        "controlled": [],
+        "not_controlled": [],
         "unknown": [],
     }
     if verification.untrusted_input:
         title, summary = f"[{UNTRUSTED_INPUT}] {title}", f"[{UNTRUSTED_INPUT}] {summary}"
         scope["not_controlled"].append(f"{UNTRUSTED_INPUT}: {verification.advice}")
-    scope["unknown"] = [f"scope.{key}: not recorded in the bundle" for key in
-                        ("memory_limit_bytes", "swap_bytes", "n_predict", "repeats")
-                        if scope[key] is None]
+    scope["unknown"] = [
+        f"scope.{key}: not recorded in the bundle"
+        for key in ("memory_limit_bytes", "swap_bytes", "n_predict", "repeats")
+        if scope[key] is None
+    ]
     sweep = facts.results.get("sweep")
     if isinstance(sweep, dict) and "error" not in sweep:
         # a sweep's overall medians mix its limits: its claims bound the per-limit figures
@@ -443,14 +503,23 @@ def draft_finding(run_dir: Path, finding_id: str, title: str, summary: str,
         scope["unknown"] = [u for u in scope["unknown"] if "memory_limit_bytes" not in u]
     identical = facts.byte_identical()
     raw = {
-        "schema_version": 1, "id": finding_id, "title": title, "origin": "reproduction",
-        "status": "measured", "summary": summary, "bundle_digest": verification.bundle_digest,
-        "profile": facts.profile.get("name"), "scope": scope,
+        "schema_version": 1,
+        "id": finding_id,
+        "title": title,
+        "origin": "reproduction",
+        "status": "measured",
+        "summary": summary,
+        "bundle_digest": verification.bundle_digest,
+        "profile": facts.profile.get("name"),
+        "scope": scope,
         "variants": {v: f"profile variant {v}" for v in names},
-        "metrics": metrics, "claims": claims,
-        "byte_identity": {"claimed": identical, "between": names,
-                          "scope": "generated text at matched length" if identical is not None
-                          else "not recorded"},
+        "metrics": metrics,
+        "claims": claims,
+        "byte_identity": {
+            "claimed": identical,
+            "between": names,
+            "scope": "generated text at matched length" if identical is not None else "not recorded",
+        },
     }
     if isinstance(sweep, dict) and "error" not in sweep:
         raw["sweep"] = sweep_claims.draft_sweep(sweep, baseline, tolerance)

@@ -9,14 +9,18 @@ the host (the fraction of disk bandwidth) are drafted as directions only: below 
 
 from typing import Any
 
-QUANTITIES = ("measured_over_lru", "measured_over_belady", "belady_over_lru", "disk_fraction",
-              "capacity_miss_share_lru")
+QUANTITIES = (
+    "measured_over_lru",
+    "measured_over_belady",
+    "belady_over_lru",
+    "disk_fraction",
+    "capacity_miss_share_lru",
+)
 PLACES = ("every", "smallest", "largest")
 
 
 def _rows(summary: list[dict[str, Any]], variant: str, at: str) -> list[dict[str, Any]]:
-    mine = sorted((r for r in summary if r.get("variant") == variant),
-                  key=lambda r: r["memory_limit"])
+    mine = sorted((r for r in summary if r.get("variant") == variant), key=lambda r: r["memory_limit"])
     if not mine or at == "every":
         return mine
     return [mine[0]] if at == "smallest" else [mine[-1]]
@@ -33,11 +37,15 @@ def check_claim(sweep: dict[str, Any], claim: dict[str, Any]) -> tuple[bool | No
     rows = _rows(sweep.get("summary") or [], claim["variant"], claim["at"])
     values = [r.get(claim["quantity"]) for r in rows]
     if not rows or any(not isinstance(v, int | float) for v in values):
-        return None, (f"results.json sweep has no {claim['quantity']} for "
-                      f"{claim['variant']!r} at the {claim['at']} limit")
-    outside = [(r["memory_limit"], v) for r, v in zip(rows, values, strict=True)
-               if (claim["min"] is not None and v < claim["min"])
-               or (claim["max"] is not None and v > claim["max"])]
+        return None, (
+            f"results.json sweep has no {claim['quantity']} for "
+            f"{claim['variant']!r} at the {claim['at']} limit"
+        )
+    outside = [
+        (r["memory_limit"], v)
+        for r, v in zip(rows, values, strict=True)
+        if (claim["min"] is not None and v < claim["min"]) or (claim["max"] is not None and v > claim["max"])
+    ]
     observed = ", ".join(f"{v:.4g}" for v in values)
     if outside:
         where = ", ".join(f"{v:.4g} at {limit} bytes" for limit, v in outside)
@@ -65,27 +73,47 @@ def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[
     claims: list[dict[str, Any]] = []
 
     def values(variant: str, quantity: str) -> list[float]:
-        return [v for r in _rows(summary, variant, "every")
-                if isinstance(v := r.get(quantity), int | float)]
+        return [v for r in _rows(summary, variant, "every") if isinstance(v := r.get(quantity), int | float)]
 
     for variant in variants:
         ratios = values(variant, "measured_over_lru")
         if variant != baseline and ratios:
-            claims.append({"quantity": "measured_over_lru", "variant": variant, "at": "every",
-                           "min": _round(min(ratios) / (1 + tolerance)),
-                           "max": _round(max(ratios) * (1 + tolerance))})
+            claims.append(
+                {
+                    "quantity": "measured_over_lru",
+                    "variant": variant,
+                    "at": "every",
+                    "min": _round(min(ratios) / (1 + tolerance)),
+                    "max": _round(max(ratios) * (1 + tolerance)),
+                }
+            )
         headroom = values(variant, "belady_over_lru")
         if variant != baseline and headroom:
-            claims.append({"quantity": "belady_over_lru", "variant": variant, "at": "smallest",
-                           "min": None, "max": min(1.0, _round(headroom[0] * (1 + tolerance)))})
+            claims.append(
+                {
+                    "quantity": "belady_over_lru",
+                    "variant": variant,
+                    "at": "smallest",
+                    "min": None,
+                    "max": min(1.0, _round(headroom[0] * (1 + tolerance))),
+                }
+            )
         fractions = values(variant, "disk_fraction")
         if variant != baseline and fractions and max(fractions) <= 1:
-            claims.append({"quantity": "disk_fraction", "variant": variant, "at": "every",
-                           "min": 0.0, "max": 1.0})
+            claims.append(
+                {"quantity": "disk_fraction", "variant": variant, "at": "every", "min": 0.0, "max": 1.0}
+            )
         share = values(variant, "capacity_miss_share_lru")
         if variant != baseline and share and share[0] >= 0.5:
-            claims.append({"quantity": "capacity_miss_share_lru", "variant": variant,
-                           "at": "smallest", "min": 0.5, "max": None})
+            claims.append(
+                {
+                    "quantity": "capacity_miss_share_lru",
+                    "variant": variant,
+                    "at": "smallest",
+                    "min": 0.5,
+                    "max": None,
+                }
+            )
     return {"limits_bytes": sorted(sweep.get("limits") or []), "claims": claims}
 
 

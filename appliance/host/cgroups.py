@@ -112,8 +112,7 @@ def _v2_block_reads(group: Path) -> dict[str, int]:
     return reads
 
 
-def read_accounting(pid: int, root: Path = CGROUP_ROOT,
-                    proc: Path = Path("/proc")) -> dict[str, Any]:
+def read_accounting(pid: int, root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> dict[str, Any]:
     """Memory, faults, OOM kills and block reads of the cgroup that process `pid` is in.
 
     page_cache_bytes and anon_bytes are the state at reading time (after the engine exited

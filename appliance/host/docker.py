@@ -22,16 +22,20 @@ def docker_endpoint() -> str:
 def one_line(exc: BaseException, limit: int = 240) -> str:
     """An exception as one short line: its type and first words."""
     text = " ".join(str(exc).split())
-    text = text if len(text) <= limit else text[:limit - 3] + "..."
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def engine_fix() -> str:
     if os.environ.get("DOCKER_HOST"):
-        return ("point DOCKER_HOST at a running engine or unset it to use the default socket; "
-                "check with `appliance doctor`")
-    return ("start the engine (e.g. `dockerd &` or `systemctl start docker`; Debian: "
-            "apt-get install docker.io) and check with `appliance doctor`")
+        return (
+            "point DOCKER_HOST at a running engine or unset it to use the default socket; "
+            "check with `appliance doctor`"
+        )
+    return (
+        "start the engine (e.g. `dockerd &` or `systemctl start docker`; Debian: "
+        "apt-get install docker.io) and check with `appliance doctor`"
+    )
 
 
 def connect() -> tuple[Any, str | None]:
@@ -64,8 +68,9 @@ def docker_client() -> Any:
 
 def _client_version(binary: str) -> str | None:
     try:
-        result = subprocess.run([binary, "version", "--format", "{{.Client.Version}}"],
-                                capture_output=True, text=True, timeout=20)
+        result = subprocess.run(
+            [binary, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     version = result.stdout.strip().splitlines()

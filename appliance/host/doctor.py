@@ -25,8 +25,12 @@ class Report:
         return worst(self.checks) is not FAIL
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "target": self.target, "facts": self.facts,
-                "checks": [check.as_dict() for check in self.checks]}
+        return {
+            "ok": self.ok,
+            "target": self.target,
+            "facts": self.facts,
+            "checks": [check.as_dict() for check in self.checks],
+        }
 
 
 def _docker_facts() -> tuple[Check, dict[str, Any]]:
@@ -38,8 +42,10 @@ def _docker_facts() -> tuple[Check, dict[str, Any]]:
         version = client.version()
     except Exception as exc:  # noqa: BLE001 - any failure means the engine is not usable
         detail = problem or f"Docker engine at {docker_endpoint()}: {one_line(exc)}"
-        return (Check("docker engine", FAIL, detail, fix=engine_fix()),
-                {"docker_endpoint": docker_endpoint()})
+        return (
+            Check("docker engine", FAIL, detail, fix=engine_fix()),
+            {"docker_endpoint": docker_endpoint()},
+        )
     facts = {
         "docker_endpoint": docker_endpoint(),
         "docker_version": version.get("Version"),
@@ -47,16 +53,22 @@ def _docker_facts() -> tuple[Check, dict[str, Any]]:
         "cgroup_driver": info.get("CgroupDriver"),
         "runtimes": sorted((info.get("Runtimes") or {}).keys()),
     }
-    detail = (f"Docker {facts['docker_version']} at {facts['docker_endpoint']}, cgroup "
-              f"v{facts['cgroup_version']} ({facts['cgroup_driver']} driver)")
+    detail = (
+        f"Docker {facts['docker_version']} at {facts['docker_endpoint']}, cgroup "
+        f"v{facts['cgroup_version']} ({facts['cgroup_driver']} driver)"
+    )
     return Check("docker engine", PASS, detail), facts
 
 
 def _buildkit_check() -> Check:
     found = buildkit_client()
     if found is None:
-        return Check("buildkit client", WARN, "no docker client with BuildKit found",
-                     fix="install Debian's docker.io or the buildx plugin; the SDK's classic builder is used")
+        return Check(
+            "buildkit client",
+            WARN,
+            "no docker client with BuildKit found",
+            fix="install Debian's docker.io or the buildx plugin; the SDK's classic builder is used",
+        )
     path, how = found
     return Check("buildkit client", PASS, f"{path} ({how})")
 
@@ -64,30 +76,63 @@ def _buildkit_check() -> Check:
 def _nvidia_runtime_check(runtimes: list[str]) -> Check:
     if "nvidia" in runtimes or shutil.which("nvidia-container-runtime") or shutil.which("nvidia-ctk"):
         return Check("nvidia container runtime", PASS, "present")
-    return Check("nvidia container runtime", WARN, "absent: GPU targets cannot run here",
-                 fix="install nvidia-container-toolkit for sm89/sm120 runs; cpu runs need nothing")
+    return Check(
+        "nvidia container runtime",
+        WARN,
+        "absent: GPU targets cannot run here",
+        fix="install nvidia-container-toolkit for sm89/sm120 runs; cpu runs need nothing",
+    )
 
 
 def _gpu_checks(lock: Lock) -> tuple[list[Check], list[Gpu], str]:
     try:
         gpus = detect_gpus()
     except NvmlUnavailable as exc:
-        return [Check("gpu", WARN, f"NVML unavailable ({exc}): no NVIDIA GPU visible",
-                      fix="fine for the cpu target; for GPUs install the NVIDIA driver")], [], "cpu"
+        return (
+            [
+                Check(
+                    "gpu",
+                    WARN,
+                    f"NVML unavailable ({exc}): no NVIDIA GPU visible",
+                    fix="fine for the cpu target; for GPUs install the NVIDIA driver",
+                )
+            ],
+            [],
+            "cpu",
+        )
     if not gpus:
         return [Check("gpu", WARN, "NVML found no GPU", fix="fine for the cpu target")], [], "cpu"
-    checks = [Check("gpu", PASS, f"GPU {g.index}: {g.name}, compute {g.compute_capability}, "
-                    f"driver {g.driver}, {g.memory_bytes / 2**30:.1f} GiB") for g in gpus]
+    checks = [
+        Check(
+            "gpu",
+            PASS,
+            f"GPU {g.index}: {g.name}, compute {g.compute_capability}, "
+            f"driver {g.driver}, {g.memory_bytes / 2**30:.1f} GiB",
+        )
+        for g in gpus
+    ]
     target_name = fitting_target(gpus, lock)
     target = lock.targets[target_name]
     if target.cuda:
         if driver_satisfies(gpus[0].driver, target.cuda.min_driver):
-            checks.append(Check("driver", PASS, f"{gpus[0].driver} >= {target.cuda.min_driver} "
-                                f"(CUDA {target.cuda.version}, {target_name})"))
+            checks.append(
+                Check(
+                    "driver",
+                    PASS,
+                    f"{gpus[0].driver} >= {target.cuda.min_driver} "
+                    f"(CUDA {target.cuda.version}, {target_name})",
+                )
+            )
         else:
-            checks.append(Check("driver", FAIL, f"{gpus[0].driver} < {target.cuda.min_driver} needed by "
-                                f"{target_name} (CUDA {target.cuda.version})",
-                                fix=f"upgrade the NVIDIA driver to {target.cuda.min_driver} or newer"))
+            checks.append(
+                Check(
+                    "driver",
+                    FAIL,
+                    f"{gpus[0].driver} < {target.cuda.min_driver} needed by "
+                    f"{target_name} (CUDA {target.cuda.version})",
+                    fix=f"upgrade the NVIDIA driver to {target.cuda.min_driver} or newer",
+                )
+            )
     return checks, gpus, target_name
 
 
@@ -97,17 +142,25 @@ def _swap_check() -> tuple[Check, int]:
         if line.startswith("SwapTotal:"):
             swap_kib = int(line.split()[1])
     if swap_kib:
-        return Check("swap", WARN, f"on ({swap_kib // 1024} MiB)",
-                     fix="runs set memswap_limit == mem_limit, so swap is not used by trials; "
-                     "disable swap for host-level comparisons"), swap_kib * 1024
+        return Check(
+            "swap",
+            WARN,
+            f"on ({swap_kib // 1024} MiB)",
+            fix="runs set memswap_limit == mem_limit, so swap is not used by trials; "
+            "disable swap for host-level comparisons",
+        ), swap_kib * 1024
     return Check("swap", PASS, "off"), 0
 
 
 def _fincore_check() -> Check:
     if shutil.which("fincore"):
         return Check("fincore", PASS, shutil.which("fincore") or "")
-    return Check("fincore", WARN, "not found; page residency is measured with mincore instead",
-                 fix="install util-linux (fincore) to cross-check residency")
+    return Check(
+        "fincore",
+        WARN,
+        "not found; page residency is measured with mincore instead",
+        fix="install util-linux (fincore) to cross-check residency",
+    )
 
 
 def diagnose(lock: Lock) -> Report:

@@ -17,9 +17,14 @@ class Gpu:
 
     def record(self) -> dict[str, object]:
         """The fields a run's provenance records (free memory changes by the second: left out)."""
-        return {"index": self.index, "name": self.name,
-                "compute_capability": self.compute_capability, "memory_bytes": self.memory_bytes,
-                "driver_version": self.driver, "cuda_driver_version": self.cuda_driver}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "compute_capability": self.compute_capability,
+            "memory_bytes": self.memory_bytes,
+            "driver_version": self.driver,
+            "cuda_driver_version": self.cuda_driver,
+        }
 
 
 class NvmlUnavailable(Exception):
@@ -46,15 +51,17 @@ def detect_gpus() -> list[Gpu]:
             name = pynvml.nvmlDeviceGetName(handle)
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append(Gpu(
-                index=index,
-                name=name.decode() if isinstance(name, bytes) else name,
-                compute_capability=f"{major}.{minor}",
-                driver=str(driver),
-                memory_bytes=int(memory.total),
-                free_bytes=int(memory.free),
-                cuda_driver=f"{cuda // 1000}.{(cuda % 1000) // 10}",
-            ))
+            gpus.append(
+                Gpu(
+                    index=index,
+                    name=name.decode() if isinstance(name, bytes) else name,
+                    compute_capability=f"{major}.{minor}",
+                    driver=str(driver),
+                    memory_bytes=int(memory.total),
+                    free_bytes=int(memory.free),
+                    cuda_driver=f"{cuda // 1000}.{(cuda % 1000) // 10}",
+                )
+            )
         return gpus
     finally:
         pynvml.nvmlShutdown()
@@ -78,9 +85,14 @@ def target_for_capability(capability: str, lock: Lock) -> str | None:
     Exact match only: `-real` SASS (and `120a` arch-specific code) runs on that capability
     alone, so an 8.6 card cannot use the sm89 build and a 12.1 card not the sm120 one.
     """
-    return next((target.name for target in lock.targets.values()
-                 if target.cuda is not None and target.cuda.compute_capability == capability),
-                None)
+    return next(
+        (
+            target.name
+            for target in lock.targets.values()
+            if target.cuda is not None and target.cuda.compute_capability == capability
+        ),
+        None,
+    )
 
 
 def fitting_target(gpus: list[Gpu], lock: Lock) -> str:

@@ -17,8 +17,14 @@ from appliance.core.errors import ApplianceError
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long)
+_libc.mmap.argtypes = (
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+)
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte))
 MAP_FAILED = ctypes.c_void_p(-1).value
@@ -36,8 +42,12 @@ class Residency:
         return self.resident_pages * self.page_size
 
     def as_dict(self) -> dict[str, int]:
-        return {"resident_pages": self.resident_pages, "total_pages": self.total_pages,
-                "page_size": self.page_size, "resident_bytes": self.resident_bytes}
+        return {
+            "resident_pages": self.resident_pages,
+            "total_pages": self.total_pages,
+            "page_size": self.page_size,
+            "resident_bytes": self.resident_bytes,
+        }
 
 
 def residency(path: Path) -> Residency:
@@ -51,20 +61,17 @@ def residency(path: Path) -> Residency:
             return Residency(0, 0, page)
         addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
         if addr in (None, MAP_FAILED):
-            raise ApplianceError(f"cannot map {path} to measure residency: "
-                                 f"{os.strerror(ctypes.get_errno())}")
+            raise ApplianceError(f"cannot map {path} to measure residency: {os.strerror(ctypes.get_errno())}")
         try:
             vec = (ctypes.c_ubyte * pages)()
             if _libc.mincore(addr, length, vec) != 0:
-                raise ApplianceError(f"mincore failed on {path}: "
-                                     f"{os.strerror(ctypes.get_errno())}")
+                raise ApplianceError(f"mincore failed on {path}: {os.strerror(ctypes.get_errno())}")
             resident = pages - bytes(vec).translate(_LOW_BIT).count(0)
         finally:
             _libc.munmap(addr, length)
     finally:
         os.close(fd)
     return Residency(resident, pages, page)
-
 
 
 def evict(path: Path) -> None:

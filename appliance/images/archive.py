@@ -53,11 +53,16 @@ class Sidecar:
     envelope: dict[str, Any]
 
     def record(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "target": self.target, "tag": self.tag,
-                "image_id": self.image_id, "labels": self.labels,
-                "lock_digest": self.lock_digest,
-                "archive": {"sha256": self.archive_sha256, "bytes": self.archive_bytes},
-                "exported_by": self.keyid}
+        return {
+            "schema": SCHEMA,
+            "target": self.target,
+            "tag": self.tag,
+            "image_id": self.image_id,
+            "labels": self.labels,
+            "lock_digest": self.lock_digest,
+            "archive": {"sha256": self.archive_sha256, "bytes": self.archive_bytes},
+            "exported_by": self.keyid,
+        }
 
 
 def sidecar_path(archive: Path) -> Path:
@@ -80,20 +85,27 @@ def read_sidecar(path: Path) -> Sidecar:
         data = json.loads(text)
         envelope = Envelope.from_dict(json.loads(text))  # from_dict changes what it is given
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no sidecar (it is written beside the archive by "
-                          "`appliance image export`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, ValueError,
-            TypeError) as exc:
+        raise ConfigError(
+            f"{path}: no sidecar (it is written beside the archive by `appliance image export`)"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
         raise IntegrityError(f"{path}: not a DSSE envelope ({exc})") from None
     if envelope.payload_type != PAYLOAD_TYPE:
-        raise IntegrityError(f"{path}: payload type {envelope.payload_type!r} is not an image "
-                             "export sidecar")
+        raise IntegrityError(f"{path}: payload type {envelope.payload_type!r} is not an image export sidecar")
     try:
         record = json.loads(envelope.payload)
         archive = record["archive"]
-        sidecar = Sidecar(record["target"], record["tag"], record["image_id"],
-                          dict(record["labels"]), record["lock_digest"], archive["sha256"],
-                          int(archive["bytes"]), record["exported_by"], dict(data))
+        sidecar = Sidecar(
+            record["target"],
+            record["tag"],
+            record["image_id"],
+            dict(record["labels"]),
+            record["lock_digest"],
+            archive["sha256"],
+            int(archive["bytes"]),
+            record["exported_by"],
+            dict(data),
+        )
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
         raise IntegrityError(f"{path}: malformed sidecar payload ({exc})") from None
     if record.get("schema") != SCHEMA:
@@ -108,33 +120,44 @@ def verify_sidecar(sidecar: Sidecar, key: Any) -> None:
     try:
         envelope = Envelope.from_dict(json.loads(json.dumps(sidecar.envelope)))
     except (KeyError, ValueError, TypeError) as exc:
-        raise IntegrityError(f"sidecar envelope is malformed ({exc}): refused, nothing "
-                             "loaded") from None
+        raise IntegrityError(f"sidecar envelope is malformed ({exc}): refused, nothing loaded") from None
     signed_by = sorted(envelope.signatures)
     if key.keyid not in envelope.signatures:
-        raise IntegrityError(f"sidecar signed by key {', '.join(signed_by) or 'nobody'}, not by "
-                             f"the given key {key.keyid}: refused, nothing loaded")
+        raise IntegrityError(
+            f"sidecar signed by key {', '.join(signed_by) or 'nobody'}, not by "
+            f"the given key {key.keyid}: refused, nothing loaded"
+        )
     if sidecar.keyid != key.keyid:
-        raise IntegrityError(f"sidecar names exporting key {sidecar.keyid} but is signed by "
-                             f"{key.keyid}: refused, nothing loaded")
+        raise IntegrityError(
+            f"sidecar names exporting key {sidecar.keyid} but is signed by "
+            f"{key.keyid}: refused, nothing loaded"
+        )
     try:
         envelope.verify([key], 1)
     except VerificationError:
-        raise IntegrityError(f"sidecar signature by key {key.keyid} does not match its "
-                             "contents: refused, nothing loaded") from None
+        raise IntegrityError(
+            f"sidecar signature by key {key.keyid} does not match its contents: refused, nothing loaded"
+        ) from None
 
 
 def archive_sha256(path: Path, progress: ProgressFn | None) -> str:
     return sha256_file(path, byte_counter(f"sha256 {path.name}", path.stat().st_size, progress))
 
 
-def export_image(lock: Lock, target: str, out: Path, signer: Any, image_ref: str | None = None,
-                 progress: ProgressFn | None = None) -> Sidecar:
+def export_image(
+    lock: Lock,
+    target: str,
+    out: Path,
+    signer: Any,
+    image_ref: str | None = None,
+    progress: ProgressFn | None = None,
+) -> Sidecar:
     """Write TARGET's local image (or `image_ref`) to `out` and its signed sidecar beside it."""
     client, ref, report = matching_local_image(lock, target, image_ref, "export")
     if report.labels.get(L.TARGET) != target:
-        raise IntegrityError(f"{ref} is an image for {report.labels.get(L.TARGET)}, not "
-                             f"{target}: refusing to export it")
+        raise IntegrityError(
+            f"{ref} is an image for {report.labels.get(L.TARGET)}, not {target}: refusing to export it"
+        )
     image = client.images.get(ref)
     digest = hashlib.sha256()
     written = byte_counter(f"saving {ref}", None, progress)
@@ -145,9 +168,17 @@ def export_image(lock: Lock, target: str, out: Path, signer: Any, image_ref: str
             digest.update(chunk)
             size += len(chunk)
             written(len(chunk))
-        sidecar = Sidecar(target, ref, image.id, dict(image.labels or {}),
-                          lock.digest, digest.hexdigest(), size,
-                          signer.public_key.keyid, {})
+        sidecar = Sidecar(
+            target,
+            ref,
+            image.id,
+            dict(image.labels or {}),
+            lock.digest,
+            digest.hexdigest(),
+            size,
+            signer.public_key.keyid,
+            {},
+        )
         envelope = sign_sidecar(sidecar.record(), signer)
     atomic.write_json(sidecar_path(out), envelope)
     return Sidecar(**{**sidecar.__dict__, "envelope": envelope})
@@ -161,13 +192,19 @@ def _loaded_ids(stream: Any) -> list[str]:
         text = str(chunk.get("stream", ""))
         for prefix in ("Loaded image ID: ", "Loaded image: "):
             if text.startswith(prefix):
-                ids.append(text[len(prefix):].strip())
+                ids.append(text[len(prefix) :].strip())
     return ids
 
 
-def load_image_archive(lock: Lock, target: str, archive: Path, sidecar: Sidecar,
-                       verify: Callable[[Sidecar], None], tag: str | None = None,
-                       progress: ProgressFn | None = None) -> InspectReport:
+def load_image_archive(
+    lock: Lock,
+    target: str,
+    archive: Path,
+    sidecar: Sidecar,
+    verify: Callable[[Sidecar], None],
+    tag: str | None = None,
+    progress: ProgressFn | None = None,
+) -> InspectReport:
     """Load `archive` only if `verify` accepts its sidecar and everything it vouches for holds;
     tag the image (the sidecar's tag, or `tag`) and return its inspection against the lock."""
     import docker.errors
@@ -175,15 +212,20 @@ def load_image_archive(lock: Lock, target: str, archive: Path, sidecar: Sidecar,
     verify(sidecar)
     lock_digest = lock.digest
     if sidecar.lock_digest != lock_digest:
-        raise IntegrityError(f"sidecar was made for lock {sidecar.lock_digest[:12]}, this lock is "
-                             f"{lock_digest[:12]}: refused, nothing loaded")
+        raise IntegrityError(
+            f"sidecar was made for lock {sidecar.lock_digest[:12]}, this lock is "
+            f"{lock_digest[:12]}: refused, nothing loaded"
+        )
     if sidecar.target != target:
-        raise IntegrityError(f"sidecar is for target {sidecar.target}, not {target}: refused, "
-                             "nothing loaded")
-    if archive.stat().st_size != sidecar.archive_bytes or \
-            archive_sha256(archive, progress) != sidecar.archive_sha256:
-        raise IntegrityError(f"{archive} differs from the archive its sidecar describes (sha256 "
-                             f"{sidecar.archive_sha256[:16]}...): refused, nothing loaded")
+        raise IntegrityError(f"sidecar is for target {sidecar.target}, not {target}: refused, nothing loaded")
+    if (
+        archive.stat().st_size != sidecar.archive_bytes
+        or archive_sha256(archive, progress) != sidecar.archive_sha256
+    ):
+        raise IntegrityError(
+            f"{archive} differs from the archive its sidecar describes (sha256 "
+            f"{sidecar.archive_sha256[:16]}...): refused, nothing loaded"
+        )
     client = docker_client()
     before = {image.id for image in client.images.list(all=True)}
     try:
@@ -199,19 +241,19 @@ def load_image_archive(lock: Lock, target: str, archive: Path, sidecar: Sidecar,
         return IntegrityError(f"{message}: refused and removed")
 
     if loaded != [sidecar.image_id]:
-        raise refuse(f"{archive} holds {', '.join(loaded) or 'no image'}, the sidecar names "
-                     f"{sidecar.image_id}")
+        raise refuse(
+            f"{archive} holds {', '.join(loaded) or 'no image'}, the sidecar names {sidecar.image_id}"
+        )
     image = client.images.get(sidecar.image_id)
     labels = dict(image.labels or {})
     if labels != sidecar.labels:
-        changed = sorted(k for k in set(labels) | set(sidecar.labels)
-                         if labels.get(k) != sidecar.labels.get(k))
+        changed = sorted(
+            k for k in set(labels) | set(sidecar.labels) if labels.get(k) != sidecar.labels.get(k)
+        )
         raise refuse(f"image labels differ from the sidecar's ({', '.join(changed)})")
-    report = inspect_labels(lock, tag or sidecar.tag, labels, image.id,
-                            int(image.attrs.get("Size", 0)))
+    report = inspect_labels(lock, tag or sidecar.tag, labels, image.id, int(image.attrs.get("Size", 0)))
     if labels.get(L.TARGET) != target:
-        report.drifts.append(L.Drift(L.TARGET, labels.get(L.TARGET), target,
-                                     "an image for another target"))
+        report.drifts.append(L.Drift(L.TARGET, labels.get(L.TARGET), target, "an image for another target"))
     if not report.matches:
         raise refuse(drift_message(report))
     image.tag(*_split_ref(tag or sidecar.tag))
@@ -224,4 +266,3 @@ def _split_ref(ref: str) -> tuple[str, str]:
     if not sep or "/" in name:
         return ref, "latest"
     return repo, name
-

@@ -33,8 +33,7 @@ PACKAGES = {
     "build": ("build-essential", "ccache", "cmake", "ninja-build"),
 }
 DPKG_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
-BASE_TAG_RE = re.compile(
-    r"^moe-appliance/debian-(?P<role>runtime|build):" + SUITE + r"-(?P<epoch>[0-9]+)$")
+BASE_TAG_RE = re.compile(r"^moe-appliance/debian-(?P<role>runtime|build):" + SUITE + r"-(?P<epoch>[0-9]+)$")
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -85,8 +84,9 @@ def _docker_load(rootfs: Path, config: bytes, tag: str) -> None:
     image_id = sha256_bytes(config)
     layer = f"{sha256_file(rootfs)}/layer.tar"
     manifest = canonical_json([{"Config": f"{image_id}.json", "RepoTags": [tag], "Layers": [layer]}])
-    proc = subprocess.Popen(["docker", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        ["docker", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     assert proc.stdin is not None
     try:
         with tarfile.open(fileobj=proc.stdin, mode="w|") as archive:
@@ -103,8 +103,9 @@ def _docker_load(rootfs: Path, config: bytes, tag: str) -> None:
         raise ApplianceError(f"docker load of {tag} failed: {output.strip().splitlines()[-1:]}")
 
 
-def make_base(role: str, epoch: int = DEFAULT_EPOCH, log: Callable[[str], None] = print,
-              workdir: Path | None = None) -> BaseImage:
+def make_base(
+    role: str, epoch: int = DEFAULT_EPOCH, log: Callable[[str], None] = print, workdir: Path | None = None
+) -> BaseImage:
     """Run mmdebstrap for `role` under SOURCE_DATE_EPOCH=epoch and load the result, tagged."""
     tag = base_tag(role, epoch)
     with tempfile.TemporaryDirectory(dir=workdir, prefix="base-") as tmp:
@@ -113,8 +114,9 @@ def make_base(role: str, epoch: int = DEFAULT_EPOCH, log: Callable[[str], None] 
         log(f"{tag}: {' '.join(command)}")
         env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch))
         try:
-            result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
-                                    text=True, env=env)
+            result = subprocess.run(
+                command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env
+            )
         except FileNotFoundError:
             raise ApplianceError("mmdebstrap not found: install it (apt-get install mmdebstrap)") from None
         if result.returncode != 0:

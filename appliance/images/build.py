@@ -77,15 +77,18 @@ def resolve_base(client: Any, ref: str, recorded: str | None) -> str:
     """The local image ID of a base, checked against the digest the lock records (if any)."""
     image = local_image(client, ref)
     if image is None:
-        how = ("run `appliance image base` (makes it without a registry)"
-               if ref.startswith("moe-appliance/")
-               else f"`docker pull {ref}` where a registry is reachable, or `docker load` it")
+        how = (
+            "run `appliance image base` (makes it without a registry)"
+            if ref.startswith("moe-appliance/")
+            else f"`docker pull {ref}` where a registry is reachable, or `docker load` it"
+        )
         raise ApplianceError(f"base image {ref} is not present locally: {how}")
     repo_digests = [d.split("@", 1)[1] for d in image.attrs.get("RepoDigests", []) if "@" in d]
     if recorded and recorded != image.id and recorded not in repo_digests:
         raise IntegrityError(
             f"base image {ref} is {image.id}, the lock records {recorded}: refused "
-            "(remake it with `appliance image base`, or record the new digest in the lock)")
+            "(remake it with `appliance image base`, or record the new digest in the lock)"
+        )
     return str(image.id)
 
 
@@ -100,8 +103,9 @@ def build_args(target: Target) -> dict[str, str]:
     }
 
 
-def plan_inputs(lock: Lock, target_name: str, source: SourceTree, client: Any,
-                experimental: Sequence[str] = ()) -> L.BuildInputs:
+def plan_inputs(
+    lock: Lock, target_name: str, source: SourceTree, client: Any, experimental: Sequence[str] = ()
+) -> L.BuildInputs:
     target = lock.target(target_name)
     build_recorded, runtime_recorded = _recorded_base_digests(lock, target)
     dockerfile = dockerfile_path()
@@ -139,13 +143,21 @@ def choose_builder(requested: str) -> tuple[str, str | None]:
     if requested == "buildkit":
         raise ApplianceError(
             "no docker client with BuildKit found: install Debian's docker.io client (or the "
-            "buildx plugin), or pass --builder classic")
+            "buildx plugin), or pass --builder classic"
+        )
     return "classic", None
 
 
-def _run_buildkit(client_path: str, context: Path, tag: str, args: dict[str, str],
-                  labels: dict[str, str], log: Any, on_line: OnLine | None,
-                  extra: Sequence[str] = ()) -> int:
+def _run_buildkit(
+    client_path: str,
+    context: Path,
+    tag: str,
+    args: dict[str, str],
+    labels: dict[str, str],
+    log: Any,
+    on_line: OnLine | None,
+    extra: Sequence[str] = (),
+) -> int:
     cmd = [client_path, "build", "--progress=plain", "-f", str(dockerfile_path()), *extra]
     if tag:
         cmd += ["-t", tag]
@@ -155,8 +167,9 @@ def _run_buildkit(client_path: str, context: Path, tag: str, args: dict[str, str
         cmd += ["--label", f"{key}={value}"]
     cmd.append(str(context))
     env = dict(os.environ, DOCKER_BUILDKIT="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                            text=True, errors="replace")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, errors="replace"
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         log.write(line)
@@ -170,14 +183,28 @@ def classic_dockerfile(text: str) -> str:
     return CACHE_MOUNT_RE.sub("RUN ", text)
 
 
-def _run_classic(client: Any, context: Path, tag: str, args: dict[str, str],
-                 labels: dict[str, str], log: Any, on_line: OnLine | None) -> int:
+def _run_classic(
+    client: Any,
+    context: Path,
+    tag: str,
+    args: dict[str, str],
+    labels: dict[str, str],
+    log: Any,
+    on_line: OnLine | None,
+) -> int:
     dockerfile = context.parent / f"{context.name}.classic.Dockerfile"
     dockerfile.write_text(classic_dockerfile(dockerfile_path().read_text()))
     try:
-        stream = client.api.build(path=str(context), dockerfile=str(dockerfile), tag=tag,
-                                  buildargs=args, labels=labels, rm=True, forcerm=True,
-                                  decode=True)
+        stream = client.api.build(
+            path=str(context),
+            dockerfile=str(dockerfile),
+            tag=tag,
+            buildargs=args,
+            labels=labels,
+            rm=True,
+            forcerm=True,
+            decode=True,
+        )
         failed = _follow_classic(stream, log, on_line)
     finally:
         dockerfile.unlink(missing_ok=True)
@@ -217,9 +244,9 @@ def _base_log(ref: str, progress: ProgressFn | None, on_line: OnLine | None) -> 
     return log
 
 
-def _build_lines(task: str, log_path: Path, progress: ProgressFn | None,
-                 on_line: OnLine | None) -> OnLine:
+def _build_lines(task: str, log_path: Path, progress: ProgressFn | None, on_line: OnLine | None) -> OnLine:
     """Every build log line to on_line; ninja's `[n/m]` steps to progress, with the log path."""
+
     def line(text: str) -> None:
         if on_line is not None:
             on_line(text)
@@ -230,18 +257,26 @@ def _build_lines(task: str, log_path: Path, progress: ProgressFn | None,
     return line
 
 
-def build_image(lock: Lock, target_name: str, source_spec: str, experimental: Sequence[str] = (),
-                jobs: int = DEFAULT_JOBS, builder: str = "auto",
-                on_line: OnLine | None = None,
-                progress: ProgressFn | None = None) -> BuildResult:
+def build_image(
+    lock: Lock,
+    target_name: str,
+    source_spec: str,
+    experimental: Sequence[str] = (),
+    jobs: int = DEFAULT_JOBS,
+    builder: str = "auto",
+    on_line: OnLine | None = None,
+    progress: ProgressFn | None = None,
+) -> BuildResult:
     """Build (or reuse) the engine image for one target from a verified, patched source.
 
     `on_line` gets every build log line; `progress` the fetch, base and compile steps."""
     target = lock.target(target_name)
     client = docker_client()
     source = fetch_source(lock, source_spec, _fetch_progress(source_spec, progress))
-    made = [ensure_base(ref, log=_base_log(ref, progress, on_line))
-            for ref in (target.runtime_base, target.build_base)]
+    made = [
+        ensure_base(ref, log=_base_log(ref, progress, on_line))
+        for ref in (target.runtime_base, target.build_base)
+    ]
     inputs = plan_inputs(lock, target_name, source, client, experimental)
     tag = L.image_tag(lock, target_name, source.identity, experimental, inputs.series_digest)
     existing = local_image(client, tag)
@@ -262,7 +297,8 @@ def build_image(lock: Lock, target_name: str, source_spec: str, experimental: Se
         if not (patched.path / "tools" / "moe-trace").is_dir():
             raise ApplianceError(
                 "the patched tree has no tools/moe-trace: the active series must carry the "
-                "llama-moe-trace patch (check patches/llama.cpp/series)")
+                "llama-moe-trace patch (check patches/llama.cpp/series)"
+            )
         labels = L.expected_labels(lock, inputs, _now())
         args = {**inputs.build_args, "JOBS": str(jobs)}
         task = f"compiling {target_name}"
@@ -280,13 +316,14 @@ def build_image(lock: Lock, target_name: str, source_spec: str, experimental: Se
         shutil.rmtree(context, ignore_errors=True)
     if status != 0:
         raise ApplianceError(
-            f"image build for {target_name} failed; last lines:\n{_tail(log_path)}\n"
-            f"full log: {log_path}")
+            f"image build for {target_name} failed; last lines:\n{_tail(log_path)}\nfull log: {log_path}"
+        )
     image = local_image(client, tag)
     if image is None or image.labels.get(L.INPUTS_DIGEST) != inputs.digest():
         raise ApplianceError(f"the build reported success but {tag} is missing; full log: {log_path}")
-    return BuildResult(tag, image.id, False, kind, image.labels, log_path,
-                       time.monotonic() - started, notes=notes)
+    return BuildResult(
+        tag, image.id, False, kind, image.labels, log_path, time.monotonic() - started, notes=notes
+    )
 
 
 def ninja_progress(line: str) -> tuple[int, int] | None:
@@ -295,10 +332,16 @@ def ninja_progress(line: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def compile_check(lock: Lock, target_name: str, source_spec: str, build_base: str,
-                  extra_cmake_args: Sequence[str] = (), jobs: int = DEFAULT_JOBS,
-                  on_line: OnLine | None = None,
-                  progress: ProgressFn | None = None) -> tuple[Path, float]:
+def compile_check(
+    lock: Lock,
+    target_name: str,
+    source_spec: str,
+    build_base: str,
+    extra_cmake_args: Sequence[str] = (),
+    jobs: int = DEFAULT_JOBS,
+    on_line: OnLine | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[Path, float]:
     """Build only the Dockerfile's build stage for a target on another build base; keep nothing.
 
     Proves a target's compile step (e.g. CUDA for sm120) where its real base images cannot be
@@ -310,8 +353,13 @@ def compile_check(lock: Lock, target_name: str, source_spec: str, build_base: st
     _, client_path = choose_builder("buildkit")
     assert client_path is not None
     source = fetch_source(lock, source_spec, _fetch_progress(source_spec, progress))
-    args = {**build_args(target), "BUILD_BASE": build_base, "RUNTIME_BASE": build_base,
-            "CMAKE_ARGS": " ".join([*target.cmake_args, *extra_cmake_args]), "JOBS": str(jobs)}
+    args = {
+        **build_args(target),
+        "BUILD_BASE": build_base,
+        "RUNTIME_BASE": build_base,
+        "CMAKE_ARGS": " ".join([*target.cmake_args, *extra_cmake_args]),
+        "JOBS": str(jobs),
+    }
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     log_path = images_cache() / "logs" / f"check-{target_name}-{stamp}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -326,16 +374,25 @@ def compile_check(lock: Lock, target_name: str, source_spec: str, build_base: st
             if progress is not None:
                 progress(Progress(task, 0, None, log=log_path))
             lines = _build_lines(task, log_path, progress, on_line)
-            status = _run_buildkit(client_path, context, "", args, {}, log, lines,
-                                   ["--target", "build", "--iidfile", str(iidfile)])
+            status = _run_buildkit(
+                client_path,
+                context,
+                "",
+                args,
+                {},
+                log,
+                lines,
+                ["--target", "build", "--iidfile", str(iidfile)],
+            )
     finally:
         shutil.rmtree(context, ignore_errors=True)
         if iidfile.exists():
             client.images.remove(iidfile.read_text().strip(), force=True)
             iidfile.unlink()
     if status != 0:
-        raise ApplianceError(f"compile check for {target_name} failed; last lines:\n"
-                             f"{_tail(log_path)}\nfull log: {log_path}")
+        raise ApplianceError(
+            f"compile check for {target_name} failed; last lines:\n{_tail(log_path)}\nfull log: {log_path}"
+        )
     return log_path, time.monotonic() - started
 
 
@@ -355,8 +412,9 @@ class InspectReport:
         return not self.drifts
 
 
-def inspect_labels(lock: Lock, ref: str, labels: dict[str, str], image_id: str = "",
-                   size_bytes: int = 0) -> InspectReport:
+def inspect_labels(
+    lock: Lock, ref: str, labels: dict[str, str], image_id: str = "", size_bytes: int = 0
+) -> InspectReport:
     """Compare labels with the lock and the series (with the image's experimental patches)."""
     experimental = [name for name in labels.get(L.EXPERIMENTAL, "").split(",") if name]
     try:
@@ -370,17 +428,19 @@ def inspect_image(lock: Lock, ref: str, client: Any | None = None) -> InspectRep
     client = client or docker_client()
     image = local_image(client, ref)
     if image is None:
-        raise ApplianceError(f"no local image {ref}: build it (`appliance image build`) or "
-                             "`appliance pull` it")
-    return inspect_labels(lock, ref, dict(image.labels or {}), image.id,
-                          int(image.attrs.get("Size", 0)))
+        raise ApplianceError(
+            f"no local image {ref}: build it (`appliance image build`) or `appliance pull` it"
+        )
+    return inspect_labels(lock, ref, dict(image.labels or {}), image.id, int(image.attrs.get("Size", 0)))
 
 
 def drift_message(report: InspectReport) -> str:
     meanings = "; ".join(sorted({d.meaning for d in report.drifts}))
     target = report.labels.get(L.TARGET, "TARGET")
-    return (f"image {report.ref} does not match the lock ({meanings}): rebuild it with "
-            f"`appliance image build --target {target}`")
+    return (
+        f"image {report.ref} does not match the lock ({meanings}): rebuild it with "
+        f"`appliance image build --target {target}`"
+    )
 
 
 # --- self-test -------------------------------------------------------------------------------
@@ -408,8 +468,14 @@ def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
     checks: list[SelftestCheck] = []
     try:
         container = client.containers.run(
-            ref, ["sleep", "600"], detach=True, network_mode="none", cap_drop=["ALL"],
-            security_opt=["no-new-privileges"], read_only=True)
+            ref,
+            ["sleep", "600"],
+            detach=True,
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            read_only=True,
+        )
     except docker.errors.APIError as exc:
         raise ApplianceError(f"cannot start {ref}: {exc.explanation or exc}") from None
     try:
@@ -420,18 +486,24 @@ def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
             code, out = _exec(container, ["ldd", f"{IMAGE_BIN_DIR}/{tool}"])
             missing = [line.strip() for line in out.splitlines() if "not found" in line]
             libs = len([line for line in out.splitlines() if "=>" in line])
-            checks.append(SelftestCheck(
-                f"{tool} libraries", code == 0 and not missing,
-                f"missing: {', '.join(missing)}" if missing else f"{libs} resolved"))
+            checks.append(
+                SelftestCheck(
+                    f"{tool} libraries",
+                    code == 0 and not missing,
+                    f"missing: {', '.join(missing)}" if missing else f"{libs} resolved",
+                )
+            )
         code, out = _exec(container, ["id", "-u"])
-        checks.append(SelftestCheck("non-root user", code == 0 and out.strip() not in ("", "0"),
-                                    f"uid {out.strip()}"))
+        checks.append(
+            SelftestCheck("non-root user", code == 0 and out.strip() not in ("", "0"), f"uid {out.strip()}")
+        )
         found = []
         for compiler in ("cc", "gcc", "g++", "c++", "clang", "nvcc", "cmake"):
             if _exec(container, ["sh", "-c", f"command -v {compiler}"])[0] == 0:
                 found.append(compiler)
-        checks.append(SelftestCheck("no compiler", not found,
-                                    f"found {', '.join(found)}" if found else "none found"))
+        checks.append(
+            SelftestCheck("no compiler", not found, f"found {', '.join(found)}" if found else "none found")
+        )
     finally:
         container.remove(force=True)
     return checks

@@ -44,17 +44,30 @@ def recorded_labels(labels: dict[str, str]) -> dict[str, str]:
     """The OCI and appliance labels of an image, sorted by key (others are the base's business)."""
     return {k: v for k, v in sorted(labels.items()) if k.startswith((f"{OCI}.", f"{OWN}."))}
 
+
 # Identity fields that say what the tree is; fetch times and notes are left out on purpose.
-STABLE_IDENTITY_FIELDS = ("kind", "name", "package", "version", "sdist_sha256", "upstream_commit",
-                          "upstream_release", "repository", "subtree", "tree_digest", "canonical")
+STABLE_IDENTITY_FIELDS = (
+    "kind",
+    "name",
+    "package",
+    "version",
+    "sdist_sha256",
+    "upstream_commit",
+    "upstream_release",
+    "repository",
+    "subtree",
+    "tree_digest",
+    "canonical",
+)
 
 
 def stable_identity(identity: dict[str, Any]) -> dict[str, Any]:
     return {key: identity[key] for key in STABLE_IDENTITY_FIELDS if key in identity}
 
 
-def image_tag(lock: Lock, target: str, identity: dict[str, Any],
-              experimental: Sequence[str] = (), series: str = "") -> str:
+def image_tag(
+    lock: Lock, target: str, identity: dict[str, Any], experimental: Sequence[str] = (), series: str = ""
+) -> str:
     """`moe-expert-cache:<target>-<lockdigest12>`, plus the source when it is not canonical."""
     tag = f"{IMAGE_REPOSITORY}:{target}-{lock.digest[:12]}"
     kind = identity.get("kind")
@@ -71,8 +84,10 @@ def candidate_tags(lock: Lock, target: str) -> list[str]:
     """Local tags an engine image for `target` of this lock may carry: canonical first, then
     each stand-in (newest release name first). Runners look for an image in this order."""
     canonical = image_tag(lock, target, {"kind": "canonical"})
-    return [canonical] + [image_tag(lock, target, {"kind": "stand-in", "name": name})
-                          for name in sorted(lock.stand_ins, reverse=True)]
+    return [canonical] + [
+        image_tag(lock, target, {"kind": "stand-in", "name": name})
+        for name in sorted(lock.stand_ins, reverse=True)
+    ]
 
 
 def source_revision(lock: Lock, identity: dict[str, Any]) -> str:
@@ -97,17 +112,21 @@ class BuildInputs:
     build_args: dict[str, str]
 
     def digest(self) -> str:
-        return sha256_bytes(canonical_json({
-            "lock_digest": self.lock_digest,
-            "target": self.target.name,
-            "source": stable_identity(self.identity),
-            "series_digest": self.series_digest,
-            "experimental": list(self.experimental),
-            "dockerfile_sha256": self.dockerfile_sha256,
-            "build_base_id": self.build_base_id,
-            "runtime_base_id": self.runtime_base_id,
-            "build_args": self.build_args,
-        }))
+        return sha256_bytes(
+            canonical_json(
+                {
+                    "lock_digest": self.lock_digest,
+                    "target": self.target.name,
+                    "source": stable_identity(self.identity),
+                    "series_digest": self.series_digest,
+                    "experimental": list(self.experimental),
+                    "dockerfile_sha256": self.dockerfile_sha256,
+                    "build_base_id": self.build_base_id,
+                    "runtime_base_id": self.runtime_base_id,
+                    "build_args": self.build_args,
+                }
+            )
+        )
 
 
 def expected_labels(lock: Lock, inputs: BuildInputs, created: str) -> dict[str, str]:
@@ -155,8 +174,10 @@ def lock_view(lock: Lock, target_name: str, series_digest: str) -> dict[str, tup
         LOCK_DIGEST: (lock.digest, "built from another engine lock"),
         UPSTREAM_COMMIT: (lock.upstream.commit, "built against another upstream pin"),
         SERIES_DIGEST: (series_digest, "built with another patch series"),
-        CUDA_ARCHITECTURES: (target.cuda.architectures if target.cuda else "",
-                             "built for other CUDA architectures"),
+        CUDA_ARCHITECTURES: (
+            target.cuda.architectures if target.cuda else "",
+            "built for other CUDA architectures",
+        ),
         MIN_DRIVER: (target.cuda.min_driver if target.cuda else "", "minimum driver differs"),
     }
 
@@ -166,18 +187,36 @@ def source_drift(lock: Lock, labels: dict[str, str]) -> list[Drift]:
     try:
         identity = json.loads(labels.get(SOURCE_IDENTITY, ""))
     except json.JSONDecodeError:
-        return [Drift(SOURCE_IDENTITY, labels.get(SOURCE_IDENTITY), "a JSON identity",
-                      "source identity missing or unreadable")]
+        return [
+            Drift(
+                SOURCE_IDENTITY,
+                labels.get(SOURCE_IDENTITY),
+                "a JSON identity",
+                "source identity missing or unreadable",
+            )
+        ]
     kind = identity.get("kind")
     if kind == "stand-in":
         stand_in = lock.stand_ins.get(str(identity.get("name")))
         expected = stand_in.sdist_sha256 if stand_in else "(no such stand-in in the lock)"
         if identity.get("sdist_sha256") != expected:
-            return [Drift(SOURCE_IDENTITY, str(identity.get("sdist_sha256")), expected,
-                          "built from a stand-in this lock does not pin")]
+            return [
+                Drift(
+                    SOURCE_IDENTITY,
+                    str(identity.get("sdist_sha256")),
+                    expected,
+                    "built from a stand-in this lock does not pin",
+                )
+            ]
     elif kind == "canonical" and identity.get("upstream_commit") != lock.upstream.commit:
-        return [Drift(SOURCE_IDENTITY, str(identity.get("upstream_commit")), lock.upstream.commit,
-                      "built from another upstream commit")]
+        return [
+            Drift(
+                SOURCE_IDENTITY,
+                str(identity.get("upstream_commit")),
+                lock.upstream.commit,
+                "built from another upstream commit",
+            )
+        ]
     return []
 
 
@@ -185,8 +224,14 @@ def compare(lock: Lock, labels: dict[str, str], series_digest: str) -> list[Drif
     """Every difference between an image's labels and the lock; empty when it matches."""
     target_name = labels.get(TARGET)
     if not target_name or target_name not in lock.targets:
-        return [Drift(TARGET, target_name, " | ".join(sorted(lock.targets)),
-                      "not an engine image of this lock (no known target label)")]
+        return [
+            Drift(
+                TARGET,
+                target_name,
+                " | ".join(sorted(lock.targets)),
+                "not an engine image of this lock (no known target label)",
+            )
+        ]
     drifts = [
         Drift(label, labels.get(label), expected, meaning)
         for label, (expected, meaning) in lock_view(lock, target_name, series_digest).items()

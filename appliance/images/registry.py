@@ -30,8 +30,7 @@ class Published:
 
 def engine_images_for(client: Any, lock: Lock, target: str) -> list[Any]:
     """Local images labelled for `target` and built from this lock."""
-    found = client.images.list(filters={"label": [f"{L.TARGET}={target}",
-                                                  f"{L.LOCK_DIGEST}={lock.digest}"]})
+    found = client.images.list(filters={"label": [f"{L.TARGET}={target}", f"{L.LOCK_DIGEST}={lock.digest}"]})
     return sorted(found, key=lambda image: image.attrs.get("Created", ""), reverse=True)
 
 
@@ -39,17 +38,19 @@ def choose_local_image(client: Any, lock: Lock, target: str, image_ref: str | No
     if image_ref:
         return image_ref
     candidates = engine_images_for(client, lock, target)
-    tagged = [tag for image in candidates for tag in image.tags
-              if tag.startswith(f"{L.IMAGE_REPOSITORY}:")]
+    tagged = [tag for image in candidates for tag in image.tags if tag.startswith(f"{L.IMAGE_REPOSITORY}:")]
     if not tagged:
-        raise ApplianceError(f"no local {target} image built from this lock: run "
-                             f"`appliance image build --target {target}` first")
+        raise ApplianceError(
+            f"no local {target} image built from this lock: run "
+            f"`appliance image build --target {target}` first"
+        )
     canonical = [t for t in tagged if "-standin-" not in t and "-local-" not in t]
     return (canonical or tagged)[0]
 
 
-def matching_local_image(lock: Lock, target: str, image_ref: str | None,
-                         purpose: str) -> tuple[Any, str, InspectReport]:
+def matching_local_image(
+    lock: Lock, target: str, image_ref: str | None, purpose: str
+) -> tuple[Any, str, InspectReport]:
     """(client, tag, inspection) of the target's local image (or `image_ref`), refused with
     IntegrityError when its labels drift from the lock: nothing leaves this machine unchecked."""
     lock.target(target)
@@ -61,8 +62,9 @@ def matching_local_image(lock: Lock, target: str, image_ref: str | None,
     return client, ref, report
 
 
-def push_image(lock: Lock, target: str, registry: str, image_ref: str | None = None,
-               record: bool = True) -> Published:
+def push_image(
+    lock: Lock, target: str, registry: str, image_ref: str | None = None, record: bool = True
+) -> Published:
     """Push the target's image to `registry`, record its manifest digest in the lock."""
     client, local_tag, report = matching_local_image(lock, target, image_ref, "publish")
     remote_repo = f"{registry.rstrip('/')}/{L.IMAGE_REPOSITORY}"
@@ -98,8 +100,9 @@ def _push(client: Any, repo: str, tag: str, registry: str) -> str:
     try:
         for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
             if "error" in chunk:
-                raise ApplianceError(f"push to {registry} failed: {chunk['error']} "
-                                     "(is the registry running and reachable?)")
+                raise ApplianceError(
+                    f"push to {registry} failed: {chunk['error']} (is the registry running and reachable?)"
+                )
             digest = chunk.get("aux", {}).get("Digest", digest)
     except docker.errors.APIError as exc:
         raise ApplianceError(f"push to {registry} failed: {exc.explanation or exc}") from None
@@ -112,12 +115,16 @@ def published_reference(lock: Lock, target: str) -> str:
     lock.target(target)
     entry = lock.published_images.get(target)
     if not entry:
-        raise ApplianceError(f"the lock names no published image for {target}: build it with "
-                             f"`appliance image build --target {target}`, or push one")
+        raise ApplianceError(
+            f"the lock names no published image for {target}: build it with "
+            f"`appliance image build --target {target}`, or push one"
+        )
     reference = entry.get("reference") if isinstance(entry, dict) else entry
     if not isinstance(reference, str) or not DIGEST_REF_RE.match(reference):
-        raise ConfigError(f"{lock.path}: published_images.{target}: {reference!r} is not a "
-                          "REGISTRY/REPO@sha256:<64 hex> reference (pull is by digest only)")
+        raise ConfigError(
+            f"{lock.path}: published_images.{target}: {reference!r} is not a "
+            "REGISTRY/REPO@sha256:<64 hex> reference (pull is by digest only)"
+        )
     return reference
 
 
@@ -146,8 +153,7 @@ def pull_image(lock: Lock, target: str) -> InspectReport:
         raise IntegrityError(drift_message(report) + f"; pulled {reference} refused and removed")
     identity = _label_identity(report.labels)
     experimental = [name for name in report.labels.get(L.EXPERIMENTAL, "").split(",") if name]
-    local_tag = L.image_tag(lock, target, identity, experimental,
-                            report.labels.get(L.SERIES_DIGEST, ""))
+    local_tag = L.image_tag(lock, target, identity, experimental, report.labels.get(L.SERIES_DIGEST, ""))
     repo, tag = local_tag.split(":", 1)
     image.tag(repo, tag)
     report.ref = local_tag

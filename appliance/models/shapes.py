@@ -112,26 +112,26 @@ def check_spec(spec: ModelSynthSpec) -> None:
     if spec.arch not in ARCHES:
         raise ApplianceError(f"unknown arch {spec.arch!r}: choose one of {', '.join(ARCHES)}")
     if spec.expert_type not in EXPERT_TYPES:
-        raise ApplianceError(
-            f"unknown --type {spec.expert_type!r}: choose one of {', '.join(EXPERT_TYPES)}")
+        raise ApplianceError(f"unknown --type {spec.expert_type!r}: choose one of {', '.join(EXPERT_TYPES)}")
     if not 1 <= spec.used <= spec.experts:
         raise ApplianceError(
             f"--used {spec.used} must be between 1 and --experts {spec.experts}: a token cannot "
-            "be routed to more experts than the layer has")
+            "be routed to more experts than the layer has"
+        )
     if spec.experts > MAX_EXPERTS:
         raise ApplianceError(f"--experts {spec.experts} exceeds llama.cpp's limit of {MAX_EXPERTS}")
     min_layers = 2 if spec.arch == "qwen35moe" else 1
     if spec.layers < min_layers:
         raise ApplianceError(
             f"--layers {spec.layers} is too few for {spec.arch}: needs at least {min_layers}"
-            + (" (one linear-attention and one full-attention layer)" if min_layers == 2 else ""))
+            + (" (one linear-attention and one full-attention layer)" if min_layers == 2 else "")
+        )
     if spec.embd % 256 != 0:
         raise ApplianceError(f"embedding width {spec.embd} must be a multiple of 256")
     if spec.layers > MAX_LAYERS:
         raise ApplianceError(f"--layers {spec.layers} exceeds llama.cpp's limit of {MAX_LAYERS}")
     if not math.isfinite(spec.skew) or spec.skew < 0:
-        raise ApplianceError(f"--skew {spec.skew} must be a finite number >= 0 "
-                             "(0 = uniform random routers)")
+        raise ApplianceError(f"--skew {spec.skew} must be a finite number >= 0 (0 = uniform random routers)")
     if not 0 <= spec.seed <= MAX_SEED:
         raise ApplianceError(f"--seed {spec.seed} must be from 0 to {MAX_SEED}")
 
@@ -212,6 +212,7 @@ def solve_layout(spec: ModelSynthSpec, n_vocab: int) -> Layout:
         raise ApplianceError(
             f"--size {spec.size_bytes} bytes is too small for {spec.layers} layers x "
             f"{spec.experts} experts ({spec.arch}, {spec.expert_type}): needs at least "
-            f"{need} bytes ({need / 2**20:.1f} MiB); raise --size or lower --layers/--experts")
+            f"{need} bytes ({need / 2**20:.1f} MiB); raise --size or lower --layers/--experts"
+        )
     ff = steps * FF_STEP
     return Layout(spec, dims, n_vocab, ff, tensor_list(spec, dims, n_vocab, ff))

@@ -21,11 +21,25 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from appliance.core.errors import ConfigError
 
 SUPPORTED_ARCHES = ("qwen35moe",)
-REQUIRED = ("hidden_size", "num_hidden_layers", "num_experts", "num_experts_per_tok",
-            "moe_intermediate_size", "shared_expert_intermediate_size", "num_attention_heads",
-            "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
-            "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-            "full_attention_interval", "vocab_size", "max_position_embeddings")
+REQUIRED = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "full_attention_interval",
+    "vocab_size",
+    "max_position_embeddings",
+)
 ROLES = ("routed_gate_up", "routed_down", "matrices", "embeddings", "output", "vectors")
 
 
@@ -34,12 +48,14 @@ def _type(recipe: dict[str, str], role: str, where: str) -> GGMLQuantizationType
     try:
         return GGMLQuantizationType[str(name).upper()]
     except KeyError:
-        raise ConfigError(f"{where}: types.{role} = {name!r} is not a ggml type name "
-                          "(e.g. IQ4_NL, Q8_0, F32)") from None
+        raise ConfigError(
+            f"{where}: types.{role} = {name!r} is not a ggml type name (e.g. IQ4_NL, Q8_0, F32)"
+        ) from None
 
 
-def tensor_specs(cfg: dict[str, int], recipe: dict[str, str],
-                 where: str) -> list[tuple[str, tuple[int, ...], GGMLQuantizationType]]:
+def tensor_specs(
+    cfg: dict[str, int], recipe: dict[str, str], where: str
+) -> list[tuple[str, tuple[int, ...], GGMLQuantizationType]]:
     """(name, ggml shape, type) of every tensor llama.cpp loads for a qwen35moe model."""
     t = {role: _type(recipe, role, where) for role in ROLES}
     e, v, x = cfg["hidden_size"], cfg["vocab_size"], cfg["num_experts"]
@@ -55,14 +71,15 @@ def tensor_specs(cfg: dict[str, int], recipe: dict[str, str],
     ]
     for i in range(cfg["num_hidden_layers"]):
         b = f"blk.{i}."
-        out += [(b + "attn_norm.weight", (e,), t["vectors"]),
-                (b + "post_attention_norm.weight", (e,), t["vectors"])]
+        out += [
+            (b + "attn_norm.weight", (e,), t["vectors"]),
+            (b + "post_attention_norm.weight", (e,), t["vectors"]),
+        ]
         if (i + 1) % cfg["full_attention_interval"] != 0:
             out += [
                 (b + "attn_qkv.weight", (e, conv_dim), t["matrices"]),
                 (b + "attn_gate.weight", (e, v_heads * v_dim), t["matrices"]),
-                (b + "ssm_conv1d.weight", (cfg["linear_conv_kernel_dim"], conv_dim),
-                 t["vectors"]),
+                (b + "ssm_conv1d.weight", (cfg["linear_conv_kernel_dim"], conv_dim), t["vectors"]),
                 (b + "ssm_dt.bias", (v_heads,), t["vectors"]),
                 (b + "ssm_a", (v_heads,), t["vectors"]),
                 (b + "ssm_beta.weight", (e, v_heads), t["matrices"]),
@@ -92,8 +109,10 @@ def tensor_specs(cfg: dict[str, int], recipe: dict[str, str],
     for name, shape, qtype in out:
         block = GGML_QUANT_SIZES[qtype][0]
         if shape[0] % block:
-            raise ConfigError(f"{where}: {name} has rows of {shape[0]} elements, not a multiple "
-                              f"of {qtype.name}'s {block}-element block: pick another type")
+            raise ConfigError(
+                f"{where}: {name} has rows of {shape[0]} elements, not a multiple "
+                f"of {qtype.name}'s {block}-element block: pick another type"
+            )
     return out
 
 
@@ -108,8 +127,7 @@ def load_input(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the skeleton input: {exc}") from exc
     if doc.get("arch") not in SUPPORTED_ARCHES:
-        raise ConfigError(f"{path}: arch {doc.get('arch')!r} not supported "
-                          f"({', '.join(SUPPORTED_ARCHES)})")
+        raise ConfigError(f"{path}: arch {doc.get('arch')!r} not supported ({', '.join(SUPPORTED_ARCHES)})")
     missing = [k for k in REQUIRED if k not in doc.get("config", {})]
     if missing:
         raise ConfigError(f"{path}: config lacks {', '.join(missing)}")
@@ -129,8 +147,7 @@ def write_skeleton(input_path: Path, out: Path) -> int:
     writer.add_uint32(f"{a}.block_count", cfg["num_hidden_layers"])
     writer.add_uint32(f"{a}.feed_forward_length", cfg["moe_intermediate_size"])
     writer.add_uint32(f"{a}.expert_feed_forward_length", cfg["moe_intermediate_size"])
-    writer.add_uint32(f"{a}.expert_shared_feed_forward_length",
-                      cfg["shared_expert_intermediate_size"])
+    writer.add_uint32(f"{a}.expert_shared_feed_forward_length", cfg["shared_expert_intermediate_size"])
     writer.add_uint32(f"{a}.expert_count", cfg["num_experts"])
     writer.add_uint32(f"{a}.expert_used_count", cfg["num_experts_per_tok"])
     writer.add_uint32(f"{a}.attention.head_count", cfg["num_attention_heads"])
@@ -139,19 +156,18 @@ def write_skeleton(input_path: Path, out: Path) -> int:
     writer.add_uint32(f"{a}.attention.value_length", cfg["head_dim"])
     writer.add_uint32(f"{a}.full_attention_interval", cfg["full_attention_interval"])
     writer.add_uint32(f"{a}.ssm.conv_kernel", cfg["linear_conv_kernel_dim"])
-    writer.add_uint32(f"{a}.ssm.inner_size",
-                      cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"])
+    writer.add_uint32(f"{a}.ssm.inner_size", cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"])
     writer.add_uint32(f"{a}.ssm.state_size", cfg["linear_key_head_dim"])
     writer.add_uint32(f"{a}.ssm.time_step_rank", cfg["linear_num_value_heads"])
     writer.add_uint32(f"{a}.ssm.group_count", cfg["linear_num_key_heads"])
     writer.add_uint32(f"{a}.vocab_size", cfg["vocab_size"])
-    writer.add_string("appliance.skeleton.note",
-                      "header only: tensor infos without data; not a loadable model")
+    writer.add_string(
+        "appliance.skeleton.note", "header only: tensor infos without data; not a loadable model"
+    )
     total = 0
     for name, shape, qtype in specs:
         size = nbytes(shape, qtype)
-        writer.add_tensor_info(name, tuple(reversed(shape)), np.dtype(np.float32), size,
-                               raw_dtype=qtype)
+        writer.add_tensor_info(name, tuple(reversed(shape)), np.dtype(np.float32), size, raw_dtype=qtype)
         total += size
     out.parent.mkdir(parents=True, exist_ok=True)
     writer.write_header_to_file(out)

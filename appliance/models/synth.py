@@ -55,8 +55,9 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
     if a == "qwen35moe":
         w.add_uint32(f"{a}.rope.dimension_count", d.rope_dim_qwen35)
         quarter = d.rope_dim_qwen35 // 2
-        w.add_array(f"{a}.rope.dimension_sections",
-                    [quarter - 2 * (quarter // 3), quarter // 3, quarter // 3, 0])
+        w.add_array(
+            f"{a}.rope.dimension_sections", [quarter - 2 * (quarter // 3), quarter // 3, quarter // 3, 0]
+        )
         w.add_uint32(f"{a}.expert_shared_feed_forward_length", d.shexp_ff)
         w.add_uint32(f"{a}.ssm.conv_kernel", d.ssm_conv)
         w.add_uint32(f"{a}.ssm.inner_size", d.ssm_inner)
@@ -91,8 +92,9 @@ def synthesize(spec: ModelSynthSpec, out: Path, progress: ProgressFn | None = No
     writer = GGUFWriter(None, spec.arch)
     add_metadata(writer, layout, vocab)
     for t in layout.tensors:
-        writer.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), t.nbytes,
-                               raw_dtype=t.qtype)
+        writer.add_tensor_info(
+            t.name, tuple(reversed(t.shape)), np.dtype(np.float32), t.nbytes, raw_dtype=t.qtype
+        )
     digest = hashlib.sha256()  # taken while writing: the file is never read back
     try:
         with atomic.replacing_path(out) as tmp:
@@ -129,5 +131,6 @@ def synthesize(spec: ModelSynthSpec, out: Path, progress: ProgressFn | None = No
         writer.close()
         raise
     expert_bytes = sum(t.nbytes for t in layout.tensors if t.role == "experts")
-    return SynthResult(out, out.stat().st_size, digest.hexdigest(), layout.ff_exp, expert_bytes,
-                       layout, tuple(stale))
+    return SynthResult(
+        out, out.stat().st_size, digest.hexdigest(), layout.ff_exp, expert_bytes, layout, tuple(stale)
+    )

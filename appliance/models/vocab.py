@@ -13,8 +13,11 @@ MERGES = ("Ġ Ġ",)
 
 def gpt2_byte_symbols() -> list[str]:
     """GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onward."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     symbols: dict[int, str] = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):
@@ -44,8 +47,14 @@ def byte_vocab() -> Vocab:
     first_special = len(tokens)
     tokens += list(SPECIALS)
     types += [int(TokenType.CONTROL)] * len(SPECIALS)
-    return Vocab(tokens, types, list(MERGES), eos_id=first_special,
-                 im_start_id=first_special + 1, im_end_id=first_special + 2)
+    return Vocab(
+        tokens,
+        types,
+        list(MERGES),
+        eos_id=first_special,
+        im_start_id=first_special + 1,
+        im_end_id=first_special + 2,
+    )
 
 
 def token_bytes(vocab: Vocab, token: int) -> bytes:

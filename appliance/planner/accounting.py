@@ -18,12 +18,24 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from appliance.core.errors import ApplianceError
 from appliance.planner.gguf_header import ArrayInfo, ByteSource, GGUFHeader, read_header, read_header_file
 
-GROUPS = ("routed_experts", "shared_experts", "router", "attention_ssm", "dense_ffn",
-          "embeddings", "output", "other")
+GROUPS = (
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "attention_ssm",
+    "dense_ffn",
+    "embeddings",
+    "output",
+    "other",
+)
 GROUP_TITLES = {
-    "routed_experts": "routed experts", "shared_experts": "shared experts",
-    "router": "routers", "attention_ssm": "attention / SSM / norms",
-    "dense_ffn": "dense FFN", "embeddings": "token embeddings", "output": "output head",
+    "routed_experts": "routed experts",
+    "shared_experts": "shared experts",
+    "router": "routers",
+    "attention_ssm": "attention / SSM / norms",
+    "dense_ffn": "dense FFN",
+    "embeddings": "token embeddings",
+    "output": "output head",
     "other": "other",
 }
 HYBRID_ARCHES = {"qwen3next", "qwen35", "qwen35moe"}  # recurrent layers + every n-th attention
@@ -68,8 +80,10 @@ class ArchFacts:
 
     def kv_bytes_per_token(self, bytes_per_element: int = 2) -> int:
         """K and V cache per token of context over all attention layers (f16 cache)."""
-        return sum(self.head_count_kv[i] * (self.key_length + self.value_length)
-                   for i in self.attention_layers) * bytes_per_element
+        return (
+            sum(self.head_count_kv[i] * (self.key_length + self.value_length) for i in self.attention_layers)
+            * bytes_per_element
+        )
 
 
 @dataclass
@@ -98,18 +112,28 @@ class Accounting:
     def summary(self) -> dict[str, Any]:
         f = self.facts
         return {
-            "source": self.source, "file_size": self.file_size, "partial": self.partial,
-            "header_bytes": self.header_bytes, "tensor_data_bytes": self.tensor_data_bytes,
-            "padding_bytes": self.padding_bytes, "groups": self.groups,
+            "source": self.source,
+            "file_size": self.file_size,
+            "partial": self.partial,
+            "header_bytes": self.header_bytes,
+            "tensor_data_bytes": self.tensor_data_bytes,
+            "padding_bytes": self.padding_bytes,
+            "groups": self.groups,
             "types": self.types,
             "routed_bytes_by_layer": {str(k): v for k, v in self.routed_by_layer.items()},
             "expert_bytes_by_layer": {str(k): v for k, v in self.expert_bytes_by_layer.items()},
             "routed_bytes_per_token": self.routed_bytes_per_token,
             "arch": {
-                "name": f.arch, "layers": f.layers, "nextn_layers": f.nextn_layers,
-                "experts": f.experts, "experts_used": f.experts_used, "expert_ff": f.expert_ff,
-                "context_length": f.context_length, "embedding": f.embedding,
-                "vocab": f.vocab, "attention_layers": len(f.attention_layers),
+                "name": f.arch,
+                "layers": f.layers,
+                "nextn_layers": f.nextn_layers,
+                "experts": f.experts,
+                "experts_used": f.experts_used,
+                "expert_ff": f.expert_ff,
+                "context_length": f.context_length,
+                "embedding": f.embedding,
+                "vocab": f.vocab,
+                "attention_layers": len(f.attention_layers),
                 "recurrent_layers": len(f.recurrent_layers),
                 "kv_bytes_per_token": f.kv_bytes_per_token(),
                 "recurrent_state_bytes": f.recurrent_state_bytes,
@@ -128,8 +152,10 @@ def tensor_nbytes(name: str, shape: tuple[int, ...], type_id: int, source: str) 
         ) from None
     elements = math.prod(shape)
     if shape and shape[0] % block:
-        raise ApplianceError(f"{source}: tensor {name!r} ({qtype.name}) has a row of {shape[0]} "
-                             f"elements, not a multiple of the {block}-element block")
+        raise ApplianceError(
+            f"{source}: tensor {name!r} ({qtype.name}) has a row of {shape[0]} "
+            f"elements, not a multiple of the {block}-element block"
+        )
     return qtype.name, elements // block * type_size
 
 
@@ -158,8 +184,7 @@ def classify(name: str) -> tuple[str, int]:
     return "attention_ssm", layer
 
 
-def whole_number(value: Any, name: str, source: str, low: int = 0,
-                 high: int = MAX_HPARAM) -> int:
+def whole_number(value: Any, name: str, source: str, low: int = 0, high: int = MAX_HPARAM) -> int:
     """A metadata value as an int in [low, high], or a one-line error naming the key."""
     number = value
     if isinstance(value, float) and value.is_integer():
@@ -167,8 +192,9 @@ def whole_number(value: Any, name: str, source: str, low: int = 0,
     if not isinstance(number, int) or isinstance(number, bool) or not low <= number <= high:
         shown = f"an array of {value.count}" if isinstance(value, ArrayInfo) else repr(value)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise ApplianceError(f"{source}: corrupt GGUF header: {name} is {shown}, not a whole "
-                             f"number from {low} to {high}")
+        raise ApplianceError(
+            f"{source}: corrupt GGUF header: {name} is {shown}, not a whole number from {low} to {high}"
+        )
     return number
 
 
@@ -195,8 +221,7 @@ def arch_facts(header: GGUFHeader) -> ArchFacts:
     nextn = number("nextn_predict_layers", high=total_layers)
     layers = total_layers - nextn
     tokens = header.get("tokenizer.ggml.tokens")
-    vocab = (tokens.count if isinstance(tokens, ArrayInfo)
-             else len(tokens) if isinstance(tokens, list) else 0)
+    vocab = tokens.count if isinstance(tokens, ArrayInfo) else len(tokens) if isinstance(tokens, list) else 0
     vocab = vocab or number("vocab_size")
     embedding = number("embedding_length")
     heads = layered("attention.head_count")
@@ -218,17 +243,29 @@ def arch_facts(header: GGUFHeader) -> ArchFacts:
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     state_bytes = len(recurrent) * (conv + d_state * d_inner) * 4
     experts = number("expert_count", high=MAX_EXPERTS)
-    ff_name = "expert_feed_forward_length" if key("expert_feed_forward_length") is not None \
+    ff_name = (
+        "expert_feed_forward_length"
+        if key("expert_feed_forward_length") is not None
         else "feed_forward_length"
+    )
     return ArchFacts(
-        arch=a, layers=layers, nextn_layers=nextn, experts=experts,
+        arch=a,
+        layers=layers,
+        nextn_layers=nextn,
+        experts=experts,
         experts_used=number("expert_used_count", high=experts),
-        expert_ff=max(per_layer(key(ff_name, 0), max(layers, 1), f"{a}.{ff_name}",
-                                header.source)),
-        context_length=number("context_length"), embedding=embedding, vocab=vocab,
-        head_count=heads, head_count_kv=heads_kv, key_length=key_length,
-        value_length=value_length, attention_layers=attention, recurrent_layers=recurrent,
-        recurrent_state_bytes=state_bytes)
+        expert_ff=max(per_layer(key(ff_name, 0), max(layers, 1), f"{a}.{ff_name}", header.source)),
+        context_length=number("context_length"),
+        embedding=embedding,
+        vocab=vocab,
+        head_count=heads,
+        head_count_kv=heads_kv,
+        key_length=key_length,
+        value_length=value_length,
+        attention_layers=attention,
+        recurrent_layers=recurrent,
+        recurrent_state_bytes=state_bytes,
+    )
 
 
 def account(header: GGUFHeader) -> Accounting:
@@ -237,8 +274,11 @@ def account(header: GGUFHeader) -> Accounting:
     for info in header.tensors:
         type_name, nbytes = tensor_nbytes(info.name, info.shape, info.type_id, header.source)
         group, layer = classify(info.name)
-        tensors.append(TensorBytes(info.name, type_name, info.shape, nbytes,
-                                   header.data_offset + info.offset, group, layer))
+        tensors.append(
+            TensorBytes(
+                info.name, type_name, info.shape, nbytes, header.data_offset + info.offset, group, layer
+            )
+        )
     data_end = max((t.offset + t.nbytes for t in tensors), default=header.data_offset)
     partial = header.file_size is None or header.file_size < data_end
     file_size = data_end if partial or header.file_size is None else header.file_size
@@ -253,17 +293,26 @@ def account(header: GGUFHeader) -> Accounting:
             routed_by_layer[t.layer] = routed_by_layer.get(t.layer, 0) + t.nbytes
             n_experts = t.shape[-1] if len(t.shape) == 3 else max(facts.experts, 1)
             if n_experts == 0:
-                raise ApplianceError(f"{header.source}: corrupt GGUF header: routed expert "
-                                     f"tensor {t.name!r} has shape {list(t.shape)}, 0 experts")
+                raise ApplianceError(
+                    f"{header.source}: corrupt GGUF header: routed expert "
+                    f"tensor {t.name!r} has shape {list(t.shape)}, 0 experts"
+                )
             expert_bytes[t.layer] = expert_bytes.get(t.layer, 0) + t.nbytes // n_experts
     data_bytes = sum(t.nbytes for t in tensors)
     return Accounting(
-        source=header.source, file_size=file_size, partial=partial,
-        header_bytes=header.data_offset, tensor_data_bytes=data_bytes,
-        padding_bytes=file_size - header.data_offset - data_bytes, groups=groups,
+        source=header.source,
+        file_size=file_size,
+        partial=partial,
+        header_bytes=header.data_offset,
+        tensor_data_bytes=data_bytes,
+        padding_bytes=file_size - header.data_offset - data_bytes,
+        groups=groups,
         routed_by_layer=dict(sorted(routed_by_layer.items())),
-        expert_bytes_by_layer=dict(sorted(expert_bytes.items())), types=types, facts=facts,
-        tensors=tensors)
+        expert_bytes_by_layer=dict(sorted(expert_bytes.items())),
+        types=types,
+        facts=facts,
+        tensors=tensors,
+    )
 
 
 def account_source(source: ByteSource) -> Accounting:

@@ -32,8 +32,17 @@ KEEP_ARRAY_MAX = 4096  # numeric arrays up to this length are kept (per-layer va
 
 # value type ids of the GGUF format: (struct code, size)
 SCALARS: dict[int, tuple[str, int]] = {
-    0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
-    6: ("f", 4), 7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8),
+    0: ("B", 1),
+    1: ("b", 1),
+    2: ("H", 2),
+    3: ("h", 2),
+    4: ("I", 4),
+    5: ("i", 4),
+    6: ("f", 4),
+    7: ("?", 1),
+    10: ("Q", 8),
+    11: ("q", 8),
+    12: ("d", 8),
 }
 STRING, ARRAY = 8, 9
 
@@ -132,12 +141,14 @@ class _Cursor:
             raise ApplianceError(
                 f"{self.source.name}: truncated GGUF header: it ends at byte {total} while "
                 f"reading {self.what}, where {what} would end at byte {end}; the file is "
-                "corrupt or incomplete: get the complete file (or at least its header)")
+                "corrupt or incomplete: get the complete file (or at least its header)"
+            )
         if end > self.budget:
             raise ApplianceError(
                 f"{self.source.name}: GGUF header too large: {what} while reading {self.what} "
                 f"would end at byte {end}, over the {self.budget}-byte header budget; "
-                "the file is corrupt or not a model header")
+                "the file is corrupt or not a model header"
+            )
 
     def need(self, n: int) -> memoryview:
         self.check_fits(n, f"{n} bytes")
@@ -148,9 +159,10 @@ class _Cursor:
             if not more:
                 raise ApplianceError(
                     f"{self.source.name}: truncated GGUF header: it ends at byte {len(self.buf)} "
-                    f"while reading {self.what}; get the complete file (or at least its header)")
+                    f"while reading {self.what}; get the complete file (or at least its header)"
+                )
             self.buf += more[:want]
-        view = memoryview(self.buf)[self.pos:self.pos + n]
+        view = memoryview(self.buf)[self.pos : self.pos + n]
         self.pos += n
         return view
 
@@ -180,8 +192,13 @@ class _Cursor:
             return self.string()
         if vtype == ARRAY:
             item_type, count = self.u32(), self.u64()
-            item_bytes = (SCALARS[item_type][1] if item_type in SCALARS
-                          else MIN_STRING_BYTES if item_type == STRING else 0)
+            item_bytes = (
+                SCALARS[item_type][1]
+                if item_type in SCALARS
+                else MIN_STRING_BYTES
+                if item_type == STRING
+                else 0
+            )
             self.check_fits(count * item_bytes, f"an array of {count} items")
             if item_type in SCALARS and count <= KEEP_ARRAY_MAX:
                 code, size = SCALARS[item_type]
@@ -192,39 +209,49 @@ class _Cursor:
                 for _ in range(count):
                     self.skip_string()
             else:
-                raise ApplianceError(f"{self.source.name}: unsupported GGUF array of type "
-                                     f"{item_type} while reading {self.what}")
+                raise ApplianceError(
+                    f"{self.source.name}: unsupported GGUF array of type "
+                    f"{item_type} while reading {self.what}"
+                )
             return ArrayInfo(item_type, count)
-        raise ApplianceError(f"{self.source.name}: unknown GGUF value type {vtype} while "
-                             f"reading {self.what}: not a GGUF file this tool understands")
+        raise ApplianceError(
+            f"{self.source.name}: unknown GGUF value type {vtype} while "
+            f"reading {self.what}: not a GGUF file this tool understands"
+        )
 
 
 def alignment_of(metadata: dict[str, Any], name: str) -> int:
     """`general.alignment`: a positive power of two (the data section starts at a multiple)."""
     value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if (not isinstance(value, int) or isinstance(value, bool) or value <= 0
-            or value & (value - 1) or value > MAX_ALIGNMENT):
-        raise ApplianceError(f"{name}: corrupt GGUF header: general.alignment is {value!r}, "
-                             "not a positive power of two")
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value <= 0
+        or value & (value - 1)
+        or value > MAX_ALIGNMENT
+    ):
+        raise ApplianceError(
+            f"{name}: corrupt GGUF header: general.alignment is {value!r}, not a positive power of two"
+        )
     return value
 
 
-def read_header(source: ByteSource, chunk: int = CHUNK,
-                budget: int = HEADER_BUDGET) -> GGUFHeader:
+def read_header(source: ByteSource, chunk: int = CHUNK, budget: int = HEADER_BUDGET) -> GGUFHeader:
     """Parse magic, metadata and tensor infos; never reads tensor data, never more than
     `budget` bytes of header."""
     cur = _Cursor(source, chunk, budget)
     magic = bytes(cur.need(4))
     if magic != GGUF_MAGIC:
-        raise ApplianceError(f"{source.name}: not a GGUF file (magic {magic!r}, expected "
-                             f"{GGUF_MAGIC!r})")
+        raise ApplianceError(f"{source.name}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
     version = cur.u32()
     if version not in (2, 3):
         raise ApplianceError(f"{source.name}: GGUF version {version} is not supported (2 or 3)")
     n_tensors, n_kv = cur.u64(), cur.u64()
     cur.what = "the counts of tensors and metadata keys"
-    cur.check_fits(n_tensors * MIN_TENSOR_BYTES + n_kv * MIN_KV_BYTES,
-                   f"{n_tensors} tensor infos and {n_kv} metadata entries")
+    cur.check_fits(
+        n_tensors * MIN_TENSOR_BYTES + n_kv * MIN_KV_BYTES,
+        f"{n_tensors} tensor infos and {n_kv} metadata entries",
+    )
     metadata: dict[str, Any] = {}
     for i in range(n_kv):
         cur.what = f"metadata entry {i + 1} of {n_kv}"
@@ -236,20 +263,20 @@ def read_header(source: ByteSource, chunk: int = CHUNK,
         name = cur.string()
         n_dims = cur.u32()
         if n_dims > 4:
-            raise ApplianceError(f"{source.name}: corrupt tensor info for {name!r} "
-                                 f"({n_dims} dimensions)")
+            raise ApplianceError(f"{source.name}: corrupt tensor info for {name!r} ({n_dims} dimensions)")
         shape = tuple(cur.u64() for _ in range(n_dims))
         elements = 1
         for dim in shape:
             elements *= dim
         if elements > MAX_DIM:
-            raise ApplianceError(f"{source.name}: corrupt tensor info for {name!r}: shape "
-                                 f"{list(shape)} holds more elements than ggml can address")
+            raise ApplianceError(
+                f"{source.name}: corrupt tensor info for {name!r}: shape "
+                f"{list(shape)} holds more elements than ggml can address"
+            )
         tensors.append(TensorInfo(name, shape, cur.u32(), cur.u64()))
     alignment = alignment_of(metadata, source.name)
     data_offset = (cur.pos + alignment - 1) // alignment * alignment
-    return GGUFHeader(source.name, version, metadata, tensors, alignment, data_offset,
-                      source.total_size())
+    return GGUFHeader(source.name, version, metadata, tensors, alignment, data_offset, source.total_size())
 
 
 def read_header_file(path: Path) -> GGUFHeader:

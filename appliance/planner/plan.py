@@ -27,6 +27,7 @@ PROCESS_BYTES = 32 * MiB  # llama.cpp binary, libraries, tokenizer tables, threa
 VRAM_MARGIN = 0.05  # of the VRAM limit kept free
 RAM_MARGIN = 0.05  # of the RAM limit kept free (page tables, kernel, other processes)
 
+
 class PlanVerdict(StrEnum):
     """Where a model lands under the limits; the value is what plan JSON carries."""
 
@@ -129,8 +130,14 @@ def _layer_sets(acc: Accounting) -> tuple[dict[int, int], dict[int, int]]:
 
 def _cache_bytes(acc: Accounting, ctx: int, layers: set[int]) -> int:
     f = acc.facts
-    kv = sum(f.head_count_kv[i] * (f.key_length + f.value_length) * 2
-             for i in f.attention_layers if i in layers) * ctx
+    kv = (
+        sum(
+            f.head_count_kv[i] * (f.key_length + f.value_length) * 2
+            for i in f.attention_layers
+            if i in layers
+        )
+        * ctx
+    )
     n_rec = len(f.recurrent_layers) or 1
     rec = f.recurrent_state_bytes * sum(1 for i in f.recurrent_layers if i in layers) // n_rec
     return kv + rec
@@ -142,12 +149,14 @@ def check_limits(limits: PlanLimits) -> None:
         raise ApplianceError("--ram must be more than 0")
     if limits.vram_bytes < 0:
         raise ApplianceError("--vram must be 0 (CPU only) or more")
-    for name, count in (("--ctx", limits.ctx), ("--ubatch", limits.n_ubatch),
-                        ("batch", limits.n_batch)):
+    for name, count in (("--ctx", limits.ctx), ("--ubatch", limits.n_ubatch), ("batch", limits.n_batch)):
         if count < 1:
             raise ApplianceError(f"{name} must be at least 1, got {count}")
-    for name, rate in (("--ssd-gbps", limits.ssd_gbps), ("--pcie-gbps", limits.pcie_gbps),
-                       ("--ram-gbps", limits.ram_gbps)):
+    for name, rate in (
+        ("--ssd-gbps", limits.ssd_gbps),
+        ("--pcie-gbps", limits.pcie_gbps),
+        ("--ram-gbps", limits.ram_gbps),
+    ):
         if not math.isfinite(rate) or rate <= 0:
             raise ApplianceError(f"{name} must be a finite number above 0, got {rate}")
     if limits.hit_rate is not None and not 0 <= limits.hit_rate <= 1:
@@ -199,26 +208,47 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     output_on_gpu = use_gpu and gpu_layers == layers
     if use_gpu:
         vram_lines = [
-            BudgetLine("vram", "weights: layers (attention, SSM, shared experts, routers)",
-                       dense_gpu, f"{gpu_layers} of {layers} layers"),
-            BudgetLine("vram", "weights: routed experts", experts_gpu,
-                       f"layers {cpu_moe}..{layers - 1}" if experts_gpu else "none"),
+            BudgetLine(
+                "vram",
+                "weights: layers (attention, SSM, shared experts, routers)",
+                dense_gpu,
+                f"{gpu_layers} of {layers} layers",
+            ),
+            BudgetLine(
+                "vram",
+                "weights: routed experts",
+                experts_gpu,
+                f"layers {cpu_moe}..{layers - 1}" if experts_gpu else "none",
+            ),
             BudgetLine("vram", "weights: output head", output if output_on_gpu else 0),
-            BudgetLine("vram", "KV cache + recurrent state",
-                       _cache_bytes(acc, limits.ctx, gpu_set), f"ctx {limits.ctx}, f16 K/V"),
-            BudgetLine("vram", "compute buffer (estimate)", compute,
-                       f"ubatch {min(limits.n_ubatch, limits.ctx)}"),
+            BudgetLine(
+                "vram",
+                "KV cache + recurrent state",
+                _cache_bytes(acc, limits.ctx, gpu_set),
+                f"ctx {limits.ctx}, f16 K/V",
+            ),
+            BudgetLine(
+                "vram", "compute buffer (estimate)", compute, f"ubatch {min(limits.n_ubatch, limits.ctx)}"
+            ),
             BudgetLine("vram", "CUDA context and workspace (estimate)", CUDA_CONTEXT_BYTES),
         ]
     vram_total = sum(line.bytes for line in vram_lines)
 
     host_compute = compute if not use_gpu or gpu_layers < layers else compute // 8
     anon_lines = [
-        BudgetLine("ram", "process and runtime (estimate)",
-                   PROCESS_BYTES + (CUDA_HOST_BYTES if use_gpu else 0), "anonymous"),
+        BudgetLine(
+            "ram",
+            "process and runtime (estimate)",
+            PROCESS_BYTES + (CUDA_HOST_BYTES if use_gpu else 0),
+            "anonymous",
+        ),
         BudgetLine("ram", "host compute buffer (estimate)", host_compute, "anonymous"),
-        BudgetLine("ram", "KV cache + recurrent state (host layers)",
-                   _cache_bytes(acc, limits.ctx, host_set), "anonymous"),
+        BudgetLine(
+            "ram",
+            "KV cache + recurrent state (host layers)",
+            _cache_bytes(acc, limits.ctx, host_set),
+            "anonymous",
+        ),
     ]
     ram_anon = sum(line.bytes for line in anon_lines)
     file_dense = embd + dense_host + (0 if output_on_gpu else output)
@@ -233,29 +263,47 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
 
     if use_gpu and vram_total > limits.vram_bytes:
         verdict = PlanVerdict.DOES_NOT_START
-        reason = (f"even with every routed expert in host memory the GPU needs "
-                  f"{format_size(vram_total)}, over the {format_size(limits.vram_bytes)} limit by "
-                  f"{format_size(vram_total - limits.vram_bytes)}")
+        reason = (
+            f"even with every routed expert in host memory the GPU needs "
+            f"{format_size(vram_total)}, over the {format_size(limits.vram_bytes)} limit by "
+            f"{format_size(vram_total - limits.vram_bytes)}"
+        )
     elif ram_anon + ram_file <= ram_budget:
-        verdict = (PlanVerdict.FITS_IN_VRAM if use_gpu and experts_host == 0
-                   and gpu_layers == layers else PlanVerdict.FITS_IN_RAM_PLUS_VRAM)
-        reason = (f"host needs {format_size(ram_anon + ram_file)} of "
-                  f"{format_size(ram_budget)} usable")
+        verdict = (
+            PlanVerdict.FITS_IN_VRAM
+            if use_gpu and experts_host == 0 and gpu_layers == layers
+            else PlanVerdict.FITS_IN_RAM_PLUS_VRAM
+        )
+        reason = f"host needs {format_size(ram_anon + ram_file)} of {format_size(ram_budget)} usable"
     elif ram_anon + ram_min_file <= ram_budget:
         verdict = PlanVerdict.OVERSUBSCRIBED
-        reason = (f"host-side model bytes ({format_size(ram_file)}) exceed the "
-                  f"{format_size(ram_budget - ram_anon)} left after anonymous memory: "
-                  "experts are paged in from storage on demand")
+        reason = (
+            f"host-side model bytes ({format_size(ram_file)}) exceed the "
+            f"{format_size(ram_budget - ram_anon)} left after anonymous memory: "
+            "experts are paged in from storage on demand"
+        )
     else:
         verdict = PlanVerdict.DOES_NOT_START
         short = ram_anon + ram_min_file - ram_budget
-        reason = (f"the smallest working set ({format_size(ram_anon + ram_min_file)}: anonymous "
-                  f"memory, non-expert weights and one token's experts of one layer) exceeds the "
-                  f"usable RAM ({format_size(ram_budget)}) by {format_size(short)}")
+        reason = (
+            f"the smallest working set ({format_size(ram_anon + ram_min_file)}: anonymous "
+            f"memory, non-expert weights and one token's experts of one layer) exceeds the "
+            f"usable RAM ({format_size(ram_budget)}) by {format_size(short)}"
+        )
 
     demand = verdict is PlanVerdict.OVERSUBSCRIBED
-    args = ["-m", acc.source, "-c", str(limits.ctx), "-b", str(limits.n_batch),
-            "-ub", str(min(limits.n_ubatch, limits.ctx)), "-ngl", str(gpu_layers)]
+    args = [
+        "-m",
+        acc.source,
+        "-c",
+        str(limits.ctx),
+        "-b",
+        str(limits.n_batch),
+        "-ub",
+        str(min(limits.n_ubatch, limits.ctx)),
+        "-ngl",
+        str(gpu_layers),
+    ]
     if use_gpu and gpu_layers == layers and 0 < cpu_moe < layers:
         args += ["--n-cpu-moe", str(cpu_moe)]
     elif use_gpu and experts_host == acc.groups["routed_experts"] and gpu_layers:
@@ -267,9 +315,11 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     env = {"LLAMA_MMAP_DEMAND": "1"} if demand else {}
 
     page_cache = max(ram_budget - ram_anon - file_dense, 0)
-    routed_host_per_token = sum(b * f.experts_used for layer, b in
-                                acc.expert_bytes_by_layer.items()
-                                if layer in host_set or layer < cpu_moe)
+    routed_host_per_token = sum(
+        b * f.experts_used
+        for layer, b in acc.expert_bytes_by_layer.items()
+        if layer in host_set or layer < cpu_moe
+    )
     roofline = None
     if routed_host_per_token:
         hit = min(1.0, page_cache / experts_host) if experts_host else 1.0
@@ -280,37 +330,62 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
 
         roofline = Roofline(
             routed_bytes_per_token=routed_host_per_token,
-            dense_host_bytes_per_token=dense_per_token, page_cache_bytes=page_cache,
-            expert_bytes_on_host=experts_host, uniform_hit_rate=hit,
+            dense_host_bytes_per_token=dense_per_token,
+            page_cache_bytes=page_cache,
+            expert_bytes_on_host=experts_host,
+            uniform_hit_rate=hit,
             ssd_cold_tps=tps(limits.ssd_gbps, routed_host_per_token),
             ssd_uniform_tps=tps(limits.ssd_gbps, routed_host_per_token * (1 - hit)),
-            ssd_measured_tps=(tps(limits.ssd_gbps, routed_host_per_token * (1 - limits.hit_rate))
-                              if limits.hit_rate is not None else None),
+            ssd_measured_tps=(
+                tps(limits.ssd_gbps, routed_host_per_token * (1 - limits.hit_rate))
+                if limits.hit_rate is not None
+                else None
+            ),
             pcie_tps=tps(limits.pcie_gbps, routed_host_per_token),
-            ram_tps=tps(limits.ram_gbps, routed_host_per_token + dense_per_token))
+            ram_tps=tps(limits.ram_gbps, routed_host_per_token + dense_per_token),
+        )
     return Plan(
-        model=acc.source, arch=f.arch, limits=limits, verdict=verdict,
-        verdict_text=verdict.text, reason=reason, gpu_layers=gpu_layers,
-        cpu_moe_layers=cpu_moe if use_gpu else layers, demand_mmap=demand, args=args, env=env,
-        budget=vram_lines + anon_lines + file_lines, vram_total=vram_total, ram_anon=ram_anon,
-        ram_file=ram_file, ram_min_file=ram_min_file, groups=dict(acc.groups),
-        tensor_data_bytes=acc.tensor_data_bytes, roofline=roofline,
+        model=acc.source,
+        arch=f.arch,
+        limits=limits,
+        verdict=verdict,
+        verdict_text=verdict.text,
+        reason=reason,
+        gpu_layers=gpu_layers,
+        cpu_moe_layers=cpu_moe if use_gpu else layers,
+        demand_mmap=demand,
+        args=args,
+        env=env,
+        budget=vram_lines + anon_lines + file_lines,
+        vram_total=vram_total,
+        ram_anon=ram_anon,
+        ram_file=ram_file,
+        ram_min_file=ram_min_file,
+        groups=dict(acc.groups),
+        tensor_data_bytes=acc.tensor_data_bytes,
+        roofline=roofline,
         assumptions={
-            "cuda_context_bytes": CUDA_CONTEXT_BYTES, "cuda_host_bytes": CUDA_HOST_BYTES,
-            "process_bytes": PROCESS_BYTES, "vram_margin": VRAM_MARGIN,
-            "ram_margin": RAM_MARGIN, "kv_cache_type": "f16",
+            "cuda_context_bytes": CUDA_CONTEXT_BYTES,
+            "cuda_host_bytes": CUDA_HOST_BYTES,
+            "process_bytes": PROCESS_BYTES,
+            "vram_margin": VRAM_MARGIN,
+            "ram_margin": RAM_MARGIN,
+            "kv_cache_type": "f16",
             "compute_buffer": "n_ubatch x 4 B x (vocab + 16 embd + 3 used x expert width)",
-        })
+        },
+    )
 
 
-def predicted_peak_bytes(acc: Accounting, ram_bytes: int, ctx: int = 4096,
-                         n_ubatch: int = 512, prompt_tokens: int | None = None) -> int:
+def predicted_peak_bytes(
+    acc: Accounting, ram_bytes: int, ctx: int = 4096, n_ubatch: int = 512, prompt_tokens: int | None = None
+) -> int:
     """Predicted cgroup memory peak of a CPU-only llama.cpp run of this model under `ram_bytes`:
     anonymous memory plus every weight page the run maps in, capped by the limit (file pages
     beyond it are reclaimed rather than charged). The compute buffer is touched only as far as
     the largest batch actually decoded, so a known prompt length narrows it. For the runner's
     predicted-versus-measured table."""
     touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
-    plan = make_plan(acc, PlanLimits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx,
-                                 n_ubatch=max(touched_ubatch, 1)))
+    plan = make_plan(
+        acc, PlanLimits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx, n_ubatch=max(touched_ubatch, 1))
+    )
     return min(ram_bytes, plan.ram_anon + plan.ram_file)

@@ -19,9 +19,11 @@ from appliance.planner.accounting import account_file
 from appliance.planner.plan import PlanLimits, make_plan
 from appliance.planner.render import render
 
-LABEL = ("UNVERIFIED reference plan: computed from a header-only GGUF built from published "
-         "configuration values and an assumed tensor type recipe (see the input's sources); "
-         "engine-side sizes are estimates; not measured on the named hardware")
+LABEL = (
+    "UNVERIFIED reference plan: computed from a header-only GGUF built from published "
+    "configuration values and an assumed tensor type recipe (see the input's sources); "
+    "engine-side sizes are estimates; not measured on the named hardware"
+)
 
 
 def write_reference_plans(input_path: Path, out_dir: Path, skeleton_dir: Path) -> list[Path]:
@@ -34,8 +36,11 @@ def write_reference_plans(input_path: Path, out_dir: Path, skeleton_dir: Path) -
     acc.source = f"{stem}.header-only.gguf"  # no host paths in evidence
     written = []
     for spec in doc.get("plans", []):
-        limits = PlanLimits(ram_bytes=parse_size(spec["ram"]), vram_bytes=parse_size(spec["vram"]),
-                        ctx=int(spec.get("ctx", 4096)))
+        limits = PlanLimits(
+            ram_bytes=parse_size(spec["ram"]),
+            vram_bytes=parse_size(spec["vram"]),
+            ctx=int(spec.get("ctx", 4096)),
+        )
         plan = make_plan(acc, limits)
         known = doc.get("known_file_size")
         record: dict[str, Any] = {
@@ -46,16 +51,16 @@ def write_reference_plans(input_path: Path, out_dir: Path, skeleton_dir: Path) -
             "hardware": spec["name"],
             "tensor_data_bytes": acc.tensor_data_bytes,
             "known_file_size": known,
-            "size_vs_known": (None if not known
-                              else round((acc.file_size - known) / known, 6)),
+            "size_vs_known": (None if not known else round((acc.file_size - known) / known, 6)),
             "plan": plan.to_dict(),
             "accounting": acc.summary(),
         }
         base = out_dir / f"{stem}.{spec['name']}"
         json_path = base.with_name(base.name + ".plan.json")
         atomic.write_json(json_path, record)
-        text = render(acc, plan, "header-only skeleton from the input's published numbers",
-                      f"{spec['vram']} given")
+        text = render(
+            acc, plan, "header-only skeleton from the input's published numbers", f"{spec['vram']} given"
+        )
         txt_path = base.with_name(base.name + ".plan.txt")
         atomic.write_text(txt_path, f"{LABEL}\n\n{text}\n")
         written += [json_path, txt_path]

@@ -30,8 +30,12 @@ ProgressFn = Callable[[int, int | None], None]
 
 def stderr_progress(fetched: int, total: int | None) -> None:
     of = f" of {format_size(total)}" if total else ""
-    print(f"\rheader bytes fetched: {format_size(fetched)}{of} (range requests)", end="",
-          file=sys.stderr, flush=True)
+    print(
+        f"\rheader bytes fetched: {format_size(fetched)}{of} (range requests)",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _split_url(url: str) -> urllib.parse.SplitResult:
@@ -82,8 +86,7 @@ class _Deadline:
 class HttpRangeSource:
     """Each read is one `Range: bytes=a-b` request; a server that ignores Range is refused."""
 
-    def __init__(self, url: str, progress: ProgressFn | None = None,
-                 deadline_s: float = DEADLINE_S) -> None:
+    def __init__(self, url: str, progress: ProgressFn | None = None, deadline_s: float = DEADLINE_S) -> None:
         _split_url(url)
         self.url = url
         self.name = url
@@ -97,8 +100,10 @@ class HttpRangeSource:
         if self._total is not None and offset >= self._total:
             return b""
         deadline = _Deadline(self.deadline_s)
-        late = ApplianceError(f"{self.url}: no complete answer within {self.deadline_s:g} s; "
-                              "the server is too slow or stopped answering: try again later")
+        late = ApplianceError(
+            f"{self.url}: no complete answer within {self.deadline_s:g} s; "
+            "the server is too slow or stopped answering: try again later"
+        )
         try:
             data = self._fetch(offset, size, deadline)
         except ApplianceError:
@@ -124,8 +129,7 @@ class HttpRangeSource:
         url = self.url
         for _ in range(MAX_REDIRECTS + 1):
             parts = _split_url(url)
-            kind = (http.client.HTTPSConnection if parts.scheme == "https"
-                    else http.client.HTTPConnection)
+            kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
             conn = kind(parts.hostname or "", parts.port, timeout=deadline.left())
             deadline.watch(conn)
             try:
@@ -150,30 +154,37 @@ class HttpRangeSource:
             raise ApplianceError(
                 f"{self.url}: the server does not support range requests (answered "
                 f"{status} to a Range request), so the header cannot be read alone; "
-                f"download the file{whole} and plan from the local copy")
+                f"download the file{whole} and plan from the local copy"
+            )
         if status != 206:
             raise ApplianceError(f"{self.url}: HTTP {status} {response.reason}")
         content_range = response.getheader("Content-Range", "")
         match = CONTENT_RANGE.fullmatch(content_range.strip())
         if not match:
-            raise ApplianceError(f"{self.url}: the server answered 206 with Content-Range "
-                                 f"{content_range[:80]!r}, not bytes START-END/TOTAL")
+            raise ApplianceError(
+                f"{self.url}: the server answered 206 with Content-Range "
+                f"{content_range[:80]!r}, not bytes START-END/TOTAL"
+            )
         start, end = int(match.group(1)), int(match.group(2))
         total = None if match.group(3) == "*" else int(match.group(3))
-        if start != offset or end < start or end > offset + size - 1 or \
-                (total is not None and end >= total):
-            raise ApplianceError(f"{self.url}: the server sent bytes {start}-{end} when asked "
-                                 f"for {offset}-{offset + size - 1}; refusing a wrong range")
+        if start != offset or end < start or end > offset + size - 1 or (total is not None and end >= total):
+            raise ApplianceError(
+                f"{self.url}: the server sent bytes {start}-{end} when asked "
+                f"for {offset}-{offset + size - 1}; refusing a wrong range"
+            )
         if total is not None:
             if self._total is not None and total != self._total:
-                raise ApplianceError(f"{self.url}: the file size changed from {self._total} to "
-                                     f"{total} bytes between requests")
+                raise ApplianceError(
+                    f"{self.url}: the file size changed from {self._total} to {total} bytes between requests"
+                )
             self._total = total
         want = end - start + 1
         data = response.read(want)
         if len(data) != want:
-            raise ApplianceError(f"{self.url}: the server sent {len(data)} of the {want} bytes "
-                                 f"of range {start}-{end}; the connection was cut")
+            raise ApplianceError(
+                f"{self.url}: the server sent {len(data)} of the {want} bytes "
+                f"of range {start}-{end}; the connection was cut"
+            )
         return data
 
     def total_size(self) -> int | None:

@@ -45,7 +45,8 @@ CREDENTIALS = {
     "API secret key": re.compile(r"\bsk-[A-Za-z0-9_-]{32,}"),
     "assigned secret": re.compile(
         r"(?i)\b(?:password|passwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
-        r"\s*[:=]\s*[\"'][^\"'\s]{12,}[\"']"),
+        r"\s*[:=]\s*[\"'][^\"'\s]{12,}[\"']"
+    ),
 }
 
 
@@ -62,12 +63,13 @@ class Blob:
 
 
 def _git(root: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    result = subprocess.run(["git", "-C", str(root), *args], input=stdin, capture_output=True,
-                            check=False)
+    result = subprocess.run(["git", "-C", str(root), *args], input=stdin, capture_output=True, check=False)
     if result.returncode != 0:
-        raise ApplianceError(f"{root}: git {args[0]} failed "
-                             f"({result.stderr.decode(errors='replace').strip()}): run the "
-                             "release check in a git checkout of the project")
+        raise ApplianceError(
+            f"{root}: git {args[0]} failed "
+            f"({result.stderr.decode(errors='replace').strip()}): run the "
+            "release check in a git checkout of the project"
+        )
     return result.stdout
 
 
@@ -87,8 +89,12 @@ def _records(output: bytes) -> list[tuple[str, str]]:
 
 
 def _has_head(root: Path) -> bool:
-    return subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "-q", "HEAD"],
-                          capture_output=True, check=False).returncode == 0
+    return (
+        subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
 
 
 def committed_blobs(root: Path, history: bool = False) -> list[Blob]:
@@ -97,11 +103,14 @@ def committed_blobs(root: Path, history: bool = False) -> list[Blob]:
     Working-tree edits are never read: what is committed or staged is what can be published.
     With history, each blob carries the first commit (oldest first) that has it at its path.
     """
-    probe = subprocess.run(["git", "-C", str(root), "rev-parse", "--git-dir"],
-                           capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--git-dir"], capture_output=True, text=True, check=False
+    )
     if probe.returncode != 0:
-        raise ApplianceError(f"{root}: not a git checkout ({probe.stderr.strip()}): run the "
-                             "release check from the project's repository")
+        raise ApplianceError(
+            f"{root}: not a git checkout ({probe.stderr.strip()}): run the "
+            "release check from the project's repository"
+        )
     first: dict[tuple[str, str], str | None] = {}
     if history:
         commits = _git(root, "rev-list", "--all", "--reverse", "--topo-order").decode().split()
@@ -120,8 +129,11 @@ def introducing_commit(root: Path, blob: Blob) -> Blob:
     """blob with the oldest reachable commit that added it at its path (None if only staged)."""
     if blob.commit is not None or not _has_head(root):
         return blob
-    out = _git(root, "log", "--all", "--reverse", "--format=%H", f"--find-object={blob.oid}",
-               "--", blob.path).decode().split()
+    out = (
+        _git(root, "log", "--all", "--reverse", "--format=%H", f"--find-object={blob.oid}", "--", blob.path)
+        .decode()
+        .split()
+    )
     return Blob(blob.path, blob.oid, out[0] if out else None)
 
 
@@ -131,8 +143,11 @@ def read_blobs(root: Path, oids: list[str], limit: int) -> dict[str, tuple[int, 
     if not unique:
         return {}
     sizes: dict[str, int] = {}
-    for line in _git(root, "cat-file", "--batch-check",
-                     stdin="\n".join(unique).encode() + b"\n").decode().splitlines():
+    for line in (
+        _git(root, "cat-file", "--batch-check", stdin="\n".join(unique).encode() + b"\n")
+        .decode()
+        .splitlines()
+    ):
         oid, _, length = line.split()
         sizes[oid] = int(length)
     small = [oid for oid in unique if sizes[oid] <= limit]
@@ -142,12 +157,13 @@ def read_blobs(root: Path, oids: list[str], limit: int) -> dict[str, tuple[int, 
     for oid in small:
         header_end = out.index(b"\n", position)
         size = int(out[position:header_end].split()[2])
-        blobs[oid] = (size, out[header_end + 1:header_end + 1 + size])
+        blobs[oid] = (size, out[header_end + 1 : header_end + 1 + size])
         position = header_end + 1 + size + 1
     for oid in unique:
         if oid not in blobs:
-            with subprocess.Popen(["git", "-C", str(root), "cat-file", "blob", oid],
-                                  stdout=subprocess.PIPE) as proc:
+            with subprocess.Popen(
+                ["git", "-C", str(root), "cat-file", "blob", oid], stdout=subprocess.PIPE
+            ) as proc:
                 assert proc.stdout is not None
                 head = proc.stdout.read(16)
                 proc.kill()
@@ -158,8 +174,9 @@ def read_blobs(root: Path, oids: list[str], limit: int) -> dict[str, tuple[int, 
 def reviewed_blobs(root: Path) -> set[tuple[str, str]]:
     """(path, blob id) pairs listed in the staged ALLOW_FILE: file versions a person reviewed
     and found to hold only test fixtures. A changed file is a new blob and is scanned again."""
-    listed = subprocess.run(["git", "-C", str(root), "cat-file", "blob", f":{ALLOW_FILE}"],
-                            capture_output=True, check=False)
+    listed = subprocess.run(
+        ["git", "-C", str(root), "cat-file", "blob", f":{ALLOW_FILE}"], capture_output=True, check=False
+    )
     if listed.returncode != 0:
         return set()
     allowed = set()
@@ -191,8 +208,9 @@ def _result(root: Path, name: str, hits: list[Hit], ok: str, problem: str) -> Ch
             origins[blob] = introducing_commit(root, blob).origin()
         shown.append(f"{text}, {origins[blob]})")
     more = f"; and {len(hits) - SHOWN} more" if len(hits) > SHOWN else ""
-    return Check(name, Status.FAIL, f"{problem}: {'; '.join(shown)}{more}",
-                 sorted({blob.path for blob, _ in hits}))
+    return Check(
+        name, Status.FAIL, f"{problem}: {'; '.join(shown)}{more}", sorted({blob.path for blob, _ in hits})
+    )
 
 
 def _scan_lines(texts: dict[Blob, str], match: Callable[[str], str | None]) -> list[Hit]:
@@ -209,6 +227,7 @@ def _first(pattern: re.Pattern[str]) -> Callable[[str], str | None]:
     def match(line: str) -> str | None:
         found = pattern.search(line)
         return found.group(0) if found else None
+
     return match
 
 
@@ -226,12 +245,10 @@ def _evidence_check(root: Path, paths: set[str]) -> Check:
         findings = load_findings(root / "evidence")
     except ConfigError as exc:
         return Check("evidence-valid", Status.FAIL, str(exc).replace(f"{root}/", ""))
-    return Check("evidence-valid", Status.PASS, f"{len(findings)} evidence files valid against "
-                 "their schema")
+    return Check("evidence-valid", Status.PASS, f"{len(findings)} evidence files valid against their schema")
 
 
-def release_check(root: Path, max_bytes: int = DEFAULT_MAX_BYTES,
-                  history: bool = False) -> list[Check]:
+def release_check(root: Path, max_bytes: int = DEFAULT_MAX_BYTES, history: bool = False) -> list[Check]:
     """Every named release check over the blobs git holds for root: the index and HEAD, or
     with history every blob of every reachable commit. Binary blobs are scanned for
     credentials too; the other line checks read text blobs."""
@@ -262,18 +279,41 @@ def release_check(root: Path, max_bytes: int = DEFAULT_MAX_BYTES,
     skipped = sum((b.path, b.oid) in reviewed for b in blobs)
     note = f" ({skipped} reviewed file versions in {ALLOW_FILE} not read)" if skipped else ""
     return [
-        _result(root, "no-model-weights", weights, f"no GGUF or other weight files {scope}",
-                "model weights are committed"),
-        _result(root, "no-raw-traces", traces, f"no raw route traces {scope}",
-                "raw traces are committed"),
-        _result(root, "file-size", large, f"every file {scope} is at most {max_bytes} bytes",
-                f"files over {max_bytes} bytes"),
-        _result(root, "no-private-addresses", _scan_lines(texts, _first(PRIVATE_ADDRESS)),
-                f"no private network addresses{note}", "private network addresses"),
-        _result(root, "no-home-paths", _scan_lines(texts, _first(HOME_PATH)),
-                f"no home-directory paths{note}", "home-directory paths"),
-        _result(root, "no-credentials", _scan_lines({**texts, **binaries}, _credential),
-                f"no credentials or tokens {scope}, text or binary{note}",
-                "credentials or tokens"),
+        _result(
+            root,
+            "no-model-weights",
+            weights,
+            f"no GGUF or other weight files {scope}",
+            "model weights are committed",
+        ),
+        _result(root, "no-raw-traces", traces, f"no raw route traces {scope}", "raw traces are committed"),
+        _result(
+            root,
+            "file-size",
+            large,
+            f"every file {scope} is at most {max_bytes} bytes",
+            f"files over {max_bytes} bytes",
+        ),
+        _result(
+            root,
+            "no-private-addresses",
+            _scan_lines(texts, _first(PRIVATE_ADDRESS)),
+            f"no private network addresses{note}",
+            "private network addresses",
+        ),
+        _result(
+            root,
+            "no-home-paths",
+            _scan_lines(texts, _first(HOME_PATH)),
+            f"no home-directory paths{note}",
+            "home-directory paths",
+        ),
+        _result(
+            root,
+            "no-credentials",
+            _scan_lines({**texts, **binaries}, _credential),
+            f"no credentials or tokens {scope}, text or binary{note}",
+            "credentials or tokens",
+        ),
         _evidence_check(root, {b.path for b in blobs}),
     ]

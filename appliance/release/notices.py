@@ -87,8 +87,11 @@ def license_of(dist: metadata.Distribution) -> str:
     expression = _field(dist, "License-Expression")
     if expression:
         return str(expression)
-    classifiers = [c[len(CLASSIFIER_PREFIX):] for c in meta.get_all("Classifier") or []
-                   if c.startswith(CLASSIFIER_PREFIX)]
+    classifiers = [
+        c[len(CLASSIFIER_PREFIX) :]
+        for c in meta.get_all("Classifier") or []
+        if c.startswith(CLASSIFIER_PREFIX)
+    ]
     if classifiers:
         return " / ".join(sorted(classifiers))
     text = _field(dist, "License").strip()

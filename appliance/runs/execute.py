@@ -128,8 +128,7 @@ def _collect(container: Any, record: dict[str, Any]) -> None:
     container.reload()
     state = container.attrs["State"]
     record["container_exit_code"] = state["ExitCode"]
-    record["oom_killed"] = bool(state["OOMKilled"]) or \
-        bool(record.get("cgroup", {}).get("oom_kills"))
+    record["oom_killed"] = bool(state["OOMKilled"]) or bool(record.get("cgroup", {}).get("oom_kills"))
     record["stdout"] = container.logs(stdout=True, stderr=False)
     record["stderr"] = container.logs(stdout=False, stderr=True)
 
@@ -175,13 +174,32 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     results = ctx.run_dir / ".scratch" / trial.name
     results.mkdir(parents=True)  # the container runs as this user, so it can write here
     name = f"appliance-{ctx.run_id}-{trial.index:03d}"
-    spec = container_spec(ctx.profile, ctx.engine, trial, ctx.settings, results, name,
-                          {L.RUN: ctx.run_id, L.RUN_TRIAL: trial.name})
+    spec = container_spec(
+        ctx.profile,
+        ctx.engine,
+        trial,
+        ctx.settings,
+        results,
+        name,
+        {L.RUN: ctx.run_id, L.RUN_TRIAL: trial.name},
+    )
     record: dict[str, Any] = {
-        "index": trial.index, "variant": trial.variant.name, "repeat": trial.repeat,
+        "index": trial.index,
+        "variant": trial.variant.name,
+        "repeat": trial.repeat,
         "memory_limit": spec["mem_limit"],
-        "container": {k: spec[k] for k in ("name", "command", "environment", "mem_limit",
-                                           "memswap_limit", "network_mode", "read_only")},
+        "container": {
+            k: spec[k]
+            for k in (
+                "name",
+                "command",
+                "environment",
+                "mem_limit",
+                "memswap_limit",
+                "network_mode",
+                "read_only",
+            )
+        },
         "image": ctx.engine.image,
         "model_device": ctx.settings.block_device.key if ctx.settings.block_device else None,
     }
@@ -189,8 +207,7 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     try:
         if ctx.profile.schedule.cold_cache:
             record["residency_before_evict"] = pagecache.residency(ctx.model.path).as_dict()
-            record["residency_at_start"] = \
-                pagecache.evict_and_measure(ctx.model.path).as_dict()
+            record["residency_at_start"] = pagecache.evict_and_measure(ctx.model.path).as_dict()
         record["started_utc"] = utc_now()
         started = time.monotonic()
         container = ctx.client.containers.run(**spec)
@@ -239,15 +256,22 @@ class TrialJob:
 
     @classmethod
     def of(cls, ctx: RunContext) -> "TrialJob":
-        return cls(ctx.profile, ctx.engine, ctx.model, ctx.settings, ctx.run_id,
-                   ctx.trial_timeout_s)
+        return cls(ctx.profile, ctx.engine, ctx.model, ctx.settings, ctx.run_id, ctx.trial_timeout_s)
 
     def __call__(self, trial: Trial, work_dir: Path) -> dict[str, Any]:
         from appliance.host.docker import docker_client
 
-        ctx = RunContext(docker_client(), self.profile, self.engine, self.model, self.settings,
-                         work_dir, self.run_id, Console(quiet=True),
-                         trial_timeout_s=self.trial_timeout_s)
+        ctx = RunContext(
+            docker_client(),
+            self.profile,
+            self.engine,
+            self.model,
+            self.settings,
+            work_dir,
+            self.run_id,
+            Console(quiet=True),
+            trial_timeout_s=self.trial_timeout_s,
+        )
         return run_trial(ctx, trial)
 
 
@@ -285,55 +309,73 @@ class RunOutcome:
     plots: list[Path]
 
 
-def write_inputs(run_dir: Path, profile: Profile, lock_raw: dict[str, Any],
-                 schedule: dict[str, Any], model: CheckedModel) -> None:
+def write_inputs(
+    run_dir: Path, profile: Profile, lock_raw: dict[str, Any], schedule: dict[str, Any], model: CheckedModel
+) -> None:
     inputs = run_dir / "inputs"
     atomic.write_text(inputs / "profile.yaml", profile.source_text)
     atomic.write_json(inputs / "lock.json", lock_raw)
     atomic.write_json(inputs / "schedule.json", schedule)
-    atomic.write_json(inputs / "model.json", {
-        **model.manifest(),
-        "pinned_bytes": profile.model.bytes,
-        "pinned_sha256": profile.model.sha256,
-        "source": profile.model.source,
-        "synth": profile.model.synth,
-    })
+    atomic.write_json(
+        inputs / "model.json",
+        {
+            **model.manifest(),
+            "pinned_bytes": profile.model.bytes,
+            "pinned_sha256": profile.model.sha256,
+            "source": profile.model.source,
+            "synth": profile.model.synth,
+        },
+    )
 
 
 def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
     s = profile.schedule
     return {
-        "profile": profile.name, "repeats": max(t.repeat for t in trials), "order": s.order,
-        "n_predict": s.n_predict, "prompt": s.prompt, "seed": s.seed, "cold_cache": s.cold_cache,
+        "profile": profile.name,
+        "repeats": max(t.repeat for t in trials),
+        "order": s.order,
+        "n_predict": s.n_predict,
+        "prompt": s.prompt,
+        "seed": s.seed,
+        "cold_cache": s.cold_cache,
         "trace": profile.trace,
-        "variants": [{"name": v.name, "env": v.env, "args": list(v.args)}
-                     for v in profile.variants],
+        "variants": [{"name": v.name, "env": v.env, "args": list(v.args)} for v in profile.variants],
         "trials": [t.name for t in trials],
-        **({"memory_limits": sorted({t.memory for t in trials if t.memory is not None})}
-           if any(t.memory is not None for t in trials) else {}),
+        **(
+            {"memory_limits": sorted({t.memory for t in trials if t.memory is not None})}
+            if any(t.memory is not None for t in trials)
+            else {}
+        ),
     }
 
 
-def _run_record(ctx: RunContext, status: str, started: str, trials: list[Trial],
-                extra: dict[str, Any]) -> dict[str, Any]:
+def _run_record(
+    ctx: RunContext, status: str, started: str, trials: list[Trial], extra: dict[str, Any]
+) -> dict[str, Any]:
     return {
-        "status": status, "profile": ctx.profile.name, "started_utc": started,
-        "ended_utc": utc_now(), "appliance_version": __version__, "trial_count": len(trials),
+        "status": status,
+        "profile": ctx.profile.name,
+        "started_utc": started,
+        "ended_utc": utc_now(),
+        "appliance_version": __version__,
+        "trial_count": len(trials),
         "trials_recorded": len(list((ctx.run_dir / "trials").glob("*/trial.json"))),
         "run_id": ctx.run_id,
-        "engine": ctx.engine.identity(), "model_digest_status": ctx.model.digest_status,
-        "limits": {"memory_bytes": ctx.profile.limits.memory,
-                   "memswap_bytes": ctx.profile.limits.memswap},
+        "engine": ctx.engine.identity(),
+        "model_digest_status": ctx.model.digest_status,
+        "limits": {"memory_bytes": ctx.profile.limits.memory, "memswap_bytes": ctx.profile.limits.memswap},
         "cgroup_version": ctx.settings.cgroup_version,
-        "trial_timeout_s": ctx.trial_timeout_s, **extra,
+        "trial_timeout_s": ctx.trial_timeout_s,
+        **extra,
     }
 
 
 # Trials a resumed run starts again: never recorded, stopped by Ctrl-C, or left unrun because
 # no cluster node could take them.
 def needs_rerun(record: dict[str, Any] | None) -> bool:
-    return record is None or record.get("status") == TrialStatus.INTERRUPTED or \
-        bool(record.get("unscheduled"))
+    return (
+        record is None or record.get("status") == TrialStatus.INTERRUPTED or bool(record.get("unscheduled"))
+    )
 
 
 # Written when a run directory is sealed (appliance.attest); a resumed run is sealed afresh.
@@ -358,16 +400,19 @@ def resume_point(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any])
         raise ConfigError(f"{run_dir} is complete: nothing to resume")
     inputs = run_dir / "inputs"
     schedule = _read_json(inputs / "schedule.json") or {}
-    same = ((inputs / "profile.yaml").is_file()
-            and (inputs / "profile.yaml").read_text() == ctx.profile.source_text
-            and _read_json(inputs / "lock.json") == lock_raw
-            and schedule.get("trials") == [t.name for t in trials])
+    same = (
+        (inputs / "profile.yaml").is_file()
+        and (inputs / "profile.yaml").read_text() == ctx.profile.source_text
+        and _read_json(inputs / "lock.json") == lock_raw
+        and schedule.get("trials") == [t.name for t in trials]
+    )
     if not same:
-        raise ConfigError(f"{run_dir} was started with another profile, lock or trial plan "
-                          "(--repeats): resume it with the same ones, or start a new run")
+        raise ConfigError(
+            f"{run_dir} was started with another profile, lock or trial plan "
+            "(--repeats): resume it with the same ones, or start a new run"
+        )
     ctx.run_id = str(run["run_id"])
-    pending = [t for t in trials
-               if needs_rerun(_read_json(run_dir / "trials" / t.name / "trial.json"))]
+    pending = [t for t in trials if needs_rerun(_read_json(run_dir / "trials" / t.name / "trial.json"))]
     for trial in pending:
         shutil.rmtree(run_dir / "trials" / trial.name, ignore_errors=True)
         shutil.rmtree(run_dir / ".scratch" / trial.name, ignore_errors=True)
@@ -376,10 +421,16 @@ def resume_point(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any])
     return str(run.get("started_utc") or utc_now()), pending
 
 
-def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
-                extra: dict[str, Any], finalize: Finalizer | None = None,
-                before_trials: Prelude | None = None, executor: TrialExecutor | None = None,
-                resume: bool = False) -> RunOutcome:
+def execute_run(
+    ctx: RunContext,
+    trials: list[Trial],
+    lock_raw: dict[str, Any],
+    extra: dict[str, Any],
+    finalize: Finalizer | None = None,
+    before_trials: Prelude | None = None,
+    executor: TrialExecutor | None = None,
+    resume: bool = False,
+) -> RunOutcome:
     """Every trial through the executor (this machine by default), then statistics, plots and
     the optional finalize hook.
 
@@ -393,16 +444,18 @@ def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
     executor = executor or LocalExecutor()
     if resume:
         started, pending = resume_point(ctx, trials, lock_raw)
-        ctx.console.print(f"resuming {ctx.run_dir}: {len(trials) - len(pending)} of "
-                          f"{len(trials)} trials recorded, {len(pending)} to run")
+        ctx.console.print(
+            f"resuming {ctx.run_dir}: {len(trials) - len(pending)} of "
+            f"{len(trials)} trials recorded, {len(pending)} to run"
+        )
     else:
         started, pending = utc_now(), trials
         ctx.run_dir.mkdir(parents=True)
-        write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials),
-                     ctx.model)
+        write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials), ctx.model)
     job = TrialJob.of(ctx)
-    atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, RunStatus.INCOMPLETE, started, trials,
-                                                            extra))
+    atomic.write_json(
+        ctx.run_dir / "run.json", _run_record(ctx, RunStatus.INCOMPLETE, started, trials, extra)
+    )
 
     def starting(trial: Trial, where: str) -> None:
         ctx.console.print(f"trial {trial.name} on {where}: evicting model, starting container")
@@ -420,20 +473,23 @@ def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
     except KeyboardInterrupt:
         status = RunStatus.INCOMPLETE
     except BaseException:
-        atomic.write_json(ctx.run_dir / "run.json",
-                          _run_record(ctx, RunStatus.FAILED, started, trials,
-                                      {**extra, "executor": executor.describe()}))
+        atomic.write_json(
+            ctx.run_dir / "run.json",
+            _run_record(ctx, RunStatus.FAILED, started, trials, {**extra, "executor": executor.describe()}),
+        )
         raise
     finally:
         scratch = ctx.run_dir / ".scratch"
         if scratch.is_dir() and not any(scratch.iterdir()):
             scratch.rmdir()
     if status == RunStatus.INCOMPLETE:
-        ctx.console.print("[red]interrupted[/red]: running trials stopped, queued trials not "
-                          "started, run marked incomplete")
+        ctx.console.print(
+            "[red]interrupted[/red]: running trials stopped, queued trials not started, run marked incomplete"
+        )
     extra = {**extra, "executor": executor.describe()}
-    results = stats.summarize(ctx.run_dir, [v.name for v in ctx.profile.variants],
-                              ctx.profile.schedule.n_predict)
+    results = stats.summarize(
+        ctx.run_dir, [v.name for v in ctx.profile.variants], ctx.profile.schedule.n_predict
+    )
     atomic.write_json(ctx.run_dir / "results.json", results)
     from appliance.runs import plots as run_plots  # matplotlib loads only when a run has plots to draw
 
@@ -446,15 +502,18 @@ def execute_run(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any],
 
 def _trial_line(record: dict[str, Any]) -> str:
     status = record["status"]
-    colour = {TrialStatus.OK: "green", TrialStatus.OOM_KILLED: "red",
-              TrialStatus.FAILED: "red"}.get(status, "yellow")
+    colour = {TrialStatus.OK: "green", TrialStatus.OOM_KILLED: "red", TrialStatus.FAILED: "red"}.get(
+        status, "yellow"
+    )
     wall = record.get("engine_wall_s")
     peak = record.get("cgroup", {}).get("peak_bytes")
-    where = f" on {record['node']['hostname']} ({record['node']['node_id'][:8]})" \
-        if isinstance(record.get("node"), dict) else ""
+    where = (
+        f" on {record['node']['hostname']} ({record['node']['node_id'][:8]})"
+        if isinstance(record.get("node"), dict)
+        else ""
+    )
     name = f"{record.get('index', 0):03d}-{record.get('variant')}-r{record.get('repeat')}"
-    parts = [f"  trial {name}{where}: "
-             f"[{colour}]{status}[/{colour}] exit {record.get('exit_code')}"]
+    parts = [f"  trial {name}{where}: [{colour}]{status}[/{colour}] exit {record.get('exit_code')}"]
     if wall is not None:
         parts.append(f"wall {wall:.3f} s")
     if peak is not None:

@@ -29,8 +29,9 @@ class TrialExecutor(Protocol):
     Ctrl-C (KeyboardInterrupt) while iterating stops what runs, records it as interrupted,
     starts nothing more and propagates."""
 
-    def run(self, job: OneTrial, trials: Sequence[Trial], run_dir: Path,
-            on_start: OnStart | None = None) -> Iterator[dict[str, Any]]: ...
+    def run(
+        self, job: OneTrial, trials: Sequence[Trial], run_dir: Path, on_start: OnStart | None = None
+    ) -> Iterator[dict[str, Any]]: ...
 
     def describe(self) -> dict[str, Any]:
         """What run.json records under `executor`: the kind and, on a cluster, where each
@@ -41,8 +42,9 @@ class TrialExecutor(Protocol):
 class LocalExecutor:
     """Today's behaviour: every trial on this machine, one after another, in plan order."""
 
-    def run(self, job: OneTrial, trials: Sequence[Trial], run_dir: Path,
-            on_start: OnStart | None = None) -> Iterator[dict[str, Any]]:
+    def run(
+        self, job: OneTrial, trials: Sequence[Trial], run_dir: Path, on_start: OnStart | None = None
+    ) -> Iterator[dict[str, Any]]:
         for trial in trials:
             if on_start is not None:
                 on_start(trial, "this machine")

@@ -28,16 +28,19 @@ class MemoryPoint:
         assert self.fraction is not None
         limit = int(self.fraction * model_bytes) // PAGE * PAGE
         if limit <= 0:
-            raise ConfigError(f"memory {self.text}: {self.fraction} of the {model_bytes}-byte "
-                              "model rounds to zero bytes; use a larger fraction or a size")
+            raise ConfigError(
+                f"memory {self.text}: {self.fraction} of the {model_bytes}-byte "
+                "model rounds to zero bytes; use a larger fraction or a size"
+            )
         return limit
 
 
 def parse_memory_point(value: object) -> MemoryPoint:
     """`0.3` or 0.3 (a fraction of the model file), `200MiB` or `6GiB` (a size)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"memory {value!r}: expected a fraction of the model (0.5) or a "
-                          "size with its unit (200MiB)")
+        raise ConfigError(
+            f"memory {value!r}: expected a fraction of the model (0.5) or a size with its unit (200MiB)"
+        )
     text = str(value).strip()
     try:
         fraction = float(text)
@@ -45,15 +48,18 @@ def parse_memory_point(value: object) -> MemoryPoint:
         fraction = None
     if fraction is not None:
         if not 0 < fraction <= MAX_FRACTION:
-            raise ConfigError(f"memory {text}: a plain number is a fraction of the model file "
-                              f"and must be above 0 and at most {MAX_FRACTION:g}; write sizes "
-                              "with a unit (200MiB)")
+            raise ConfigError(
+                f"memory {text}: a plain number is a fraction of the model file "
+                f"and must be above 0 and at most {MAX_FRACTION:g}; write sizes "
+                "with a unit (200MiB)"
+            )
         return MemoryPoint(text=text, fraction=fraction)
     try:
         size = units.parse_size(text)
     except ApplianceError:
-        raise ConfigError(f"memory {text!r}: expected a fraction of the model (0.5) or a size "
-                          "with its unit (200MiB, 6GiB)") from None
+        raise ConfigError(
+            f"memory {text!r}: expected a fraction of the model (0.5) or a size with its unit (200MiB, 6GiB)"
+        ) from None
     if size <= 0:
         raise ConfigError(f"memory {text}: a memory limit must be above zero")
     return MemoryPoint(text=text, size=size)
@@ -63,23 +69,29 @@ def parse_memory_list(text: str) -> tuple[MemoryPoint, ...]:
     """The `--memory` option: comma-separated points."""
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise ConfigError(f"--memory {text!r}: give a comma-separated list such as "
-                          "0.3,0.5,1.2 or 150MiB,200MiB,600MiB")
+        raise ConfigError(
+            f"--memory {text!r}: give a comma-separated list such as 0.3,0.5,1.2 or 150MiB,200MiB,600MiB"
+        )
     return tuple(parse_memory_point(item) for item in items)
 
 
-def resolve_limits(points: tuple[MemoryPoint, ...], model_bytes: int, floor: int,
-                   profile_name: str) -> list[int]:
+def resolve_limits(
+    points: tuple[MemoryPoint, ...], model_bytes: int, floor: int, profile_name: str
+) -> list[int]:
     """Bytes per point, ascending; refuses a limit below floor and duplicates."""
     limits: dict[int, str] = {}
     for point in points:
         limit = point.resolve(model_bytes)
         if limit < floor:
-            raise ConfigError(f"memory {point.text} ({limit} bytes) is below profile "
-                              f"{profile_name}'s engine minimum of {floor} bytes")
+            raise ConfigError(
+                f"memory {point.text} ({limit} bytes) is below profile "
+                f"{profile_name}'s engine minimum of {floor} bytes"
+            )
         if limit in limits:
-            raise ConfigError(f"memory {point.text} and {limits[limit]} are the same limit "
-                              f"({limit} bytes): list each limit once")
+            raise ConfigError(
+                f"memory {point.text} and {limits[limit]} are the same limit "
+                f"({limit} bytes): list each limit once"
+            )
         limits[limit] = point.text
     return sorted(limits)
 

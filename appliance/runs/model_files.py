@@ -19,9 +19,9 @@ from appliance.core.units import format_size
 from appliance.runs.profile import ModelManifest
 
 # How a model's digest was established, recorded in inputs/model.json.
-VERIFIED = "verified"          # sha256 computed (or cached) and equal to the pinned one
-UNPINNED = "unpinned"          # the profile pins no sha256: the computed one is recorded
-SKIPPED = "skipped"            # --skip-digest-check: nothing hashed, size checked only
+VERIFIED = "verified"  # sha256 computed (or cached) and equal to the pinned one
+UNPINNED = "unpinned"  # the profile pins no sha256: the computed one is recorded
+SKIPPED = "skipped"  # --skip-digest-check: nothing hashed, size checked only
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,11 @@ def cached_sha256(path: Path, progress: ProgressFn | None = None) -> tuple[str, 
         return cache[key], True
     digest = sha256_file(real, byte_counter(f"sha256 {real.name}", stat.st_size, progress))
     # Drop this file's stale entries and those of files that no longer exist.
-    cache = {k: v for k, v in _load_cache().items()
-             if not k.startswith(f"{real}|") and Path(k.split("|", 1)[0]).exists()}
+    cache = {
+        k: v
+        for k, v in _load_cache().items()
+        if not k.startswith(f"{real}|") and Path(k.split("|", 1)[0]).exists()
+    }
     cache[key] = digest
     atomic.write_json(digest_cache_path(), cache)
     return digest, False
@@ -79,8 +82,10 @@ def missing_model_message(manifest: ModelManifest, models_dir: Path) -> str:
     digest = f"sha256 {manifest.sha256}" if manifest.sha256 else "sha256 not pinned"
     where = f"get it from: {manifest.source}"
     if manifest.synth:
-        where = ("create it with: appliance model synth "
-                 f"{models_dir / manifest.file} {' '.join(manifest.synth_args())}")
+        where = (
+            "create it with: appliance model synth "
+            f"{models_dir / manifest.file} {' '.join(manifest.synth_args())}"
+        )
     return f"model {manifest.file} not found in {models_dir} (expected {size}, {digest}); {where}"
 
 
@@ -93,14 +98,17 @@ def locate_model(manifest: ModelManifest, models_dir: Path) -> tuple[Path, int]:
         raise ApplianceError(missing_model_message(manifest, models_dir))
     size = path.stat().st_size
     if manifest.bytes is not None and size != manifest.bytes:
-        raise IntegrityError(f"model {path} has {size:,} bytes, the profile pins "
-                             f"{manifest.bytes:,} ({format_size(manifest.bytes, trim=True)}): wrong or "
-                             f"incomplete file; get it from: {manifest.source}")
+        raise IntegrityError(
+            f"model {path} has {size:,} bytes, the profile pins "
+            f"{manifest.bytes:,} ({format_size(manifest.bytes, trim=True)}): wrong or "
+            f"incomplete file; get it from: {manifest.source}"
+        )
     return path, size
 
 
-def check_model(manifest: ModelManifest, models_dir: Path, skip_digest: bool = False,
-                progress: ProgressFn | None = None) -> CheckedModel:
+def check_model(
+    manifest: ModelManifest, models_dir: Path, skip_digest: bool = False, progress: ProgressFn | None = None
+) -> CheckedModel:
     """Size first (cheap), then sha256 unless skipped; refuses a missing or different file."""
     path, size = locate_model(manifest, models_dir)
     if skip_digest:
@@ -109,6 +117,8 @@ def check_model(manifest: ModelManifest, models_dir: Path, skip_digest: bool = F
     if manifest.sha256 is None:
         return CheckedModel(path, manifest.file, size, digest, UNPINNED, from_cache)
     if digest != manifest.sha256:
-        raise IntegrityError(f"model {path} has sha256 {digest}, the profile pins "
-                             f"{manifest.sha256}: refusing to run a different file")
+        raise IntegrityError(
+            f"model {path} has sha256 {digest}, the profile pins "
+            f"{manifest.sha256}: refusing to run a different file"
+        )
     return CheckedModel(path, manifest.file, size, digest, VERIFIED, from_cache)

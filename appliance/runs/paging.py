@@ -19,8 +19,9 @@ from appliance.trace.format import read_trace
 from appliance.trace.replay import ReplaySetup, replay_one
 
 
-def predicted_cold_read(trace_path: Path, model_path: Path, memory_limit: int,
-                        anon_bytes: int) -> dict[str, Any]:
+def predicted_cold_read(
+    trace_path: Path, model_path: Path, memory_limit: int, anon_bytes: int
+) -> dict[str, Any]:
     trace = read_trace(trace_path)
     per_expert = expert_bytes_from_gguf(model_path, trace.header)
     n_experts = int(trace.header["n_experts"])

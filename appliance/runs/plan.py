@@ -25,7 +25,7 @@ EXIT_FILE = ".engine-exit"
 WRAPPER = (
     's=$(date +%s%N); "$@"; rc=$?; e=$(date +%s%N); '
     f'echo "$rc $s $e" > {RESULTS_MOUNT}/{EXIT_FILE}.tmp && '
-    f'mv {RESULTS_MOUNT}/{EXIT_FILE}.tmp {RESULTS_MOUNT}/{EXIT_FILE}; exec sleep 86400'
+    f"mv {RESULTS_MOUNT}/{EXIT_FILE}.tmp {RESULTS_MOUNT}/{EXIT_FILE}; exec sleep 86400"
 )
 # Files the engine writes under RESULTS_MOUNT, kept in the trial directory under these names.
 ENGINE_OUTPUTS = ("timing.json", "output.txt", "trace.moetrace")
@@ -54,10 +54,20 @@ class LlamaMoeTraceEngine:
         """Greedy decoding of exactly n_predict tokens (EOS ignored), so every variant and
         repeat does the same work; the schedule's seed is recorded, greedy needs none."""
         s = profile.schedule
-        argv = ["llama-moe-trace", "-m", f"{MODELS_MOUNT}/{profile.model.file}",
-                "-p", s.prompt, "-n", str(s.n_predict), "--ignore-eos",
-                "--timings", f"{RESULTS_MOUNT}/timing.json",
-                "--text", f"{RESULTS_MOUNT}/output.txt"]
+        argv = [
+            "llama-moe-trace",
+            "-m",
+            f"{MODELS_MOUNT}/{profile.model.file}",
+            "-p",
+            s.prompt,
+            "-n",
+            str(s.n_predict),
+            "--ignore-eos",
+            "--timings",
+            f"{RESULTS_MOUNT}/timing.json",
+            "--text",
+            f"{RESULTS_MOUNT}/output.txt",
+        ]
         if profile.model.sha256:
             argv += ["--model-sha256", profile.model.sha256]
         if profile.trace:
@@ -101,16 +111,28 @@ class DiskProbeEngine:
     reads: int = 64
 
     def argv(self, profile: Profile, variant: Variant) -> list[str]:
-        return ["llama-moe-trace", "--probe-disk", f"{MODELS_MOUNT}/{profile.model.file}",
-                "--probe-block", str(self.block_bytes), "--probe-reads", str(self.reads),
-                "--timings", f"{RESULTS_MOUNT}/timing.json"]
+        return [
+            "llama-moe-trace",
+            "--probe-disk",
+            f"{MODELS_MOUNT}/{profile.model.file}",
+            "--probe-block",
+            str(self.block_bytes),
+            "--probe-reads",
+            str(self.reads),
+            "--timings",
+            f"{RESULTS_MOUNT}/timing.json",
+        ]
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
         return {}
 
     def identity(self) -> dict[str, Any]:
-        return {"kind": "llama-moe-trace --probe-disk", "image": self.image,
-                "block_bytes": self.block_bytes, "reads": self.reads}
+        return {
+            "kind": "llama-moe-trace --probe-disk",
+            "image": self.image,
+            "block_bytes": self.block_bytes,
+            "reads": self.reads,
+        }
 
 
 @dataclass(frozen=True)
@@ -147,11 +169,14 @@ def sweep_plan(profile: Profile, limits: list[int], repeats: int | None = None) 
     one (limit, variant) pair together."""
     count = repeats if repeats is not None else profile.schedule.repeats
     if profile.schedule.order == "interleaved":
-        triples = [(r, limits[(i + r - 1) % len(limits)], v) for r in range(1, count + 1)
-                   for i in range(len(limits)) for v in profile.variants]
+        triples = [
+            (r, limits[(i + r - 1) % len(limits)], v)
+            for r in range(1, count + 1)
+            for i in range(len(limits))
+            for v in profile.variants
+        ]
     else:
-        triples = [(r, m, v) for m in limits for v in profile.variants
-                   for r in range(1, count + 1)]
+        triples = [(r, m, v) for m in limits for v in profile.variants for r in range(1, count + 1)]
     return [Trial(i, v, r, m) for i, (r, m, v) in enumerate(triples, start=1)]
 
 
@@ -166,8 +191,15 @@ class ContainerSettings:
     user: str = f"{os.getuid()}:{os.getgid()}"
 
 
-def container_spec(profile: Profile, engine: Engine, trial: Trial, settings: ContainerSettings,
-                   results_dir: Path, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def container_spec(
+    profile: Profile,
+    engine: Engine,
+    trial: Trial,
+    settings: ContainerSettings,
+    results_dir: Path,
+    name: str,
+    labels: dict[str, str],
+) -> dict[str, Any]:
     """Keyword arguments for docker-py's `containers.run` for one trial (detached)."""
     limits = profile.limits
     memory = trial.memory_limit(profile)
@@ -192,20 +224,36 @@ def container_spec(profile: Profile, engine: Engine, trial: Trial, settings: Con
         },
     }
     if settings.block_device is not None and settings.cgroup_version == 1:
-        spec["device_read_bps"] = [{"Path": settings.block_device.node,
-                                    "Rate": BLKIO_UNLIMITED_BPS}]
+        spec["device_read_bps"] = [{"Path": settings.block_device.node, "Rate": BLKIO_UNLIMITED_BPS}]
     if settings.gpu_device_ids is not None:
-        spec["device_requests"] = [{"Driver": "nvidia", "DeviceIDs": list(settings.gpu_device_ids),
-                                    "Capabilities": [["gpu"]]}]
+        spec["device_requests"] = [
+            {"Driver": "nvidia", "DeviceIDs": list(settings.gpu_device_ids), "Capabilities": [["gpu"]]}
+        ]
     return spec
 
 
 def docker_cli_equivalent(spec: dict[str, Any]) -> str:
     """The `docker run` command line a person would type for the same container."""
-    args = ["docker", "run", "-d", "--name", spec["name"], "--user", spec["user"],
-            "--memory", str(spec["mem_limit"]), "--memory-swap", str(spec["memswap_limit"]),
-            "--network", spec["network_mode"], "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges", "--read-only"]
+    args = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        spec["name"],
+        "--user",
+        spec["user"],
+        "--memory",
+        str(spec["mem_limit"]),
+        "--memory-swap",
+        str(spec["memswap_limit"]),
+        "--network",
+        spec["network_mode"],
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--read-only",
+    ]
     for path, options in spec["tmpfs"].items():
         args += ["--tmpfs", f"{path}:{options}"]
     for host, bind in spec["volumes"].items():

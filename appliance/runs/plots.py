@@ -32,8 +32,13 @@ def decode_plot(results: dict[str, Any], path: Path) -> bool:
     for x, name in enumerate(names):
         d = results["variants"][name]["decode_tps"]
         ax.bar(x, d["median"], color="#4c72b0", alpha=0.7)
-        ax.errorbar(x, d["median"], yerr=[[d["median"] - d["min"]], [d["max"] - d["median"]]],
-                    color="black", capsize=6)
+        ax.errorbar(
+            x,
+            d["median"],
+            yerr=[[d["median"] - d["min"]], [d["max"] - d["median"]]],
+            color="black",
+            capsize=6,
+        )
         ax.scatter([x] * d["n"], d["samples"], color="black", s=12, zorder=3)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("decode tokens/s (median, min-max)")

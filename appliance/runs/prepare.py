@@ -32,29 +32,35 @@ class TargetChoice:
     note: str | None
 
 
-def choose_target(profile: Profile, visible: list[Gpu], lock: Lock, dry_run: bool,
-                  gpu_index: int | None = None) -> TargetChoice:
+def choose_target(
+    profile: Profile, visible: list[Gpu], lock: Lock, dry_run: bool, gpu_index: int | None = None
+) -> TargetChoice:
     """The image target and GPU request: `auto` follows the GPU's compute capability."""
     if profile.gpu == "none" or (profile.gpu == "optional" and not visible):
         return TargetChoice("cpu" if profile.target == "auto" else profile.target, None, None)
     if not visible:
-        message = (f"profile {profile.name} needs an NVIDIA GPU and none is visible here; "
-                   f"`appliance doctor` shows what is missing")
+        message = (
+            f"profile {profile.name} needs an NVIDIA GPU and none is visible here; "
+            f"`appliance doctor` shows what is missing"
+        )
         if not dry_run:
             raise ApplianceError(message)
         target = None if profile.target == "auto" else profile.target
         return TargetChoice(target, (str(gpu_index or 0),), message)
     gpu = next((g for g in visible if g.index == (gpu_index or 0)), None)
     if gpu is None:
-        raise ApplianceError(f"no GPU with index {gpu_index}: visible are "
-                             f"{', '.join(str(g.index) for g in visible)}")
+        raise ApplianceError(
+            f"no GPU with index {gpu_index}: visible are {', '.join(str(g.index) for g in visible)}"
+        )
     fitting = target_for_capability(gpu.compute_capability, lock)
     target = fitting if profile.target == "auto" else profile.target
     if fitting is None or target != fitting:
-        raise ApplianceError(f"GPU {gpu.index} ({gpu.name}, compute capability "
-                             f"{gpu.compute_capability}) fits no image target "
-                             f"{'(sm89 or sm120)' if target is None else target}; "
-                             "`appliance doctor` lists the GPUs and targets")
+        raise ApplianceError(
+            f"GPU {gpu.index} ({gpu.name}, compute capability "
+            f"{gpu.compute_capability}) fits no image target "
+            f"{'(sm89 or sm120)' if target is None else target}; "
+            "`appliance doctor` lists the GPUs and targets"
+        )
     return TargetChoice(target, (str(gpu.index),), None)
 
 
@@ -71,8 +77,10 @@ def find_image(client: docker.DockerClient, candidates: list[str]) -> str:
             continue
         return tag
     target = candidates[0].split(":", 1)[1].split("-", 1)[0]
-    raise ApplianceError(f"no engine image for target {target} (looked for "
-                         f"{', '.join(candidates)}): build it with `make image-{target}`")
+    raise ApplianceError(
+        f"no engine image for target {target} (looked for "
+        f"{', '.join(candidates)}): build it with `make image-{target}`"
+    )
 
 
 def host_memory_bytes() -> int:
@@ -85,9 +93,11 @@ def host_memory_bytes() -> int:
 def check_limit_fits_host(profile: Profile) -> None:
     total = host_memory_bytes()
     if profile.limits.memory > total:
-        raise ConfigError(f"profile {profile.name}: limits.memory "
-                          f"{format_size(profile.limits.memory, trim=True)} exceeds this host's "
-                          f"{format_size(total, trim=True)} of RAM, so the limit would not bind")
+        raise ConfigError(
+            f"profile {profile.name}: limits.memory "
+            f"{format_size(profile.limits.memory, trim=True)} exceeds this host's "
+            f"{format_size(total, trim=True)} of RAM, so the limit would not bind"
+        )
 
 
 def default_run_dir(profile: Profile) -> Path:
@@ -107,10 +117,21 @@ class PreparedRun:
     run_dir: Path
 
 
-def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int | None,
-                out: Path | None, dry_run: bool, skip_digest: bool, image: str | None,
-                gpu_index: int | None, client_factory: Any,
-                progress: ProgressFn | None = None, resume: bool = False) -> tuple[PreparedRun, Any]:
+def prepare_run(
+    profile: Profile,
+    models_dir: Path,
+    lock: Lock,
+    *,
+    repeats: int | None,
+    out: Path | None,
+    dry_run: bool,
+    skip_digest: bool,
+    image: str | None,
+    gpu_index: int | None,
+    client_factory: Any,
+    progress: ProgressFn | None = None,
+    resume: bool = False,
+) -> tuple[PreparedRun, Any]:
     """All checks, cheapest first. Returns the prepared run and a Docker client (None in a
     dry run); `client_factory()` connects (or raises the "Docker down" error). With resume,
     `out` must be an existing run directory (its trials so far are kept)."""
@@ -119,15 +140,18 @@ def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int 
     run_dir = out if out is not None else default_run_dir(profile)
     if resume:
         if out is None or not (run_dir / "run.json").is_file():
-            raise ApplianceError("--resume needs --out naming the run directory to resume "
-                                 "(one with a run.json)")
+            raise ApplianceError(
+                "--resume needs --out naming the run directory to resume (one with a run.json)"
+            )
     elif run_dir.exists() and any(run_dir.iterdir()):
-        raise ApplianceError(f"{run_dir} already exists and is not empty: choose another --out "
-                             "(or --resume it)")
+        raise ApplianceError(
+            f"{run_dir} already exists and is not empty: choose another --out (or --resume it)"
+        )
     locate_model(profile.model, models_dir)
     if run_dir.resolve().is_relative_to(models_dir.resolve()):
-        raise ApplianceError(f"--out {run_dir} is inside the models directory, which is "
-                             "never written to: choose another --out")
+        raise ApplianceError(
+            f"--out {run_dir} is inside the models directory, which is never written to: choose another --out"
+        )
     choice = choose_target(profile, visible_gpus(), lock, dry_run, gpu_index)
     client = None
     if not dry_run:
@@ -141,10 +165,15 @@ def prepare_run(profile: Profile, models_dir: Path, lock: Lock, *, repeats: int 
     elif client is not None:
         find_image(client, [image])
     model = check_model(profile.model, models_dir, skip_digest=skip_digest, progress=progress)
-    settings = ContainerSettings(models_dir=models_dir, block_device=block_device_for(model.path),
-                                 cgroup_version=cgroup_version(), gpu_device_ids=choice.gpu_ids)
-    prepared = PreparedRun(profile, model, choice, image, not dry_run, settings,
-                           trial_plan(profile, repeats), run_dir)
+    settings = ContainerSettings(
+        models_dir=models_dir,
+        block_device=block_device_for(model.path),
+        cgroup_version=cgroup_version(),
+        gpu_device_ids=choice.gpu_ids,
+    )
+    prepared = PreparedRun(
+        profile, model, choice, image, not dry_run, settings, trial_plan(profile, repeats), run_dir
+    )
     return prepared, client
 
 

@@ -122,14 +122,18 @@ def _size(raw: dict[str, Any], key: str, path: Path, default: int | None = None)
 
 
 def _limits(raw: dict[str, Any], path: Path) -> MemoryLimits:
-    limits = MemoryLimits(memory=_size(raw, "memory", path),
-                          swap=_size(raw, "swap", path, default=0),
-                          engine_min_memory=_size(raw, "engine_min_memory", path))
+    limits = MemoryLimits(
+        memory=_size(raw, "memory", path),
+        swap=_size(raw, "swap", path, default=0),
+        engine_min_memory=_size(raw, "engine_min_memory", path),
+    )
     floor = max(limits.engine_min_memory, DOCKER_MIN_MEMORY)
     if limits.memory < floor:
-        raise ConfigError(f"{path}: /limits/memory: {format_size(limits.memory, trim=True)} is "
-                          f"impossible: the engine needs at least {format_size(floor, trim=True)} "
-                          f"({floor} bytes) to start")
+        raise ConfigError(
+            f"{path}: /limits/memory: {format_size(limits.memory, trim=True)} is "
+            f"impossible: the engine needs at least {format_size(floor, trim=True)} "
+            f"({floor} bytes) to start"
+        )
     return limits
 
 
@@ -138,14 +142,14 @@ def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
     for index, item in enumerate(items):
         if item["name"] in variants:
             raise ConfigError(f"{path}: /variants/{index}/name: {item['name']!r} appears twice")
-        variants[item["name"]] = Variant(name=item["name"], env=dict(item.get("env", {})),
-                                         args=tuple(item.get("args", [])))
+        variants[item["name"]] = Variant(
+            name=item["name"], env=dict(item.get("env", {})), args=tuple(item.get("args", []))
+        )
     return tuple(variants.values())
 
 
 def _check_gpu(raw: dict[str, Any], path: Path) -> None:
     target, gpu = raw["target"], raw["gpu"]
-
 
     if target == "cpu" and gpu == "required":
         raise ConfigError(f"{path}: /gpu: a cpu target cannot require a GPU")
@@ -176,16 +180,26 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
         description=raw["description"],
         source_path=path,
         source_text=text,
-        model=ModelManifest(file=model["file"], bytes=model["bytes"], sha256=model["sha256"],
-                            source=model["source"], synth=model.get("synth")),
+        model=ModelManifest(
+            file=model["file"],
+            bytes=model["bytes"],
+            sha256=model["sha256"],
+            source=model["source"],
+            synth=model.get("synth"),
+        ),
         target=raw["target"],
         gpu=raw["gpu"],
         limits=_limits(raw["limits"], path),
         engine_args=tuple(raw["engine"].get("args", [])),
         variants=_variants(raw["variants"], path),
-        schedule=Schedule(repeats=schedule["repeats"], order=schedule["order"],
-                          n_predict=schedule["n_predict"], prompt=schedule["prompt"],
-                          seed=schedule["seed"], cold_cache=schedule["cold_cache"]),
+        schedule=Schedule(
+            repeats=schedule["repeats"],
+            order=schedule["order"],
+            n_predict=schedule["n_predict"],
+            prompt=schedule["prompt"],
+            seed=schedule["seed"],
+            cold_cache=schedule["cold_cache"],
+        ),
         trace=raw["trace"],
         evidence=tuple(raw.get("evidence", [])),
         sweep=_sweep(raw.get("sweep"), path),

@@ -22,9 +22,17 @@ def planned_specs(prepared: PreparedRun, engine: Engine, run_id: str) -> list[di
     specs = []
     for trial in prepared.trials:
         results = prepared.run_dir / ".scratch" / trial.name
-        specs.append(container_spec(prepared.profile, engine, trial, prepared.settings, results,
-                                    f"appliance-{run_id}-{trial.index:03d}",
-                                    {L.RUN: run_id}))
+        specs.append(
+            container_spec(
+                prepared.profile,
+                engine,
+                trial,
+                prepared.settings,
+                results,
+                f"appliance-{run_id}-{trial.index:03d}",
+                {L.RUN: run_id},
+            )
+        )
     return specs
 
 
@@ -33,8 +41,7 @@ def digest_line(prepared: PreparedRun) -> str:
     if model.digest_status == SKIPPED:
         return "sha256 NOT CHECKED (--skip-digest-check): this run is not verified"
     if model.digest_status == UNPINNED:
-        return (f"sha256 {model.sha256} (the profile pins no digest: pin this one in a copy "
-                "of the profile)")
+        return f"sha256 {model.sha256} (the profile pins no digest: pin this one in a copy of the profile)"
     cached = ", from the digest cache" if model.digest_from_cache else ""
     return f"sha256 {model.sha256} verified{cached}"
 
@@ -43,8 +50,10 @@ def print_stand_in(console: Console, prepared: PreparedRun, lock: Lock) -> str |
     """Say loudly when the run's image is built from a stand-in; returns its name, or None."""
     stand_in = stand_in_of(prepared.image, lock)
     if stand_in is not None:
-        console.print(f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
-                      f"canonical pin {lock.upstream.release}[/bold yellow]")
+        console.print(
+            f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
+            f"canonical pin {lock.upstream.release}[/bold yellow]"
+        )
     return stand_in
 
 
@@ -55,31 +64,46 @@ def print_header(console: Console, prepared: PreparedRun) -> None:
     style = "bold red" if prepared.model.digest_status != "verified" else "green"
     console.print(f"            [{style}]{digest_line(prepared)}[/{style}]", highlight=False)
     target = prepared.choice.target or "auto (unresolved: no GPU visible)"
-    console.print(f"target      {target}; image {prepared.image}"
-                  f"{'' if prepared.image_checked else ' (not checked in a dry run)'}")
+    console.print(
+        f"target      {target}; image {prepared.image}"
+        f"{'' if prepared.image_checked else ' (not checked in a dry run)'}"
+    )
     swap = "no swap" if limits.swap == 0 else f"swap {format_size(limits.swap, trim=True)}"
-    console.print(f"memory      limit {format_size(limits.memory, trim=True)} ({limits.memory} bytes), "
-                  f"memory+swap {format_size(limits.memswap, trim=True)} ({swap})")
+    console.print(
+        f"memory      limit {format_size(limits.memory, trim=True)} ({limits.memory} bytes), "
+        f"memory+swap {format_size(limits.memswap, trim=True)} ({swap})"
+    )
     console.print(f"model mount {prepared.settings.models_dir} -> /models (read-only)")
     gpu = prepared.settings.gpu_device_ids
-    console.print("GPU request " + (f"nvidia device {','.join(gpu)} (capabilities gpu)"
-                                    if gpu is not None else "none"))
+    console.print(
+        "GPU request " + (f"nvidia device {','.join(gpu)} (capabilities gpu)" if gpu is not None else "none")
+    )
     device = prepared.settings.block_device
-    console.print("block reads " + (f"counted on {device.node} ({device.key})" if device
-                                    else "not countable (the model is not on a block device)"))
+    console.print(
+        "block reads "
+        + (
+            f"counted on {device.node} ({device.key})"
+            if device
+            else "not countable (the model is not on a block device)"
+        )
+    )
     if prepared.choice.note:
         console.print(f"[bold red]note[/bold red]        {prepared.choice.note}")
 
 
 def print_plan(console: Console, prepared: PreparedRun, specs: list[dict[str, Any]]) -> None:
-    table = Table(title=f"trial plan ({prepared.profile.schedule.order}, "
-                        f"{len(prepared.trials)} trials)")
+    table = Table(title=f"trial plan ({prepared.profile.schedule.order}, {len(prepared.trials)} trials)")
     for column in ("trial", "variant", "repeat", "env", "cold cache"):
         table.add_column(column)
     for trial in prepared.trials:
         env = " ".join(f"{k}={v}" for k, v in sorted(trial.variant.env.items())) or "-"
-        table.add_row(trial.name, trial.variant.name, str(trial.repeat), env,
-                      "evict + check" if prepared.profile.schedule.cold_cache else "no")
+        table.add_row(
+            trial.name,
+            trial.variant.name,
+            str(trial.repeat),
+            env,
+            "evict + check" if prepared.profile.schedule.cold_cache else "no",
+        )
     console.print(table)
     seen = set()
     for trial, spec in zip(prepared.trials, specs, strict=True):
@@ -94,40 +118,64 @@ def _cell(stat: dict[str, Any], scale: float = 1.0, digits: int = 3) -> str:
     if not stat.get("n"):
         return "-"
     flag = " !" if stat["outliers"] else ""
-    return (f"{stat['median'] / scale:.{digits}f} "
-            f"[{stat['min'] / scale:.{digits}f}-{stat['max'] / scale:.{digits}f}]{flag}")
+    return (
+        f"{stat['median'] / scale:.{digits}f} "
+        f"[{stat['min'] / scale:.{digits}f}-{stat['max'] / scale:.{digits}f}]{flag}"
+    )
 
 
-def print_summary(console: Console, results: dict[str, Any], run_dir: Path, status: str,
-                  plots: list[Path]) -> None:
+def print_summary(
+    console: Console, results: dict[str, Any], run_dir: Path, status: str, plots: list[Path]
+) -> None:
     table = Table(title="median [min-max] per variant (! = MAD outlier among the samples)")
-    for column in ("variant", "ok/trials", "wall s", "prefill tok/s", "decode tok/s",
-                   "peak MiB", "read MiB", "read B/token"):
+    for column in (
+        "variant",
+        "ok/trials",
+        "wall s",
+        "prefill tok/s",
+        "decode tok/s",
+        "peak MiB",
+        "read MiB",
+        "read B/token",
+    ):
         table.add_column(column)
     for name, v in results["variants"].items():
-        table.add_row(name, f"{v['counts']['ok']}/{len(v['trials'])}", _cell(v["wall_s"]),
-                      _cell(v["prefill_tps"], digits=2), _cell(v["decode_tps"], digits=2),
-                      _cell(v["peak_bytes"], MIB, 1), _cell(v["block_read_bytes"], MIB, 1),
-                      _cell(v["bytes_read_per_token"], 1, 0))
+        table.add_row(
+            name,
+            f"{v['counts']['ok']}/{len(v['trials'])}",
+            _cell(v["wall_s"]),
+            _cell(v["prefill_tps"], digits=2),
+            _cell(v["decode_tps"], digits=2),
+            _cell(v["peak_bytes"], MIB, 1),
+            _cell(v["block_read_bytes"], MIB, 1),
+            _cell(v["bytes_read_per_token"], 1, 0),
+        )
     console.print(table)
     for ratio in results["ratios"]:
-        parts = [f"{metric} {m['median']:.3f}x [{m['min']:.3f}-{m['max']:.3f}]"
-                 for metric, m in ratio["metrics"].items()
-                 if metric in ("wall_s", "decode_tps", "block_read_bytes")]
-        console.print(f"{ratio['numerator']} / {ratio['denominator']} (pairwise, by round): "
-                      + (", ".join(parts) or "no complete pairs"))
+        parts = [
+            f"{metric} {m['median']:.3f}x [{m['min']:.3f}-{m['max']:.3f}]"
+            for metric, m in ratio["metrics"].items()
+            if metric in ("wall_s", "decode_tps", "block_read_bytes")
+        ]
+        console.print(
+            f"{ratio['numerator']} / {ratio['denominator']} (pairwise, by round): "
+            + (", ".join(parts) or "no complete pairs")
+        )
     print_outcome(console, results, run_dir, status)
     for plot in plots:
         console.print(f"plot: {plot}")
 
 
-def print_outcome(console: Console, results: dict[str, Any], run_dir: Path, status: str,
-                  comparisons_scope: str = "") -> None:
+def print_outcome(
+    console: Console, results: dict[str, Any], run_dir: Path, status: str, comparisons_scope: str = ""
+) -> None:
     """Byte identity of the generated texts, the trials that did not finish, the run's status."""
     identity = results["byte_identity"]
     if identity["all_identical"]:
-        console.print(f"[green]generated texts byte-identical at matched length[/green] "
-                      f"({len(identity['comparisons'])} comparisons{comparisons_scope})")
+        console.print(
+            f"[green]generated texts byte-identical at matched length[/green] "
+            f"({len(identity['comparisons'])} comparisons{comparisons_scope})"
+        )
     else:
         for finding in identity["findings"]:
             console.print(f"[bold red]finding:[/bold red] {finding}")

@@ -23,8 +23,15 @@ TIMING_KEYS = {
     "decode_tps": ("decode_tokens_per_s",),
     "generated_tokens": ("n_decode_tokens", "decode_tokens", "generated_tokens"),
 }
-METRICS = ("wall_s", "prefill_tps", "decode_tps", "peak_bytes", "block_read_bytes",
-           "major_faults", "bytes_read_per_token")
+METRICS = (
+    "wall_s",
+    "prefill_tps",
+    "decode_tps",
+    "peak_bytes",
+    "block_read_bytes",
+    "major_faults",
+    "bytes_read_per_token",
+)
 
 
 def mad_outliers(samples: list[float]) -> list[int]:
@@ -45,9 +52,14 @@ def describe(samples: list[float]) -> dict[str, Any]:
     median = statistics.median(samples)
     low, high = min(samples), max(samples)
     return {
-        "n": len(samples), "median": median, "min": low, "max": high, "spread": high - low,
+        "n": len(samples),
+        "median": median,
+        "min": low,
+        "max": high,
+        "spread": high - low,
         "spread_rel": (high - low) / median if median else None,
-        "outliers": mad_outliers(samples), "samples": samples,
+        "outliers": mad_outliers(samples),
+        "samples": samples,
     }
 
 
@@ -93,8 +105,9 @@ def trial_metrics(trial: dict[str, Any], n_predict: int) -> dict[str, float | No
     }
 
 
-def _ratios(by_round: dict[int, dict[str, dict[str, float | None]]], reference: str,
-            other: str) -> dict[str, Any]:
+def _ratios(
+    by_round: dict[int, dict[str, dict[str, float | None]]], reference: str, other: str
+) -> dict[str, Any]:
     """other / reference for each metric, pair by pair in the same round."""
     out: dict[str, Any] = {"numerator": other, "denominator": reference, "metrics": {}}
     for metric in METRICS:
@@ -116,8 +129,12 @@ def byte_identity(trials: list[dict[str, Any]], reference_variant: str) -> dict[
     with_text = [t for t in trials if t["text"] is not None and t.get("status") == TrialStatus.OK]
     reference = next((t for t in with_text if t["variant"] == reference_variant), None)
     if reference is None:
-        return {"reference": None, "comparisons": [], "all_identical": None,
-                "findings": ["no finished reference trial with generated text"]}
+        return {
+            "reference": None,
+            "comparisons": [],
+            "all_identical": None,
+            "findings": ["no finished reference trial with generated text"],
+        }
     comparisons, findings = [], []
     for trial in with_text:
         if trial is reference:
@@ -125,18 +142,32 @@ def byte_identity(trials: list[dict[str, Any]], reference_variant: str) -> dict[
         length = min(len(reference["text"]), len(trial["text"]))
         a, b = reference["text"][:length], trial["text"][:length]
         first_diff = next((i for i in range(length) if a[i] != b[i]), None)
-        comparisons.append({"trial": trial["dir"], "matched_length": length,
-                            "identical": first_diff is None, "first_difference": first_diff})
+        comparisons.append(
+            {
+                "trial": trial["dir"],
+                "matched_length": length,
+                "identical": first_diff is None,
+                "first_difference": first_diff,
+            }
+        )
         if first_diff is not None:
-            findings.append(f"{trial['dir']} differs from {reference['dir']} at byte "
-                            f"{first_diff} of {length} compared")
-    return {"reference": reference["dir"], "comparisons": comparisons,
-            "all_identical": not findings, "findings": findings}
+            findings.append(
+                f"{trial['dir']} differs from {reference['dir']} at byte {first_diff} of {length} compared"
+            )
+    return {
+        "reference": reference["dir"],
+        "comparisons": comparisons,
+        "all_identical": not findings,
+        "findings": findings,
+    }
 
 
-def per_variant_stats(trials: list[dict[str, Any]], variants: list[str], n_predict: int,
-                      by_round: dict[int, dict[str, dict[str, float | None]]] | None = None
-                      ) -> dict[str, Any]:
+def per_variant_stats(
+    trials: list[dict[str, Any]],
+    variants: list[str],
+    n_predict: int,
+    by_round: dict[int, dict[str, dict[str, float | None]]] | None = None,
+) -> dict[str, Any]:
     """Statistics of each variant over the given trials; fills by_round when given."""
     per_variant: dict[str, Any] = {}
     by_round = {} if by_round is None else by_round
@@ -146,12 +177,11 @@ def per_variant_stats(trials: list[dict[str, Any]], variants: list[str], n_predi
         metrics = {t["dir"]: trial_metrics(t, n_predict) for t in ok}
         for t in ok:
             by_round.setdefault(t["repeat"], {})[name] = metrics[t["dir"]]
-        counts = {status: sum(1 for t in mine if t.get("status") == status)
-                  for status in TrialStatus}
+        counts = {status: sum(1 for t in mine if t.get("status") == status) for status in TrialStatus}
         per_variant[name] = {
-            "trials": [t["dir"] for t in mine], "counts": counts,
-            **{m: describe([v for v in (metrics[d][m] for d in metrics) if v is not None])
-               for m in METRICS},
+            "trials": [t["dir"] for t in mine],
+            "counts": counts,
+            **{m: describe([v for v in (metrics[d][m] for d in metrics) if v is not None]) for m in METRICS},
         }
     return per_variant
 
@@ -163,15 +193,18 @@ def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, A
     by_round: dict[int, dict[str, dict[str, float | None]]] = {}
     limits = sorted({t["memory_limit"] for t in trials if t.get("memory_limit") is not None})
     if len(limits) > 1:
-        by_limit = {str(limit): per_variant_stats(
-            [t for t in trials if t.get("memory_limit") == limit], variants, n_predict)
-            for limit in limits}
+        by_limit = {
+            str(limit): per_variant_stats(
+                [t for t in trials if t.get("memory_limit") == limit], variants, n_predict
+            )
+            for limit in limits
+        }
         per_variant = per_variant_stats(trials, variants, n_predict)
     else:
         by_limit = None
         per_variant = per_variant_stats(trials, variants, n_predict, by_round)
     reference = variants[0]
-    pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1:]]
+    pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1 :]]
     return {
         "schema_version": SCHEMA_VERSION,
         "trial_order": [t["dir"] for t in trials],

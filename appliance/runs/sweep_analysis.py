@@ -44,17 +44,25 @@ class ModelExperts:
         return self.file_bytes - sum(self.expert_bytes.values()) * self.n_experts
 
     def as_dict(self) -> dict[str, Any]:
-        return {"file_bytes": self.file_bytes, "n_experts": self.n_experts, "k": self.k,
-                "moe_layers": sorted(self.expert_bytes), "expert_bytes": self.one_expert,
-                "expert_bytes_per_layer": {str(k): v for k, v in sorted(self.expert_bytes.items())},
-                "non_expert_bytes": self.non_expert_bytes}
+        return {
+            "file_bytes": self.file_bytes,
+            "n_experts": self.n_experts,
+            "k": self.k,
+            "moe_layers": sorted(self.expert_bytes),
+            "expert_bytes": self.one_expert,
+            "expert_bytes_per_layer": {str(k): v for k, v in sorted(self.expert_bytes.items())},
+            "non_expert_bytes": self.non_expert_bytes,
+        }
 
 
 def model_experts(model_path: Path, trace: Trace) -> ModelExperts:
     """Read once per sweep: checks that the GGUF is the traced model (sha256 included)."""
-    return ModelExperts(file_bytes=model_path.stat().st_size,
-                        expert_bytes=expert_bytes_from_gguf(model_path, trace.header),
-                        n_experts=trace.n_experts, k=trace.k)
+    return ModelExperts(
+        file_bytes=model_path.stat().st_size,
+        expert_bytes=expert_bytes_from_gguf(model_path, trace.header),
+        n_experts=trace.n_experts,
+        k=trace.k,
+    )
 
 
 def phase_reads(timing: dict[str, Any]) -> dict[str, int] | None:
@@ -68,8 +76,11 @@ def phase_reads(timing: dict[str, Any]) -> dict[str, int] | None:
     faults = [io[p].get("majflt") for p in ("load_end", "prefill_end", "decode_end")]
     out = {"load": load, "prefill": prefill - load, "decode": decode - prefill, "total": decode}
     if all(isinstance(f, int) and f >= 0 for f in faults):
-        out |= {"major_faults_load": faults[0], "major_faults_prefill": faults[1] - faults[0],
-                "major_faults_decode": faults[2] - faults[1]}
+        out |= {
+            "major_faults_load": faults[0],
+            "major_faults_prefill": faults[1] - faults[0],
+            "major_faults_decode": faults[2] - faults[1],
+        }
     return out
 
 
@@ -79,8 +90,13 @@ def probe_summary(record: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for m in record.get("measurements", []):
         device = m["device_read_bytes"] if m.get("device_read_bytes", -1) >= 0 else m["bytes"]
-        rows.append({**m, "bytes_per_s": device / m["seconds"] if m["seconds"] > 0 else None,
-                     "device_fraction": device / m["bytes"] if m["bytes"] else None})
+        rows.append(
+            {
+                **m,
+                "bytes_per_s": device / m["seconds"] if m["seconds"] > 0 else None,
+                "device_fraction": device / m["bytes"] if m["bytes"] else None,
+            }
+        )
 
     def pick(block: int | None, depth: int) -> float | None:
         for row in rows:
@@ -89,11 +105,16 @@ def probe_summary(record: dict[str, Any]) -> dict[str, Any]:
                 return row["bytes_per_s"]
         return None
 
-    return {"file_bytes": record.get("file_bytes"), "advice": record.get("advice"),
-            "measurements": rows,
-            "expert_qd1_bytes_per_s": pick(None, 1), "expert_qd8_bytes_per_s": pick(None, 8),
-            "page_qd1_bytes_per_s": pick(4096, 1), "page_qd8_bytes_per_s": pick(4096, 8),
-            "reference": "expert_qd1_bytes_per_s"}
+    return {
+        "file_bytes": record.get("file_bytes"),
+        "advice": record.get("advice"),
+        "measurements": rows,
+        "expert_qd1_bytes_per_s": pick(None, 1),
+        "expert_qd8_bytes_per_s": pick(None, 8),
+        "page_qd1_bytes_per_s": pick(4096, 1),
+        "page_qd8_bytes_per_s": pick(4096, 8),
+        "reference": "expert_qd1_bytes_per_s",
+    }
 
 
 def capacity_for(limit: int, anon_bytes: int, experts: ModelExperts) -> tuple[int, bool]:
@@ -113,8 +134,7 @@ def predicted_reads(trace: Trace, capacity: int, experts: ModelExperts) -> dict[
     step_kind = np.zeros(int(trace.rows["step"].max()) + 1 if len(trace.rows) else 1, dtype=np.int64)
     step_kind[trace.rows["step"].astype(np.int64)] = trace.rows["kind"]
     decode = np.repeat(step_kind[pool.step] == DECODE_KIND, sizes)
-    layer_bytes = np.array([experts.expert_bytes[layer] for layer in events.moe_layers],
-                           dtype=np.int64)
+    layer_bytes = np.array([experts.expert_bytes[layer] for layer in events.moe_layers], dtype=np.int64)
     item_bytes = layer_bytes[pool.item_layer_index()]
     _, first = np.unique(pool.items, return_index=True)
     compulsory = np.zeros(len(pool.items), dtype=bool)
@@ -140,8 +160,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def trial_row(trial: dict[str, Any], trace: Trace | None, experts: ModelExperts,
-              probe_bps: float | None) -> dict[str, Any]:
+def trial_row(
+    trial: dict[str, Any], trace: Trace | None, experts: ModelExperts, probe_bps: float | None
+) -> dict[str, Any]:
     """Everything the sweep reports about one trial (roofline filled in later)."""
     timing = trial.get("timing") or {}
     tokens = timing.get("n_decode_tokens")
@@ -150,14 +171,22 @@ def trial_row(trial: dict[str, Any], trace: Trace | None, experts: ModelExperts,
     reads = (trial.get("cgroup") or {}).get("block_read_bytes") or {}
     device = trial.get("model_device")
     cgroup_total = reads.get(device) if device in reads else (sum(reads.values()) if reads else None)
-    anon = max((timing.get(k) or {}).get("anon_bytes") or 0
-               for k in ("residency_after_load", "residency_at_end"))
+    anon = max(
+        (timing.get(k) or {}).get("anon_bytes") or 0 for k in ("residency_after_load", "residency_at_end")
+    )
     limit = int(trial["memory_limit"])
     row: dict[str, Any] = {
-        "trial": trial["dir"], "variant": trial["variant"], "repeat": trial["repeat"],
-        "memory_limit": limit, "status": trial.get("status"), "decode_tokens": tokens,
-        "decode_s": decode_s, "decode_tps": timing.get("decode_tokens_per_s"),
-        "anon_bytes": anon, "phase_reads": phases, "cgroup_block_read_bytes": cgroup_total,
+        "trial": trial["dir"],
+        "variant": trial["variant"],
+        "repeat": trial["repeat"],
+        "memory_limit": limit,
+        "status": trial.get("status"),
+        "decode_tokens": tokens,
+        "decode_s": decode_s,
+        "decode_tps": timing.get("decode_tokens_per_s"),
+        "anon_bytes": anon,
+        "phase_reads": phases,
+        "cgroup_block_read_bytes": cgroup_total,
     }
     if phases is not None and cgroup_total:
         row["phase_sum_over_cgroup"] = phases["total"] / cgroup_total
@@ -170,11 +199,15 @@ def trial_row(trial: dict[str, Any], trace: Trace | None, experts: ModelExperts,
     belady = predicted["policies"]["belady"]["decode_read_bytes"]
     bandwidth = measured / decode_s if measured is not None and decode_s else None
     row |= {
-        "capacity_experts": capacity, "capacity_clamped_to_k": clamped,
+        "capacity_experts": capacity,
+        "capacity_clamped_to_k": clamped,
         "predicted": predicted,
         "measured_decode_read_bytes": measured,
-        "reads_per_token": {"measured": _ratio(measured, tokens), "lru": lru / tokens,
-                            "belady": belady / tokens},
+        "reads_per_token": {
+            "measured": _ratio(measured, tokens),
+            "lru": lru / tokens,
+            "belady": belady / tokens,
+        },
         "measured_over_lru": _ratio(measured, lru),
         "measured_over_belady": _ratio(measured, belady),
         "belady_over_lru": _ratio(belady, lru),
@@ -184,8 +217,7 @@ def trial_row(trial: dict[str, Any], trace: Trace | None, experts: ModelExperts,
     return row
 
 
-def add_roofline(rows: list[dict[str, Any]], probe_bps: float | None,
-                 key: str = "roofline") -> None:
+def add_roofline(rows: list[dict[str, Any]], probe_bps: float | None, key: str = "roofline") -> None:
     """Roofline per trial: compute time per token at full residency (the variant's trials at
     the largest limit, less the time their own decode reads take at the probed bandwidth)
     plus the LRU-predicted reads per token over the probed bandwidth. Stored under `key`."""
@@ -196,15 +228,20 @@ def add_roofline(rows: list[dict[str, Any]], probe_bps: float | None,
         mine = [r for r in done if r["variant"] == variant]
         top = max(r["memory_limit"] for r in mine)
         compute = statistics.median(
-            max(0.0, r["decode_s"] - (r["measured_decode_read_bytes"] or 0) / probe_bps)
-            / r["decode_tokens"] for r in mine if r["memory_limit"] == top)
+            max(0.0, r["decode_s"] - (r["measured_decode_read_bytes"] or 0) / probe_bps) / r["decode_tokens"]
+            for r in mine
+            if r["memory_limit"] == top
+        )
         for r in mine:
             per_token = compute + r["reads_per_token"]["lru"] / probe_bps
             predicted = 1 / per_token if per_token > 0 else None
             ratio = _ratio(r["decode_tps"], predicted)
-            r[key] = {"compute_s_per_token": compute, "reference_limit": top,
-                             "predicted_decode_tps": predicted,
-                             "error": None if ratio is None else ratio - 1}
+            r[key] = {
+                "compute_s_per_token": compute,
+                "reference_limit": top,
+                "predicted_decode_tps": predicted,
+                "error": None if ratio is None else ratio - 1,
+            }
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -218,37 +255,58 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for limit in sorted({r["memory_limit"] for r in rows}):
         for variant in variants:
-            mine = [r for r in rows if r["memory_limit"] == limit and r["variant"] == variant
-                    and r.get("reads_per_token")]
+            mine = [
+                r
+                for r in rows
+                if r["memory_limit"] == limit and r["variant"] == variant and r.get("reads_per_token")
+            ]
             if not mine:
                 continue
-            out.append({
-                "memory_limit": limit, "variant": variant, "n": len(mine),
-                "capacity_experts": _median([r["capacity_experts"] for r in mine]),
-                "decode_tps": _median([r["decode_tps"] for r in mine]),
-                "reads_per_token": {key: _median([r["reads_per_token"][key] for r in mine])
-                                    for key in ("measured", "lru", "belady")},
-                "measured_over_lru": _median([r["measured_over_lru"] for r in mine]),
-                "measured_over_belady": _median([r["measured_over_belady"] for r in mine]),
-                "belady_over_lru": _median([r["belady_over_lru"] for r in mine]),
-                "disk_fraction": _median([r["disk_fraction"] for r in mine]),
-                "capacity_miss_share_lru": _median([
-                    _ratio(r["predicted"]["policies"]["lru"]["decode_capacity_misses"],
-                           r["predicted"]["policies"]["lru"]["decode_misses"]) for r in mine]),
-                "roofline_predicted_tps": _median([(r.get("roofline") or {}).get(
-                    "predicted_decode_tps") for r in mine]),
-                "roofline_error": _median([(r.get("roofline") or {}).get("error")
-                                           for r in mine]),
-                "roofline_page_predicted_tps": _median([(r.get("roofline_page") or {}).get(
-                    "predicted_decode_tps") for r in mine]),
-                "roofline_page_error": _median([(r.get("roofline_page") or {}).get("error")
-                                                for r in mine]),
-            })
+            out.append(
+                {
+                    "memory_limit": limit,
+                    "variant": variant,
+                    "n": len(mine),
+                    "capacity_experts": _median([r["capacity_experts"] for r in mine]),
+                    "decode_tps": _median([r["decode_tps"] for r in mine]),
+                    "reads_per_token": {
+                        key: _median([r["reads_per_token"][key] for r in mine])
+                        for key in ("measured", "lru", "belady")
+                    },
+                    "measured_over_lru": _median([r["measured_over_lru"] for r in mine]),
+                    "measured_over_belady": _median([r["measured_over_belady"] for r in mine]),
+                    "belady_over_lru": _median([r["belady_over_lru"] for r in mine]),
+                    "disk_fraction": _median([r["disk_fraction"] for r in mine]),
+                    "capacity_miss_share_lru": _median(
+                        [
+                            _ratio(
+                                r["predicted"]["policies"]["lru"]["decode_capacity_misses"],
+                                r["predicted"]["policies"]["lru"]["decode_misses"],
+                            )
+                            for r in mine
+                        ]
+                    ),
+                    "roofline_predicted_tps": _median(
+                        [(r.get("roofline") or {}).get("predicted_decode_tps") for r in mine]
+                    ),
+                    "roofline_error": _median([(r.get("roofline") or {}).get("error") for r in mine]),
+                    "roofline_page_predicted_tps": _median(
+                        [(r.get("roofline_page") or {}).get("predicted_decode_tps") for r in mine]
+                    ),
+                    "roofline_page_error": _median(
+                        [(r.get("roofline_page") or {}).get("error") for r in mine]
+                    ),
+                }
+            )
     return out
 
 
-def analyze_sweep(trials: list[dict[str, Any]], traces: dict[str, Path], model_path: Path,
-                  probe_record: dict[str, Any] | None) -> dict[str, Any]:
+def analyze_sweep(
+    trials: list[dict[str, Any]],
+    traces: dict[str, Path],
+    model_path: Path,
+    probe_record: dict[str, Any] | None,
+) -> dict[str, Any]:
     """results.json's `sweep` section from the loaded trials, their trace files and the probe."""
     loaded = {name: read_trace(path) for name, path in traces.items()}
     if not loaded:
@@ -266,8 +324,8 @@ def analyze_sweep(trials: list[dict[str, Any]], traces: dict[str, Path], model_p
         "limits": sorted({r["memory_limit"] for r in rows}),
         "policies": list(POLICIES),
         "phase_tolerance": PHASE_TOLERANCE,
-        "phase_sums_within_tolerance": bool(phase_checks) and all(
-            abs(x - 1) <= PHASE_TOLERANCE for x in phase_checks),
+        "phase_sums_within_tolerance": bool(phase_checks)
+        and all(abs(x - 1) <= PHASE_TOLERANCE for x in phase_checks),
         "trials": rows,
         "summary": summary_rows(rows),
     }

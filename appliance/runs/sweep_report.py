@@ -19,26 +19,43 @@ def _num(value: float | None, fmt: str) -> str:
 def sweep_table(sweep: dict[str, Any]) -> Table:
     probe = sweep.get("probe") or {}
     bps = probe.get("expert_qd1_bytes_per_s")
-    title = ("sweep: medians per limit and variant; decode reads per token measured / LRU / "
-             "Belady (MiB); disk = decode read bandwidth / probe "
-             f"({_num(bps and bps / MIB, '.1f')} MiB/s, expert-size reads, QD1)")
+    title = (
+        "sweep: medians per limit and variant; decode reads per token measured / LRU / "
+        "Belady (MiB); disk = decode read bandwidth / probe "
+        f"({_num(bps and bps / MIB, '.1f')} MiB/s, expert-size reads, QD1)"
+    )
     table = Table(title=title)
-    for column in ("limit", "variant", "n", "capacity", "decode tok/s", "reads/token",
-                   "meas/LRU", "meas/Belady", "disk", "roofline tok/s (err)",
-                   "roofline@page (err)"):
+    for column in (
+        "limit",
+        "variant",
+        "n",
+        "capacity",
+        "decode tok/s",
+        "reads/token",
+        "meas/LRU",
+        "meas/Belady",
+        "disk",
+        "roofline tok/s (err)",
+        "roofline@page (err)",
+    ):
         table.add_column(column)
     for row in sweep.get("summary") or []:
         per = row["reads_per_token"]
         error = row["roofline_error"]
         table.add_row(
-            limit_label(row["memory_limit"]), row["variant"], str(row["n"]),
-            _num(row["capacity_experts"], ".0f"), _num(row["decode_tps"], ".2f"),
+            limit_label(row["memory_limit"]),
+            row["variant"],
+            str(row["n"]),
+            _num(row["capacity_experts"], ".0f"),
+            _num(row["decode_tps"], ".2f"),
             " / ".join(_num(per[k] and per[k] / MIB, ".3f") for k in ("measured", "lru", "belady")),
-            _num(row["measured_over_lru"], ".2f"), _num(row["measured_over_belady"], ".2f"),
+            _num(row["measured_over_lru"], ".2f"),
+            _num(row["measured_over_belady"], ".2f"),
             _num(row["disk_fraction"], ".3f"),
             f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(error, '+.0%')})",
             f"{_num(row.get('roofline_page_predicted_tps'), '.2f')} "
-            f"({_num(row.get('roofline_page_error'), '+.0%')})")
+            f"({_num(row.get('roofline_page_error'), '+.0%')})",
+        )
     return table
 
 
@@ -48,14 +65,16 @@ def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
         return
     console.print(sweep_table(sweep))
     if not sweep.get("phase_sums_within_tolerance"):
-        console.print("[yellow]phase reads do not all sum to within "
-                      f"{sweep['phase_tolerance']:.0%} of the cgroup's block reads[/yellow]")
+        console.print(
+            "[yellow]phase reads do not all sum to within "
+            f"{sweep['phase_tolerance']:.0%} of the cgroup's block reads[/yellow]"
+        )
 
 
-def print_sweep_outcome(console: Console, results: dict[str, Any], run_dir: Path, status: str,
-                        plots: list[Path]) -> None:
+def print_sweep_outcome(
+    console: Console, results: dict[str, Any], run_dir: Path, status: str, plots: list[Path]
+) -> None:
     """Byte identity, trials that did not finish, where the run and its pictures are."""
     print_outcome(console, results, run_dir, status, comparisons_scope=", all limits")
     for plot in sorted({*plots, *(run_dir / "plots").glob("sweep_*.png")}):
         console.print(f"plot: {plot}")
-

@@ -33,12 +33,12 @@ def default_capacities(setup: ReplaySetup, scope: str, points: int = 16) -> list
 
 
 def _rate(hits: np.ndarray, requests: np.ndarray) -> list[float | None]:
-    return [round(float(h) / float(r), RATE_DIGITS) if r else None
-            for h, r in zip(hits, requests, strict=True)]
+    return [
+        round(float(h) / float(r), RATE_DIGITS) if r else None for h, r in zip(hits, requests, strict=True)
+    ]
 
 
-def policy_layer_hits(setup: ReplaySetup, policy: str, capacities: list[int],
-                      scope: str) -> np.ndarray:
+def policy_layer_hits(setup: ReplaySetup, policy: str, capacities: list[int], scope: str) -> np.ndarray:
     """Hits per (capacity, layer index) for one policy."""
     code = check_policy(policy)
     n_layers = len(setup.events.moe_layers)
@@ -58,23 +58,24 @@ def policy_layer_hits(setup: ReplaySetup, policy: str, capacities: list[int],
                 upto = int(np.searchsorted(sorted_depths, capacity, side="right"))
                 out[ci] += np.bincount(sorted_layers[:upto], minlength=n_layers)
             continue
-        next_use = (kernels.next_use_events(pool.ptr, pool.items, pool.n_objects)
-                    if code == kernels.BELADY else None)
+        next_use = (
+            kernels.next_use_events(pool.ptr, pool.items, pool.n_objects) if code == kernels.BELADY else None
+        )
         for ci, capacity in enumerate(capacities):
             flags = pool_hits(pool, code, capacity, count, next_use)
             out[ci] += np.bincount(item_layer, weights=flags, minlength=n_layers).astype(np.int64)
     return out
 
 
-def curves_report(setup: ReplaySetup, header: dict[str, Any], policies: list[str],
-                  capacities: list[int], scope: str) -> dict[str, Any]:
+def curves_report(
+    setup: ReplaySetup, header: dict[str, Any], policies: list[str], capacities: list[int], scope: str
+) -> dict[str, Any]:
     """Hit rate per capacity, total and per layer, for every policy (JSON-ready)."""
     if scope not in SCOPES:
         raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     for capacity in capacities:
         check_capacity(capacity, setup.k)
-    requests = np.bincount(setup.events.stream.item_layer_index(),
-                           minlength=len(setup.events.moe_layers))
+    requests = np.bincount(setup.events.stream.item_layer_index(), minlength=len(setup.events.moe_layers))
     result: dict[str, Any] = {
         "model_file": header.get("model_file"),
         "scope": scope,
@@ -89,8 +90,10 @@ def curves_report(setup: ReplaySetup, header: dict[str, Any], policies: list[str
         result["policies"][policy] = {
             "hits": [int(h) for h in total],
             "hit_rate": _rate(total, np.full(len(capacities), requests.sum())),
-            "layer_hit_rate": [_rate(hits[:, j], np.full(len(capacities), requests[j]))
-                               for j in range(len(setup.events.moe_layers))],
+            "layer_hit_rate": [
+                _rate(hits[:, j], np.full(len(capacities), requests[j]))
+                for j in range(len(setup.events.moe_layers))
+            ],
         }
     return result
 
@@ -122,15 +125,14 @@ def plot_curves(report: dict[str, Any], out: Path) -> list[Path]:
     plt.close(fig)
     paths.append(path)
     for policy, data in report["policies"].items():
-        grid = np.array([[np.nan if v is None else v for v in row]
-                         for row in data["layer_hit_rate"]])
+        grid = np.array([[np.nan if v is None else v for v in row] for row in data["layer_hit_rate"]])
         fig, ax = plt.subplots(figsize=(7, 0.18 * len(report["layers"]) + 2))
-        image = ax.imshow(grid, aspect="auto", vmin=0, vmax=1, cmap="viridis",
-                          interpolation="nearest")
+        image = ax.imshow(grid, aspect="auto", vmin=0, vmax=1, cmap="viridis", interpolation="nearest")
         ax.set_xticks(range(len(caps)), [str(c) for c in caps], rotation=90, fontsize=7)
         step = max(1, len(report["layers"]) // 20)
-        ax.set_yticks(range(0, len(report["layers"]), step),
-                      [str(x) for x in report["layers"][::step]], fontsize=7)
+        ax.set_yticks(
+            range(0, len(report["layers"]), step), [str(x) for x in report["layers"][::step]], fontsize=7
+        )
         ax.set_xlabel("capacity")
         ax.set_ylabel("MoE layer")
         ax.set_title(f"{policy}: hit rate per layer ({report['scope']})")

@@ -61,20 +61,27 @@ class TraceEvents:
         sizes = np.diff(s.ptr)
         n_layers = len(self.moe_layers)
         item_order = np.argsort(s.item_layer_index(), kind="stable")
-        item_bounds = np.concatenate(([0], np.cumsum(np.bincount(s.layer_index, weights=sizes,
-                                                                 minlength=n_layers))))
+        item_bounds = np.concatenate(
+            ([0], np.cumsum(np.bincount(s.layer_index, weights=sizes, minlength=n_layers)))
+        )
         event_order = np.argsort(s.layer_index, kind="stable")
-        event_bounds = np.concatenate(([0], np.cumsum(np.bincount(s.layer_index,
-                                                                  minlength=n_layers))))
+        event_bounds = np.concatenate(([0], np.cumsum(np.bincount(s.layer_index, minlength=n_layers))))
         out = []
         for j in range(n_layers):
-            sel = event_order[event_bounds[j]:event_bounds[j + 1]]
-            picked = item_order[int(item_bounds[j]):int(item_bounds[j + 1])]
+            sel = event_order[event_bounds[j] : event_bounds[j + 1]]
+            picked = item_order[int(item_bounds[j]) : int(item_bounds[j + 1])]
             ptr = np.zeros(len(sel) + 1, dtype=np.int64)
             np.cumsum(sizes[sel], out=ptr[1:])
-            out.append(EventStream(ptr=ptr, items=s.items[picked] - j * self.n_experts,
-                                   step=s.step[sel], layer_index=s.layer_index[sel],
-                                   n_objects=self.n_experts, n_layers=s.n_layers))
+            out.append(
+                EventStream(
+                    ptr=ptr,
+                    items=s.items[picked] - j * self.n_experts,
+                    step=s.step[sel],
+                    layer_index=s.layer_index[sel],
+                    n_objects=self.n_experts,
+                    n_layers=s.n_layers,
+                )
+            )
         return out
 
 
@@ -117,8 +124,9 @@ def trace_events(trace: Trace) -> TraceEvents:
     items = keys % n_obj
     ptr = np.zeros(n_groups + 1, dtype=np.int64)
     np.cumsum(np.bincount(ev, minlength=n_groups), out=ptr[1:])
-    stream = EventStream(ptr=ptr, items=items, step=group_step, layer_index=group_lidx,
-                         n_objects=n_obj, n_layers=len(layers))
+    stream = EventStream(
+        ptr=ptr, items=items, step=group_step, layer_index=group_lidx, n_objects=n_obj, n_layers=len(layers)
+    )
     return TraceEvents(stream=stream, n_experts=n_experts, moe_layers=layers)
 
 
@@ -126,7 +134,11 @@ def single_item_stream(stream: EventStream) -> EventStream:
     """The same requests, one per event (flattened in event order), for classic-cache checks."""
     n = stream.n_requests
     sizes = np.diff(stream.ptr)
-    return EventStream(ptr=np.arange(n + 1, dtype=np.int64), items=stream.items,
-                       step=np.repeat(stream.step, sizes),
-                       layer_index=np.repeat(stream.layer_index, sizes),
-                       n_objects=stream.n_objects, n_layers=stream.n_layers)
+    return EventStream(
+        ptr=np.arange(n + 1, dtype=np.int64),
+        items=stream.items,
+        step=np.repeat(stream.step, sizes),
+        layer_index=np.repeat(stream.layer_index, sizes),
+        n_objects=stream.n_objects,
+        n_layers=stream.n_layers,
+    )

@@ -50,9 +50,11 @@ def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]
     name = path.name
 
     def disagree(what: str, gguf_value: Any, trace_value: Any) -> ConfigError:
-        return ConfigError(f"{name} does not match the trace: {what} is {gguf_value!r} in the "
-                           f"GGUF but {trace_value!r} in the trace header; pass the model the "
-                           "trace was recorded with")
+        return ConfigError(
+            f"{name} does not match the trace: {what} is {gguf_value!r} in the "
+            f"GGUF but {trace_value!r} in the trace header; pass the model the "
+            "trace was recorded with"
+        )
 
     if header.get("arch") not in (None, "synthetic") and arch != header["arch"]:
         raise disagree("architecture", arch, header["arch"])
@@ -66,8 +68,10 @@ def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]
     if header.get("model_bytes") and size != header["model_bytes"]:
         raise disagree("file size", size, header["model_bytes"])
     if header.get("model_sha256") and sha256_file(path) != header["model_sha256"]:
-        raise IntegrityError(f"{name}: sha256 differs from the trace header's model_sha256; "
-                             "pass the exact model the trace was recorded with")
+        raise IntegrityError(
+            f"{name}: sha256 differs from the trace header's model_sha256; "
+            "pass the exact model the trace was recorded with"
+        )
     return {layer: total // int(n_experts) for layer, total in per_layer.items()}
 
 
@@ -77,5 +81,4 @@ def gguf_expert_layout(path: Path) -> tuple[int, int, dict[int, int]]:
     _, n_experts, n_used, totals = _expert_tensors(path)
     if not n_experts or not n_used or not totals:
         raise ConfigError(f"{path.name} is not a mixture-of-experts GGUF (no expert tensors)")
-    return int(n_experts), int(n_used), {layer: total // int(n_experts)
-                                         for layer, total in totals.items()}
+    return int(n_experts), int(n_used), {layer: total // int(n_experts) for layer, total in totals.items()}

@@ -48,8 +48,14 @@ REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
 
 def row_dtype(k: int, has_weights: bool) -> np.dtype:
     """The numpy dtype of one row for k experts per token (12 + 4k bytes, 12 + 8k with weights)."""
-    fields: list[Any] = [("step", "<u4"), ("layer", "<u2"), ("kind", "u1"),
-                         ("reserved", "u1"), ("pos", "<u4"), ("ids", "<i4", (k,))]
+    fields: list[Any] = [
+        ("step", "<u4"),
+        ("layer", "<u2"),
+        ("kind", "u1"),
+        ("reserved", "u1"),
+        ("pos", "<u4"),
+        ("ids", "<i4", (k,)),
+    ]
     if has_weights:
         fields.append(("weights", "<f4", (k,)))
     return np.dtype(fields)
@@ -110,30 +116,47 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
     for key, kind in REQUIRED_KEYS.items():
         value = header.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{where}: trace header key {key!r} is missing or not "
-                              f"{getattr(kind, '__name__', kind)}; the file is corrupt")
+            raise ConfigError(
+                f"{where}: trace header key {key!r} is missing or not "
+                f"{getattr(kind, '__name__', kind)}; the file is corrupt"
+            )
     if header["format"] != "moetrace":
         raise ConfigError(f"{where}: header format is {header['format']!r}, expected 'moetrace'")
     if header["version"] != VERSION:
-        raise ConfigError(f"{where}: header version {header['version']} but this reader "
-                          f"understands version {VERSION}")
-    for key, top in (("n_layers", MAX_LAYERS), ("n_experts", MAX_EXPERTS),
-                     ("n_expert_used", MAX_EXPERT_USED)):
+        raise ConfigError(
+            f"{where}: header version {header['version']} but this reader understands version {VERSION}"
+        )
+    for key, top in (
+        ("n_layers", MAX_LAYERS),
+        ("n_experts", MAX_EXPERTS),
+        ("n_expert_used", MAX_EXPERT_USED),
+    ):
         if not 1 <= header[key] <= top:
-            raise ConfigError(f"{where}: header {key}={header[key]} is outside 1..{top}; "
-                              "the file is corrupt or from a model this reader cannot replay")
+            raise ConfigError(
+                f"{where}: header {key}={header[key]} is outside 1..{top}; "
+                "the file is corrupt or from a model this reader cannot replay"
+            )
     if header["n_experts"] < header["n_expert_used"]:
-        raise ConfigError(f"{where}: header has n_expert_used={header['n_expert_used']} with "
-                          f"n_experts={header['n_experts']}; the file is corrupt")
+        raise ConfigError(
+            f"{where}: header has n_expert_used={header['n_expert_used']} with "
+            f"n_experts={header['n_experts']}; the file is corrupt"
+        )
     layers = header["moe_layers"]
-    if (not layers or not all(isinstance(x, int) and not isinstance(x, bool)
-                              and 0 <= x < header["n_layers"] for x in layers)
-            or layers != sorted(set(layers))):
-        raise ConfigError(f"{where}: header moe_layers must be ascending block indices below "
-                          f"n_layers={header['n_layers']}")
+    if (
+        not layers
+        or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 <= x < header["n_layers"] for x in layers
+        )
+        or layers != sorted(set(layers))
+    ):
+        raise ConfigError(
+            f"{where}: header moe_layers must be ascending block indices below n_layers={header['n_layers']}"
+        )
     if len(layers) * header["n_experts"] > MAX_OBJECTS:
-        raise ConfigError(f"{where}: {len(layers)} MoE layers x {header['n_experts']} experts "
-                          f"is over the {MAX_OBJECTS} experts a replay can track")
+        raise ConfigError(
+            f"{where}: {len(layers)} MoE layers x {header['n_experts']} experts "
+            f"is over the {MAX_OBJECTS} experts a replay can track"
+        )
     return header
 
 
@@ -143,59 +166,69 @@ def _check_rows(rows: np.ndarray, header: dict[str, Any], where: str) -> None:
         return
     ids = rows["ids"]
     if int(ids.min()) < 0 or int(ids.max()) >= header["n_experts"]:
-        raise ConfigError(f"{where}: expert id outside 0..{header['n_experts'] - 1}; "
-                          "the file is corrupt")
+        raise ConfigError(f"{where}: expert id outside 0..{header['n_experts'] - 1}; the file is corrupt")
     layer_set = np.asarray(header["moe_layers"], dtype=np.int64)
     layers = rows["layer"].astype(np.int64)
     if not np.isin(layers, layer_set).all():
-        raise ConfigError(f"{where}: a row names a layer not in the header's moe_layers; "
-                          "the file is corrupt")
+        raise ConfigError(f"{where}: a row names a layer not in the header's moe_layers; the file is corrupt")
     key = rows["step"].astype(np.int64) * (1 << 16) + layers
     if np.any(np.diff(key) < 0):
-        raise ConfigError(f"{where}: rows are not in evaluation order (step, layer ascending); "
-                          "the file is corrupt")
+        raise ConfigError(
+            f"{where}: rows are not in evaluation order (step, layer ascending); the file is corrupt"
+        )
 
 
 def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.ndarray]:
     """Parse a whole trace held in `buffer` (bytes, mmap); rows view the buffer without copying."""
     size = len(buffer)
     if size < PREAMBLE_BYTES + TRAILER_BYTES:
-        raise ConfigError(f"{where}: {size} bytes is too short for a route trace "
-                          "(truncated or not a .moetrace file)")
+        raise ConfigError(
+            f"{where}: {size} bytes is too short for a route trace (truncated or not a .moetrace file)"
+        )
     magic, version, header_len = struct.unpack_from("<8sII", buffer, 0)
     if magic != MAGIC:
-        raise ConfigError(f"{where}: not a route trace (magic {bytes(magic)!r}, "
-                          f"expected {MAGIC!r})")
+        raise ConfigError(f"{where}: not a route trace (magic {bytes(magic)!r}, expected {MAGIC!r})")
     if version != VERSION:
-        raise ConfigError(f"{where}: trace format version {version}, but this reader "
-                          f"understands version {VERSION}; use a matching appliance")
+        raise ConfigError(
+            f"{where}: trace format version {version}, but this reader "
+            f"understands version {VERSION}; use a matching appliance"
+        )
     if header_len > MAX_HEADER_BYTES:
-        raise ConfigError(f"{where}: header length {header_len} is over the "
-                          f"{MAX_HEADER_BYTES}-byte limit; the trace is corrupt")
+        raise ConfigError(
+            f"{where}: header length {header_len} is over the "
+            f"{MAX_HEADER_BYTES}-byte limit; the trace is corrupt"
+        )
     if (PREAMBLE_BYTES + header_len) % 8 or PREAMBLE_BYTES + header_len + TRAILER_BYTES > size:
-        raise ConfigError(f"{where}: header length {header_len} does not fit the file "
-                          f"({size} bytes); the trace is truncated or corrupt")
+        raise ConfigError(
+            f"{where}: header length {header_len} does not fit the file "
+            f"({size} bytes); the trace is truncated or corrupt"
+        )
     trailer, n_rows = struct.unpack_from("<8sQ", buffer, size - TRAILER_BYTES)
     if trailer != TRAILER_MAGIC:
-        raise ConfigError(f"{where}: trailer missing; the trace is truncated or was not "
-                          "finished by its writer")
-    raw = bytes(buffer[PREAMBLE_BYTES:PREAMBLE_BYTES + header_len])
+        raise ConfigError(
+            f"{where}: trailer missing; the trace is truncated or was not finished by its writer"
+        )
+    raw = bytes(buffer[PREAMBLE_BYTES : PREAMBLE_BYTES + header_len])
     if max_nesting(raw) > MAX_NESTING:
-        raise ConfigError(f"{where}: trace header nests deeper than {MAX_NESTING} levels; "
-                          "the file is corrupt")
+        raise ConfigError(
+            f"{where}: trace header nests deeper than {MAX_NESTING} levels; the file is corrupt"
+        )
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ConfigError(f"{where}: trace header is not valid UTF-8 JSON (or holds a number "
-                          "too long to read); the file is corrupt") from None
+        raise ConfigError(
+            f"{where}: trace header is not valid UTF-8 JSON (or holds a number "
+            "too long to read); the file is corrupt"
+        ) from None
     header = _check_header(header, where)
     dtype = row_dtype(header["n_expert_used"], header["has_weights"])
     body = size - PREAMBLE_BYTES - header_len - TRAILER_BYTES
     if body != n_rows * dtype.itemsize:
-        raise ConfigError(f"{where}: trailer says {n_rows} rows of {dtype.itemsize} bytes but "
-                          f"the file holds {body} bytes of rows; the trace is truncated or corrupt")
-    rows = np.frombuffer(buffer, dtype=dtype, count=n_rows,
-                         offset=PREAMBLE_BYTES + header_len)
+        raise ConfigError(
+            f"{where}: trailer says {n_rows} rows of {dtype.itemsize} bytes but "
+            f"the file holds {body} bytes of rows; the trace is truncated or corrupt"
+        )
+    rows = np.frombuffer(buffer, dtype=dtype, count=n_rows, offset=PREAMBLE_BYTES + header_len)
     _check_rows(rows, header, where)
     return header, rows
 
@@ -231,14 +264,18 @@ def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.n
     header = _check_header(header, str(path))
     dtype = row_dtype(header["n_expert_used"], header["has_weights"])
     if rows.dtype != dtype:
-        raise ConfigError(f"{path}: rows have dtype {rows.dtype}, expected {dtype} for "
-                          f"k={header['n_expert_used']}, has_weights={header['has_weights']}")
+        raise ConfigError(
+            f"{path}: rows have dtype {rows.dtype}, expected {dtype} for "
+            f"k={header['n_expert_used']}, has_weights={header['has_weights']}"
+        )
     rows = np.ascontiguousarray(rows)
     _check_rows(rows, header, str(path))
     encoded = encode_header(header)
     if len(encoded) > MAX_HEADER_BYTES or max_nesting(encoded) > MAX_NESTING:
-        raise ConfigError(f"{path}: the header is over {MAX_HEADER_BYTES} bytes or nests deeper "
-                          f"than {MAX_NESTING} levels, which no reader accepts")
+        raise ConfigError(
+            f"{path}: the header is over {MAX_HEADER_BYTES} bytes or nests deeper "
+            f"than {MAX_NESTING} levels, which no reader accepts"
+        )
     try:
         with atomic.replacing(path) as handle:
             handle.write(struct.pack("<8sII", MAGIC, VERSION, len(encoded)))

@@ -25,16 +25,19 @@ def trace_info(trace: Trace) -> dict[str, Any]:
     for j, pool in enumerate(events.pools("per-layer")):
         depths = kernels.lru_depths(pool.ptr, pool.items, pool.n_objects)
         reused = depths[depths > 0]
-        quant = (np.quantile(reused, QUANTILES).tolist() if len(reused)
-                 else [None] * len(QUANTILES))
-        per_layer.append({
-            "layer": layers[j],
-            "requests": int(pool.n_requests),
-            "distinct_experts": int(np.count_nonzero(np.bincount(pool.items))),
-            "reuse_distance": {f"p{int(q * 100)}": None if v is None else round(float(v), 3)
-                               for q, v in zip(QUANTILES, quant, strict=True)},
-            "first_touches": int((depths == 0).sum()),
-        })
+        quant = np.quantile(reused, QUANTILES).tolist() if len(reused) else [None] * len(QUANTILES)
+        per_layer.append(
+            {
+                "layer": layers[j],
+                "requests": int(pool.n_requests),
+                "distinct_experts": int(np.count_nonzero(np.bincount(pool.items))),
+                "reuse_distance": {
+                    f"p{int(q * 100)}": None if v is None else round(float(v), 3)
+                    for q, v in zip(QUANTILES, quant, strict=True)
+                },
+                "first_touches": int((depths == 0).sum()),
+            }
+        )
     return {
         "arch": header.get("arch"),
         "model_file": header.get("model_file"),

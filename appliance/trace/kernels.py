@@ -63,9 +63,11 @@ _compiled = False
 
 def kernel(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark a function as a kernel, compiled by `compile_kernels` with these numba options."""
+
     def mark(func: Callable[..., Any]) -> Callable[..., Any]:
         _KERNELS.append((func, options))
         return func
+
     return mark
 
 
@@ -103,6 +105,7 @@ def cache_stats() -> dict[str, tuple[int, int]]:
 def _prepare(n_requests: int) -> None:
     if n_requests > COMPILE_ABOVE_REQUESTS:
         compile_kernels()
+
 
 CODES = {name: code for code, name in enumerate(POLICIES)}
 FIFO, LRU, LFU, LFRU, LEAST_STALE, STATIC_HOT, BELADY = range(7)
@@ -153,8 +156,7 @@ def _push_newest(prv: np.ndarray, nxt: np.ndarray, s: int, x: int) -> None:
 
 
 @kernel()
-def _sift_up(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray,
-             i: int) -> None:
+def _sift_up(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, i: int) -> None:
     k1 = hk1[i]
     k2 = hk2[i]
     x = hobj[i]
@@ -175,8 +177,9 @@ def _sift_up(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarr
 
 
 @kernel()
-def _sift_down(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, i: int,
-               size: int) -> None:
+def _sift_down(
+    hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, i: int, size: int
+) -> None:
     k1 = hk1[i]
     k2 = hk2[i]
     x = hobj[i]
@@ -202,8 +205,9 @@ def _sift_down(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.nda
 
 
 @kernel()
-def _heap_remove(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray,
-                 x: int, size: int) -> int:
+def _heap_remove(
+    hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, x: int, size: int
+) -> int:
     """Remove x; return the new size."""
     i = where[x]
     where[x] = -1
@@ -220,8 +224,16 @@ def _heap_remove(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.n
 
 
 @kernel()
-def _heap_set(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndarray, x: int,
-              k1: float, k2: int, size: int) -> int:
+def _heap_set(
+    hk1: np.ndarray,
+    hk2: np.ndarray,
+    hobj: np.ndarray,
+    where: np.ndarray,
+    x: int,
+    k1: float,
+    k2: int,
+    size: int,
+) -> int:
     """Insert x or change its key; return the new size."""
     i = where[x]
     if i < 0:
@@ -235,9 +247,18 @@ def _heap_set(hk1: np.ndarray, hk2: np.ndarray, hobj: np.ndarray, where: np.ndar
     return size
 
 
-def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
-             ev_layer: np.ndarray, n_layers: int, n_obj: int, capacity: int,
-             static_count: np.ndarray, next_use: np.ndarray) -> np.ndarray:
+def simulate(
+    code: int,
+    ptr: np.ndarray,
+    items: np.ndarray,
+    ev_step: np.ndarray,
+    ev_layer: np.ndarray,
+    n_layers: int,
+    n_obj: int,
+    capacity: int,
+    static_count: np.ndarray,
+    next_use: np.ndarray,
+) -> np.ndarray:
     """Replay one pool; return 1 for every request that hit, 0 for a miss (see module doc)."""
     _prepare(items.shape[0])
     if code in (FIFO, LRU, LEAST_STALE):
@@ -246,8 +267,15 @@ def simulate(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
 
 
 @kernel(inline="always")
-def _mark_hits_and_pins(ptr: np.ndarray, items: np.ndarray, e: int, capacity: int,
-                        resident: np.ndarray, hits: np.ndarray, pin: np.ndarray) -> int:
+def _mark_hits_and_pins(
+    ptr: np.ndarray,
+    items: np.ndarray,
+    e: int,
+    capacity: int,
+    resident: np.ndarray,
+    hits: np.ndarray,
+    pin: np.ndarray,
+) -> int:
     """Record the event's hits, pin what it keeps; return the first item it keeps."""
     a = ptr[e]
     b = ptr[e + 1]
@@ -260,9 +288,16 @@ def _mark_hits_and_pins(ptr: np.ndarray, items: np.ndarray, e: int, capacity: in
 
 
 @kernel()
-def _simulate_list(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
-                   ev_layer: np.ndarray, n_layers: int, n_obj: int,
-                   capacity: int) -> np.ndarray:
+def _simulate_list(
+    code: int,
+    ptr: np.ndarray,
+    items: np.ndarray,
+    ev_step: np.ndarray,
+    ev_layer: np.ndarray,
+    n_layers: int,
+    n_obj: int,
+    capacity: int,
+) -> np.ndarray:
     """FIFO, LRU and Least-Stale over one doubly linked list (oldest at prv[s])."""
     n_events = ptr.shape[0] - 1
     hits = np.zeros(items.shape[0], dtype=np.uint8)
@@ -342,9 +377,16 @@ def _simulate_list(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.nd
 
 
 @kernel()
-def _simulate_heap(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.ndarray,
-                   n_obj: int, capacity: int, static_count: np.ndarray,
-                   next_use: np.ndarray) -> np.ndarray:
+def _simulate_heap(
+    code: int,
+    ptr: np.ndarray,
+    items: np.ndarray,
+    ev_step: np.ndarray,
+    n_obj: int,
+    capacity: int,
+    static_count: np.ndarray,
+    next_use: np.ndarray,
+) -> np.ndarray:
     """LFU, LFRU, static-hot and Belady over an indexed min-heap of (key, tie) pairs."""
     n_events = ptr.shape[0] - 1
     hits = np.zeros(items.shape[0], dtype=np.uint8)
@@ -395,8 +437,7 @@ def _simulate_heap(code: int, ptr: np.ndarray, items: np.ndarray, ev_step: np.nd
                         stash[n_stash] = y
                         n_stash += 1
                     for j in range(n_stash):
-                        size = _heap_set(hk1, hk2, hobj, where, stash[j], stash_k1[j],
-                                         stash_k2[j], size)
+                        size = _heap_set(hk1, hk2, hobj, where, stash[j], stash_k1[j], stash_k2[j], size)
                 resident[x] = 1
                 freq[x] = 0
             if code == LFU:

@@ -37,8 +37,10 @@ class TraceSynthSpec:
 
     def validate(self) -> None:
         if self.n_layers < 1 or self.n_experts < 1 or not 1 <= self.k <= self.n_experts:
-            raise ConfigError(f"synthetic trace needs layers >= 1 and 1 <= k <= experts, got "
-                              f"layers={self.n_layers}, experts={self.n_experts}, k={self.k}")
+            raise ConfigError(
+                f"synthetic trace needs layers >= 1 and 1 <= k <= experts, got "
+                f"layers={self.n_layers}, experts={self.n_experts}, k={self.k}"
+            )
         if self.n_prompt < 0 or self.n_decode < 0 or self.n_prompt + self.n_decode == 0:
             raise ConfigError("synthetic trace needs at least one prompt or decode token")
         if not 0 <= self.seed < 1 << 64:
@@ -46,13 +48,16 @@ class TraceSynthSpec:
         if self.n_ubatch < 1:
             raise ConfigError(f"n_ubatch must be >= 1, got {self.n_ubatch}")
         if not math.isfinite(self.skew) or self.skew < 0 or not 0.0 <= self.correlation <= 1.0:
-            raise ConfigError(f"skew must be >= 0 and correlation in [0, 1], got skew={self.skew}, "
-                              f"correlation={self.correlation}")
+            raise ConfigError(
+                f"skew must be >= 0 and correlation in [0, 1], got skew={self.skew}, "
+                f"correlation={self.correlation}"
+            )
 
 
 @njit(cache=True)
-def _route(cdf: np.ndarray, ranks: np.ndarray, k: int, n_tokens: int, correlation: float,
-           uniforms: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+def _route(
+    cdf: np.ndarray, ranks: np.ndarray, k: int, n_tokens: int, correlation: float, uniforms: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
     """Expert ids (layers, tokens, k) from per-layer cumulative popularity and random draws."""
     n_layers, n_experts = cdf.shape
     out = np.empty((n_layers, n_tokens, k), dtype=np.int32)
@@ -71,8 +76,7 @@ def _route(cdf: np.ndarray, ranks: np.ndarray, k: int, n_tokens: int, correlatio
                         expert = candidate
                 u = (u + 1) % n_u
                 while expert < 0:
-                    r = np.searchsorted(cdf[layer], uniforms[u] * cdf[layer, n_experts - 1],
-                                        side="right")
+                    r = np.searchsorted(cdf[layer], uniforms[u] * cdf[layer, n_experts - 1], side="right")
                     u = (u + 1) % n_u
                     candidate = ranks[layer, min(r, n_experts - 1)]
                     if used[candidate] != stamp:
@@ -96,9 +100,9 @@ def synth_trace(spec: TraceSynthSpec) -> Trace:
 
     # Steps: prompt micro-batches, then one step per decode token.
     token_step = np.empty(n_tokens, dtype=np.uint32)
-    token_step[:spec.n_prompt] = np.arange(spec.n_prompt) // spec.n_ubatch
+    token_step[: spec.n_prompt] = np.arange(spec.n_prompt) // spec.n_ubatch
     n_prompt_steps = -(-spec.n_prompt // spec.n_ubatch)
-    token_step[spec.n_prompt:] = n_prompt_steps + np.arange(spec.n_decode)
+    token_step[spec.n_prompt :] = n_prompt_steps + np.arange(spec.n_decode)
     step_start = np.searchsorted(token_step, np.arange(int(token_step[-1]) + 1))
     step_end = np.append(step_start[1:], n_tokens)
 
@@ -122,11 +126,20 @@ def synth_trace(spec: TraceSynthSpec) -> Trace:
 
 def synth_header(spec: TraceSynthSpec) -> dict[str, Any]:
     return {
-        "format": "moetrace", "version": 1, "arch": "synthetic", "model_file": "synthetic",
-        "model_bytes": 0, "model_sha256": None, "n_layers": spec.n_layers,
-        "moe_layers": list(range(spec.n_layers)), "n_experts": spec.n_experts,
-        "n_expert_used": spec.k, "has_weights": False,
+        "format": "moetrace",
+        "version": 1,
+        "arch": "synthetic",
+        "model_file": "synthetic",
+        "model_bytes": 0,
+        "model_sha256": None,
+        "n_layers": spec.n_layers,
+        "moe_layers": list(range(spec.n_layers)),
+        "n_experts": spec.n_experts,
+        "n_expert_used": spec.k,
+        "has_weights": False,
         "engine": {"tool": "appliance trace synth", "llama_build": None, "backend": None},
-        "n_prompt_tokens": spec.n_prompt, "n_predict": spec.n_decode, "n_ubatch": spec.n_ubatch,
+        "n_prompt_tokens": spec.n_prompt,
+        "n_predict": spec.n_decode,
+        "n_ubatch": spec.n_ubatch,
         "synthetic": {"skew": spec.skew, "correlation": spec.correlation, "seed": spec.seed},
     }

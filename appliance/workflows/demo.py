@@ -25,24 +25,39 @@ from appliance.workflows.sweep import DEFAULT_MAX_HOURS, execute_sweep, plan_swe
 DEMO_REPEATS = 1  # the demo sweeps 3 limits x 3 variants; one round keeps it within minutes
 
 
-def demo(lock: Lock, console: Console, *, source: str = "auto", out: Path | None = None,
-         models_dir: Path | None = None, repeats: int | None = None,
-         progress: ProgressFn | None = None) -> PipelineReport:
+def demo(
+    lock: Lock,
+    console: Console,
+    *,
+    source: str = "auto",
+    out: Path | None = None,
+    models_dir: Path | None = None,
+    repeats: int | None = None,
+    progress: ProgressFn | None = None,
+) -> PipelineReport:
     """The whole pipeline at miniature scale on the cpu image: profile tiny-oversub swept
     over its `sweep.memory` limits, one bundle, verified and compared with evidence/;
     `progress` gets the image build, model synthesis and hashing steps."""
     profile = load_profile("tiny-oversub")
     models_dir = models_dir or cache_dir() / "models" / "demo"
-    tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console,
-                              progress)
+    tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console, progress)
     ensure_synth_model(profile, models_dir, console, progress)
     key = signing_key(None, False, console)
-    plan, client = plan_sweep(profile, models_dir, lock, memory=None,
-                              repeats=repeats or DEMO_REPEATS, out=out, dry_run=False,
-                              max_hours=DEFAULT_MAX_HOURS, image=tag)
+    plan, client = plan_sweep(
+        profile,
+        models_dir,
+        lock,
+        memory=None,
+        repeats=repeats or DEMO_REPEATS,
+        out=out,
+        dry_run=False,
+        max_hours=DEFAULT_MAX_HOURS,
+        image=tag,
+    )
     outcome, _ = execute_sweep(plan, client, lock, console, key=key)
-    report = verify_and_compare(outcome, plan.profile, key, console,
-                                evidence=claimed_evidence(outcome.run_dir))
+    report = verify_and_compare(
+        outcome, plan.profile, key, console, evidence=claimed_evidence(outcome.run_dir)
+    )
     print_report(report, console)
     if outcome.status != RunStatus.COMPLETE:
         raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)

@@ -42,65 +42,86 @@ def gpu_problem(lock: Lock, target: Target, gpus: list[Gpu]) -> str | None:
         return None
     wanted = cuda.compute_capability
     if not gpus:
-        return (f"target {target.name} needs an NVIDIA GPU of compute capability {wanted} and "
-                "NVML finds no GPU here (driver missing or no device): run on such a machine; "
-                "`appliance doctor` shows what this one has")
+        return (
+            f"target {target.name} needs an NVIDIA GPU of compute capability {wanted} and "
+            "NVML finds no GPU here (driver missing or no device): run on such a machine; "
+            "`appliance doctor` shows what this one has"
+        )
     matching = [g for g in gpus if g.compute_capability == wanted]
     if not matching:
         found = ", ".join(f"{g.name} (compute capability {g.compute_capability})" for g in gpus)
-        fits = sorted({name for g in gpus
-                       if (name := target_for_capability(g.compute_capability, lock))
-                       in REPRO_PROFILES})
+        fits = sorted(
+            {
+                name
+                for g in gpus
+                if (name := target_for_capability(g.compute_capability, lock)) in REPRO_PROFILES
+            }
+        )
         hint = f"; this machine fits repro-{fits[0]}" if fits else ""
         return f"target {target.name} needs compute capability {wanted}, found {found}{hint}"
     driver = matching[0].driver
     if not driver_satisfies(driver, cuda.min_driver):
-        return (f"target {target.name} needs NVIDIA driver {cuda.min_driver} or newer for "
-                f"CUDA {cuda.version}, found {driver or 'unknown'}: update the driver")
+        return (
+            f"target {target.name} needs NVIDIA driver {cuda.min_driver} or newer for "
+            f"CUDA {cuda.version}, found {driver or 'unknown'}: update the driver"
+        )
     return None
 
 
-def preflight(lock: Lock, target_name: str, gpus: list[Gpu],
-              models_dir: Path | None, docker_problem: str | None) -> list[str]:
+def preflight(
+    lock: Lock, target_name: str, gpus: list[Gpu], models_dir: Path | None, docker_problem: str | None
+) -> list[str]:
     """The profiles target_name reproduces, after checking this machine can run them.
     `docker_problem`: why the Docker engine is unreachable (`host.docker.engine_problem`)."""
     if target_name not in REPRO_PROFILES:
-        raise ApplianceError(f"no reproduction for target {target_name!r}: choose one of "
-                             f"{', '.join(REPRO_PROFILES)}")
+        raise ApplianceError(
+            f"no reproduction for target {target_name!r}: choose one of {', '.join(REPRO_PROFILES)}"
+        )
     if docker_problem is not None:
-        raise ApplianceError(f"repro-{target_name}: {docker_problem}; every reproduction runs "
-                             f"in Docker: {engine_fix()}")
+        raise ApplianceError(
+            f"repro-{target_name}: {docker_problem}; every reproduction runs in Docker: {engine_fix()}"
+        )
     target = lock.target(target_name)
     problem = gpu_problem(lock, target, gpus)
     if problem is not None:
         raise ApplianceError(f"repro-{target_name}: {problem}")
     if target.cuda is not None:
         if models_dir is None:
-            raise ApplianceError(f"repro-{target_name} runs "
-                                 f"{' and '.join(REPRO_PROFILES[target_name])} on real models: "
-                                 "pass MODELS=DIR (the directory holding their GGUF files)")
+            raise ApplianceError(
+                f"repro-{target_name} runs "
+                f"{' and '.join(REPRO_PROFILES[target_name])} on real models: "
+                "pass MODELS=DIR (the directory holding their GGUF files)"
+            )
         if not models_dir.is_dir():
             raise ApplianceError(f"MODELS={models_dir} is not a directory")
     return list(REPRO_PROFILES[target_name])
 
 
-def reproduce(lock: Lock, target: str, console: Console, *, models_dir: Path | None,
-              source: str = "auto", out_root: Path | None = None, key: Path | None = None,
-              repeats: int | None = None,
-              progress: ProgressFn | None = None) -> list[PipelineReport]:
+def reproduce(
+    lock: Lock,
+    target: str,
+    console: Console,
+    *,
+    models_dir: Path | None,
+    source: str = "auto",
+    out_root: Path | None = None,
+    key: Path | None = None,
+    repeats: int | None = None,
+    progress: ProgressFn | None = None,
+) -> list[PipelineReport]:
     """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
     profiles = preflight(lock, target, visible_gpus(), models_dir, engine_problem())
     key = signing_key(key, False, console)
-    tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console,
-                              progress)
+    tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console, progress)
     reports = []
     for name in profiles:
         profile = load_profile(name)
         directory = models_dir or cache_dir() / "models" / "demo"
         ensure_synth_model(profile, directory, console, progress)
         out = out_root / name if out_root is not None else None
-        outcome = execute_profile(profile, directory, lock, console, image=tag, out=out,
-                                  repeats=repeats, key=key, progress=progress)
+        outcome = execute_profile(
+            profile, directory, lock, console, image=tag, out=out, repeats=repeats, key=key, progress=progress
+        )
         report = verify_and_compare(outcome, profile, key, console)
         report.paging = read_paging_analysis(outcome.run_dir)
         print_report(report, console)

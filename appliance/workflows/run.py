@@ -52,44 +52,84 @@ def signing_key(key: Path | None, unsigned: bool, console: Console) -> Path | No
     if existing is not None:
         return existing
     pair, trusted = init_trusted_keys()
-    console.print(f"no signing key yet: made one as `appliance keys init` does.\n"
-                  f"  private key {pair.private} (keep it; never commit it)\n"
-                  f"  public key  {pair.public}, key id {pair.keyid}\n"
-                  f"  trusted on this machine through {trusted}; others trust your bundles "
-                  "with `appliance keys trust` on that public key file", soft_wrap=True)
+    console.print(
+        f"no signing key yet: made one as `appliance keys init` does.\n"
+        f"  private key {pair.private} (keep it; never commit it)\n"
+        f"  public key  {pair.public}, key id {pair.keyid}\n"
+        f"  trusted on this machine through {trusted}; others trust your bundles "
+        "with `appliance keys trust` on that public key file",
+        soft_wrap=True,
+    )
     return pair.private.parent
 
 
-def execute_profile(profile: Profile, models_dir: Path, lock: Lock, console: Console, *,
-                    image: str | None = None, out: Path | None = None,
-                    repeats: int | None = None, key: Path | None = None,
-                    unsigned: bool = False, trial_timeout: float | None = None,
-                    skip_digest: bool = False, gpu_index: int | None = None,
-                    progress: ProgressFn | None = None,
-                    executor: ExecutorFactory | None = None, resume: bool = False) -> RunOutcome:
+def execute_profile(
+    profile: Profile,
+    models_dir: Path,
+    lock: Lock,
+    console: Console,
+    *,
+    image: str | None = None,
+    out: Path | None = None,
+    repeats: int | None = None,
+    key: Path | None = None,
+    unsigned: bool = False,
+    trial_timeout: float | None = None,
+    skip_digest: bool = False,
+    gpu_index: int | None = None,
+    progress: ProgressFn | None = None,
+    executor: ExecutorFactory | None = None,
+    resume: bool = False,
+) -> RunOutcome:
     """Run every trial of profile (here, or through `executor`, e.g. a cluster) and seal the
     run directory as a (signed) bundle; with resume, only the trials `out` still lacks."""
-    prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
-                                   dry_run=False, skip_digest=skip_digest, image=image,
-                                   gpu_index=gpu_index, client_factory=docker_client,
-                                   progress=progress, resume=resume)
+    prepared, client = prepare_run(
+        profile,
+        models_dir,
+        lock,
+        repeats=repeats,
+        out=out,
+        dry_run=False,
+        skip_digest=skip_digest,
+        image=image,
+        gpu_index=gpu_index,
+        client_factory=docker_client,
+        progress=progress,
+        resume=resume,
+    )
     print_header(console, prepared)
     trial_executor = executor(prepared, lock, console) if executor is not None else None
     stand_in = print_stand_in(console, prepared, lock)
-    ctx = RunContext(client, profile, LlamaMoeTraceEngine(prepared.image), prepared.model,
-                     prepared.settings, prepared.run_dir, secrets.token_hex(6), console,
-                     trial_timeout_s=trial_timeout)
-    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned, console),
-                             docker_client=client)
+    ctx = RunContext(
+        client,
+        profile,
+        LlamaMoeTraceEngine(prepared.image),
+        prepared.model,
+        prepared.settings,
+        prepared.run_dir,
+        secrets.token_hex(6),
+        console,
+        trial_timeout_s=trial_timeout,
+    )
+    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned, console), docker_client=client)
 
     def finalize(run_dir: Path) -> None:
         write_paging_analysis(run_dir, prepared.model.path, profile)
         seal(run_dir)
 
-    outcome = execute_run(ctx, prepared.trials, lock.raw,
-                          {"target": prepared.choice.target, "stand_in": stand_in,
-                           "image_id": client.images.get(prepared.image).id},
-                          finalize=finalize, executor=trial_executor, resume=resume)
+    outcome = execute_run(
+        ctx,
+        prepared.trials,
+        lock.raw,
+        {
+            "target": prepared.choice.target,
+            "stand_in": stand_in,
+            "image_id": client.images.get(prepared.image).id,
+        },
+        finalize=finalize,
+        executor=trial_executor,
+        resume=resume,
+    )
     print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     return outcome
 
@@ -102,44 +142,57 @@ def choose_source(lock: Lock, requested: str, console: Console) -> str:
         fetch_source(lock, "canonical")
         return "canonical"
     except ApplianceError as exc:
-        console.print(f"[bold yellow]canonical source not available ({exc}).\n"
-                      f"BUILDING FROM THE {FALLBACK_STAND_IN} STAND-IN (llama.cpp release "
-                      f"{lock.stand_ins[FALLBACK_STAND_IN].release}), NOT THE CANONICAL PIN "
-                      f"{lock.upstream.release}; every label and bundle says so.[/bold yellow]")
+        console.print(
+            f"[bold yellow]canonical source not available ({exc}).\n"
+            f"BUILDING FROM THE {FALLBACK_STAND_IN} STAND-IN (llama.cpp release "
+            f"{lock.stand_ins[FALLBACK_STAND_IN].release}), NOT THE CANONICAL PIN "
+            f"{lock.upstream.release}; every label and bundle says so.[/bold yellow]"
+        )
         return FALLBACK_STAND_IN
 
 
-def ensure_engine_image(lock: Lock, target: str, source: str, console: Console,
-                        progress: ProgressFn | None = None) -> str:
-    console.print(f"engine image for [bold]{target}[/bold] from source [bold]{source}[/bold] "
-                  "(a first build compiles llama.cpp: 3 to 15 minutes on 2 cores, by load)")
+def ensure_engine_image(
+    lock: Lock, target: str, source: str, console: Console, progress: ProgressFn | None = None
+) -> str:
+    console.print(
+        f"engine image for [bold]{target}[/bold] from source [bold]{source}[/bold] "
+        "(a first build compiles llama.cpp: 3 to 15 minutes on 2 cores, by load)"
+    )
     built = build_image(lock, target, source, progress=progress)
     state = "reused (inputs unchanged)" if built.reused else f"built in {built.seconds:.0f} s"
     console.print(f"image {built.tag} {state}")
     return built.tag
 
 
-def ensure_synth_model(profile: Profile, models_dir: Path, console: Console,
-                       progress: ProgressFn | None = None) -> Path:
+def ensure_synth_model(
+    profile: Profile, models_dir: Path, console: Console, progress: ProgressFn | None = None
+) -> Path:
     """Synthesize the profile's model into models_dir unless it is there already."""
     synth = profile.model.synth
     path = models_dir / profile.model.file
     if path.exists() or not synth:
         return path
-    spec = ModelSynthSpec(arch=str(synth["arch"]), size_bytes=parse_size(str(synth["size"])),
-                     experts=int(synth["experts"]), used=int(synth["used"]),
-                     layers=int(synth["layers"]), skew=float(synth["skew"]),
-                     seed=int(synth["seed"]), expert_type=str(synth.get("type", "f16")))
-    console.print(f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
-                  f"skew {synth['skew']}, seed {synth['seed']})")
+    spec = ModelSynthSpec(
+        arch=str(synth["arch"]),
+        size_bytes=parse_size(str(synth["size"])),
+        experts=int(synth["experts"]),
+        used=int(synth["used"]),
+        layers=int(synth["layers"]),
+        skew=float(synth["skew"]),
+        seed=int(synth["seed"]),
+        expert_type=str(synth.get("type", "f16")),
+    )
+    console.print(
+        f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
+        f"skew {synth['skew']}, seed {synth['seed']})"
+    )
     models_dir.mkdir(parents=True, exist_ok=True)
     result = synthesize(spec, path, progress)
     console.print(f"model {path.name}: {result.size_bytes} bytes, sha256 {result.sha256}")
     return path
 
 
-def paging_rows(run_dir: Path, model_path: Path, memory_limit: int,
-                n_predict: int) -> list[dict[str, Any]]:
+def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: int) -> list[dict[str, Any]]:
     """Per trial with a trace and a block-read count: bytes read against the LRU prediction."""
     from appliance.runs.paging import predicted_cold_read  # numba loads only for this analysis
 
@@ -151,9 +204,15 @@ def paging_rows(run_dir: Path, model_path: Path, memory_limit: int,
             continue
         anon = int(trial["cgroup"].get("anon_bytes") or 0)
         prediction = predicted_cold_read(trace, model_path, memory_limit, anon)
-        rows.append({"trial": trial["dir"], "variant": trial["variant"],
-                     "measured_read_bytes": int(measured), **prediction,
-                     "ratio": measured / prediction["predicted_read_bytes"]})
+        rows.append(
+            {
+                "trial": trial["dir"],
+                "variant": trial["variant"],
+                "measured_read_bytes": int(measured),
+                **prediction,
+                "ratio": measured / prediction["predicted_read_bytes"],
+            }
+        )
     return rows
 
 
@@ -162,8 +221,7 @@ def write_paging_analysis(run_dir: Path, model_path: Path, profile: Profile) -> 
     if not profile.trace or not profile.schedule.cold_cache:
         return
     try:
-        rows: Any = paging_rows(run_dir, model_path, profile.limits.memory,
-                                profile.schedule.n_predict)
+        rows: Any = paging_rows(run_dir, model_path, profile.limits.memory, profile.schedule.n_predict)
     except ApplianceError as exc:  # an analysis that cannot run must not block the seal
         rows = {"error": str(exc)}
     atomic.write_json(run_dir / "analysis" / "paging.json", {"lru_prediction": rows})
@@ -180,11 +238,17 @@ class PipelineReport:
     def reproduced(self) -> bool:
         """The bundle verified and every finding it names was reproduced."""
         return self.verification.verdict is Verdict.VERIFIED and all(
-            c["verdict"] == REPRODUCED for c in self.comparisons)
+            c["verdict"] == REPRODUCED for c in self.comparisons
+        )
 
 
-def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
-                       console: Console, evidence: list[str] | None = None) -> PipelineReport:
+def verify_and_compare(
+    outcome: RunOutcome,
+    profile: Profile,
+    key: Path | None,
+    console: Console,
+    evidence: list[str] | None = None,
+) -> PipelineReport:
     """Verify the bundle against the key that signed it, then compare it with `evidence`
     (default: the profile's findings)."""
     pubkey = None
@@ -192,14 +256,14 @@ def verify_and_compare(outcome: RunOutcome, profile: Profile, key: Path | None,
         pubkey = key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
     verification = verify_bundle(outcome.run_dir, pubkey)
     report = PipelineReport(outcome.run_dir, verification)
-    console.print(f"bundle verification: {verification.summary()}", markup=False,
-                  soft_wrap=True)
+    console.print(f"bundle verification: {verification.summary()}", markup=False, soft_wrap=True)
     for finding_id in profile.evidence if evidence is None else evidence:
         try:
             finding = find_finding(finding_id)
         except ApplianceError as exc:
-            report.comparisons.append({"evidence": finding_id, "verdict": NOT_COMPARABLE,
-                                       "reasons": [str(exc)]})
+            report.comparisons.append(
+                {"evidence": finding_id, "verdict": NOT_COMPARABLE, "reasons": [str(exc)]}
+            )
             continue
         report.comparisons.append(compare(outcome.run_dir, finding, verification).as_dict())
     return report
@@ -216,13 +280,24 @@ def read_paging_analysis(run_dir: Path) -> list[dict[str, Any]]:
 def print_report(report: PipelineReport, console: Console) -> None:
     if report.paging:
         table = Table(title="bytes read per cold trial vs an LRU replay of its own trace")
-        for column in ("trial", "measured MiB", "LRU-predicted MiB", "ratio", "capacity (experts)",
-                       "distinct experts"):
+        for column in (
+            "trial",
+            "measured MiB",
+            "LRU-predicted MiB",
+            "ratio",
+            "capacity (experts)",
+            "distinct experts",
+        ):
             table.add_column(column)
         for row in report.paging:
-            table.add_row(str(row["trial"]), f"{row['measured_read_bytes'] / 2**20:.1f}",
-                          f"{row['predicted_read_bytes'] / 2**20:.1f}", f"{row['ratio']:.2f}",
-                          str(row["capacity_experts"]), str(row["distinct_experts"]))
+            table.add_row(
+                str(row["trial"]),
+                f"{row['measured_read_bytes'] / 2**20:.1f}",
+                f"{row['predicted_read_bytes'] / 2**20:.1f}",
+                f"{row['ratio']:.2f}",
+                str(row["capacity_experts"]),
+                str(row["distinct_experts"]),
+            )
         console.print(table)
     if report.comparisons:
         table = Table(title="comparison with evidence/")

@@ -63,8 +63,9 @@ def sweep_profile(profile: Profile) -> Profile:
     """The profile as a sweep runs it: the sweep's n_predict, when it sets one."""
     if profile.sweep is None or profile.sweep.n_predict is None:
         return profile
-    return dataclasses.replace(profile, schedule=dataclasses.replace(
-        profile.schedule, n_predict=profile.sweep.n_predict))
+    return dataclasses.replace(
+        profile, schedule=dataclasses.replace(profile.schedule, n_predict=profile.sweep.n_predict)
+    )
 
 
 def memory_points(profile: Profile, memory: str | None) -> tuple[MemoryPoint, ...]:
@@ -72,21 +73,33 @@ def memory_points(profile: Profile, memory: str | None) -> tuple[MemoryPoint, ..
         return parse_memory_list(memory)
     if profile.sweep is not None:
         return profile.sweep.memory
-    raise ConfigError(f"profile {profile.name} declares no sweep: give the limits with "
-                      "--memory (e.g. 0.3,0.5,0.7,1.2 or 150MiB,200MiB,600MiB)")
+    raise ConfigError(
+        f"profile {profile.name} declares no sweep: give the limits with "
+        "--memory (e.g. 0.3,0.5,0.7,1.2 or 150MiB,200MiB,600MiB)"
+    )
 
 
-def estimate_seconds(trials: int, model_bytes: int, n_predict: int, k: int,
-                     n_experts: int) -> float:
+def estimate_seconds(trials: int, model_bytes: int, n_predict: int, k: int, n_experts: int) -> float:
     per_trial = model_bytes * (1 + n_predict * k / n_experts) / ASSUMED_READ_BPS
     return trials * (TRIAL_OVERHEAD_S + per_trial) + TRIAL_OVERHEAD_S
 
 
-def plan_sweep(profile: Profile, models_dir: Path, lock: Lock, *, memory: str | None,
-               repeats: int | None, out: Path | None, dry_run: bool, max_hours: float,
-               skip_digest: bool = False, image: str | None = None,
-               gpu_index: int | None = None, progress: ProgressFn | None = None,
-               resume: bool = False) -> tuple[SweepPlan, Any]:
+def plan_sweep(
+    profile: Profile,
+    models_dir: Path,
+    lock: Lock,
+    *,
+    memory: str | None,
+    repeats: int | None,
+    out: Path | None,
+    dry_run: bool,
+    max_hours: float,
+    skip_digest: bool = False,
+    image: str | None = None,
+    gpu_index: int | None = None,
+    progress: ProgressFn | None = None,
+    resume: bool = False,
+) -> tuple[SweepPlan, Any]:
     """Every check before anything starts, cheapest first: limits, length, then the run's."""
     profile = sweep_profile(profile)
     points = memory_points(profile, memory)
@@ -99,26 +112,39 @@ def plan_sweep(profile: Profile, models_dir: Path, lock: Lock, *, memory: str | 
     limits = resolve_limits(points, model_bytes, floor, profile.name)
     n_experts, k, per_layer = gguf_expert_layout(path)
     trials = sweep_plan(profile, limits, repeats)
-    estimate = estimate_seconds(len(trials), model_bytes, profile.schedule.n_predict, k,
-                                n_experts)
+    estimate = estimate_seconds(len(trials), model_bytes, profile.schedule.n_predict, k, n_experts)
     if estimate > max_hours * 3600:
-        raise ConfigError(f"the sweep's {len(trials)} trials would take about "
-                          f"{estimate / 3600:.1f} h, more than --max-hours {max_hours:g}: "
-                          "sweep fewer limits or repeats, or raise --max-hours")
+        raise ConfigError(
+            f"the sweep's {len(trials)} trials would take about "
+            f"{estimate / 3600:.1f} h, more than --max-hours {max_hours:g}: "
+            "sweep fewer limits or repeats, or raise --max-hours"
+        )
     if not dry_run:
         largest = dataclasses.replace(profile.limits, memory=max(limits))
         check_limit_fits_host(dataclasses.replace(profile, limits=largest))
-    prepared, client = prepare_run(profile, models_dir, lock, repeats=repeats, out=out,
-                                   dry_run=dry_run, skip_digest=skip_digest, image=image,
-                                   gpu_index=gpu_index, client_factory=docker_client,
-                                   progress=progress, resume=resume)
+    prepared, client = prepare_run(
+        profile,
+        models_dir,
+        lock,
+        repeats=repeats,
+        out=out,
+        dry_run=dry_run,
+        skip_digest=skip_digest,
+        image=image,
+        gpu_index=gpu_index,
+        client_factory=docker_client,
+        progress=progress,
+        resume=resume,
+    )
     prepared = dataclasses.replace(prepared, trials=trials)
     return SweepPlan(profile, prepared, points, limits, max(per_layer.values()), estimate), client
 
 
 def print_grid(console: Console, plan: SweepPlan) -> None:
-    table = Table(title=f"sweep of {plan.profile.name}: {len(plan.prepared.trials)} trials "
-                        f"in run order, after one disk probe")
+    table = Table(
+        title=f"sweep of {plan.profile.name}: {len(plan.prepared.trials)} trials "
+        f"in run order, after one disk probe"
+    )
     table.add_column("limit")
     table.add_column("from")
     for variant in plan.profile.variants:
@@ -126,16 +152,22 @@ def print_grid(console: Console, plan: SweepPlan) -> None:
     by_limit: dict[int, dict[str, list[str]]] = {}
     for trial in plan.prepared.trials:
         assert trial.memory is not None
-        by_limit.setdefault(trial.memory, {}).setdefault(trial.variant.name, []).append(
-            str(trial.index))
+        by_limit.setdefault(trial.memory, {}).setdefault(trial.variant.name, []).append(str(trial.index))
     for limit, point in zip(plan.limits, _points_by_limit(plan), strict=True):
-        table.add_row(f"{format_size(limit)} ({limit} B)", point,
-                      *[", ".join(by_limit[limit].get(v.name, [])) for v in plan.profile.variants])
+        table.add_row(
+            f"{format_size(limit)} ({limit} B)",
+            point,
+            *[", ".join(by_limit[limit].get(v.name, [])) for v in plan.profile.variants],
+        )
     console.print(table)
-    console.print(f"disk probe: {plan.expert_bytes}-byte reads (one expert) and 4096-byte reads, "
-                  f"queue depth 1 and 8, under {format_size(max(plan.limits))}")
-    console.print(f"predicted time: about {plan.estimate_s / 60:.0f} min (at most; assumes "
-                  f"{ASSUMED_READ_BPS >> 20} MiB/s and no expert reuse)")
+    console.print(
+        f"disk probe: {plan.expert_bytes}-byte reads (one expert) and 4096-byte reads, "
+        f"queue depth 1 and 8, under {format_size(max(plan.limits))}"
+    )
+    console.print(
+        f"predicted time: about {plan.estimate_s / 60:.0f} min (at most; assumes "
+        f"{ASSUMED_READ_BPS >> 20} MiB/s and no expert reuse)"
+    )
 
 
 def _points_by_limit(plan: SweepPlan) -> list[str]:
@@ -146,11 +178,13 @@ def _points_by_limit(plan: SweepPlan) -> list[str]:
 
 def run_disk_probe(ctx: RunContext, plan: SweepPlan) -> None:
     """One probe container: cold cache, the largest limit, results under RUN/probe/."""
-    probe_ctx = dataclasses.replace(ctx, engine=DiskProbeEngine(ctx.engine.image,
-                                                                plan.expert_bytes, PROBE_READS),
-                                    trials_subdir=PROBE_DIR, trial_records=[])
-    ctx.console.print(f"disk probe: evicting model, cold random reads of {plan.expert_bytes} "
-                      "and 4096 bytes")
+    probe_ctx = dataclasses.replace(
+        ctx,
+        engine=DiskProbeEngine(ctx.engine.image, plan.expert_bytes, PROBE_READS),
+        trials_subdir=PROBE_DIR,
+        trial_records=[],
+    )
+    ctx.console.print(f"disk probe: evicting model, cold random reads of {plan.expert_bytes} and 4096 bytes")
     try:
         record = run_trial(probe_ctx, plan.probe_trial())
     except TrialInterrupted:
@@ -170,8 +204,11 @@ def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:
     from appliance.runs.sweep_plots import write_sweep_plots  # and matplotlib
 
     trials = load_trials(run_dir)
-    traces = {t["dir"]: run_dir / "trials" / t["dir"] / "trace.moetrace" for t in trials
-              if (run_dir / "trials" / t["dir"] / "trace.moetrace").is_file()}
+    traces = {
+        t["dir"]: run_dir / "trials" / t["dir"] / "trace.moetrace"
+        for t in trials
+        if (run_dir / "trials" / t["dir"] / "trace.moetrace").is_file()
+    }
     try:
         sweep = analyze_sweep(trials, traces, model_path, read_probe(run_dir))
     except ApplianceError as exc:  # an analysis that cannot run must not block the seal
@@ -185,10 +222,17 @@ def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:
     return sweep
 
 
-def execute_sweep(plan: SweepPlan, client: Any, lock: Lock, console: Console, *,
-                  key: Path | None, trial_timeout: float | None = None,
-                  executor: ExecutorFactory | None = None, resume: bool = False
-                  ) -> tuple[RunOutcome, dict[str, Any]]:
+def execute_sweep(
+    plan: SweepPlan,
+    client: Any,
+    lock: Lock,
+    console: Console,
+    *,
+    key: Path | None,
+    trial_timeout: float | None = None,
+    executor: ExecutorFactory | None = None,
+    resume: bool = False,
+) -> tuple[RunOutcome, dict[str, Any]]:
     """The probe (on this machine), every trial (here or through `executor`, e.g. a cluster),
     the analysis, the seal; prints the sweep's table. With resume, only the trials the run
     directory lacks run, and the probe only if it has none."""
@@ -197,26 +241,46 @@ def execute_sweep(plan: SweepPlan, client: Any, lock: Lock, console: Console, *,
     trial_executor = executor(prepared, lock, console) if executor is not None else None
     stand_in = print_stand_in(console, prepared, lock)
     print_grid(console, plan)
-    ctx = RunContext(client, plan.profile, LlamaMoeTraceEngine(prepared.image), prepared.model,
-                     prepared.settings, prepared.run_dir, secrets.token_hex(6), console,
-                     trial_timeout_s=trial_timeout)
+    ctx = RunContext(
+        client,
+        plan.profile,
+        LlamaMoeTraceEngine(prepared.image),
+        prepared.model,
+        prepared.settings,
+        prepared.run_dir,
+        secrets.token_hex(6),
+        console,
+        trial_timeout_s=trial_timeout,
+    )
     seal = functools.partial(finalize_bundle, key=key, docker_client=client)
 
     def finalize(run_dir: Path) -> None:
         write_sweep_analysis(run_dir, prepared.model.path)
         seal(run_dir)
 
-    extra = {"target": prepared.choice.target, "stand_in": stand_in,
-             "image_id": client.images.get(prepared.image).id,
-             "sweep": {"memory": [p.text for p in plan.points], "limits": plan.limits,
-                       "labels": [limit_label(m) for m in plan.limits],
-                       "n_predict": plan.profile.schedule.n_predict,
-                       "probe_block_bytes": plan.expert_bytes}}
+    extra = {
+        "target": prepared.choice.target,
+        "stand_in": stand_in,
+        "image_id": client.images.get(prepared.image).id,
+        "sweep": {
+            "memory": [p.text for p in plan.points],
+            "limits": plan.limits,
+            "labels": [limit_label(m) for m in plan.limits],
+            "n_predict": plan.profile.schedule.n_predict,
+            "probe_block_bytes": plan.expert_bytes,
+        },
+    }
     probed = resume and read_probe(prepared.run_dir) is not None
-    outcome = execute_run(ctx, prepared.trials, lock.raw, extra, finalize=finalize,
-                          before_trials=None if probed else functools.partial(run_disk_probe,
-                                                                              plan=plan),
-                          executor=trial_executor, resume=resume)
+    outcome = execute_run(
+        ctx,
+        prepared.trials,
+        lock.raw,
+        extra,
+        finalize=finalize,
+        before_trials=None if probed else functools.partial(run_disk_probe, plan=plan),
+        executor=trial_executor,
+        resume=resume,
+    )
     sweep = json.loads((outcome.run_dir / "results.json").read_text()).get("sweep", {})
     print_sweep(console, sweep)
     print_sweep_outcome(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)

@@ -65,17 +65,43 @@ class TracerRun:
         return self.text_path.read_bytes()
 
 
-def run_tracer(bin_dir: Path, model: Path, out: Path, *args: str, prompt: str,
-               env: dict[str, str] | None = None, check: bool = True) -> TracerRun:
+def run_tracer(
+    bin_dir: Path,
+    model: Path,
+    out: Path,
+    *args: str,
+    prompt: str,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> TracerRun:
     """Run llama-moe-trace into `out` (trace.moetrace, timings.json, text.txt), 2 threads."""
     out.mkdir(parents=True, exist_ok=True)
     run = TracerRun(
         subprocess.run(
-            [str(bin_dir / "llama-moe-trace"), "-m", str(model), "-p", prompt, "-t", "2",
-             "-o", str(out / "trace.moetrace"), "--timings", str(out / "timings.json"),
-             "--text", str(out / "text.txt"), *args],
-            capture_output=True, timeout=600, env={**os.environ, **(env or {})}),
-        out / "trace.moetrace", out / "timings.json", out / "text.txt")
+            [
+                str(bin_dir / "llama-moe-trace"),
+                "-m",
+                str(model),
+                "-p",
+                prompt,
+                "-t",
+                "2",
+                "-o",
+                str(out / "trace.moetrace"),
+                "--timings",
+                str(out / "timings.json"),
+                "--text",
+                str(out / "text.txt"),
+                *args,
+            ],
+            capture_output=True,
+            timeout=600,
+            env={**os.environ, **(env or {})},
+        ),
+        out / "trace.moetrace",
+        out / "timings.json",
+        out / "text.txt",
+    )
     if check:
         assert run.result.returncode == 0, run.result.stderr.decode(errors="replace")[-2000:]
     return run
@@ -84,17 +110,26 @@ def run_tracer(bin_dir: Path, model: Path, out: Path, *args: str, prompt: str,
 def user_env(tmp: Path) -> dict[str, str]:
     """A newcomer's machine: no signing key, an empty trust store, a fresh home (the cache
     stays where it is, so the engine image and the model are reused)."""
-    return {"HOME": str(tmp / "home"), "XDG_CONFIG_HOME": str(tmp / "config"),
-            "APPLIANCE_TRUSTED_KEYS": str(tmp / "trusted-keys"),
-            "APPLIANCE_CACHE": str(cache_dir())}
+    return {
+        "HOME": str(tmp / "home"),
+        "XDG_CONFIG_HOME": str(tmp / "config"),
+        "APPLIANCE_TRUSTED_KEYS": str(tmp / "trusted-keys"),
+        "APPLIANCE_CACHE": str(cache_dir()),
+    }
 
 
 def make(target: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run a Makefile target with the test's interpreter as the venv (nothing is installed)."""
     venv = Path(sys.executable).parent.parent
     env = dict(os.environ, PYTHONPATH=str(REPO), **user_env(tmp))
-    return subprocess.run(["make", "-o", "venv", target, f"VENV={venv}", *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=2400)
+    return subprocess.run(
+        ["make", "-o", "venv", target, f"VENV={venv}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
 
 
 @dataclass(frozen=True)
@@ -114,8 +149,7 @@ class DemoRun:
 
 
 @pytest.fixture(scope="session")
-def demo_run(request: pytest.FixtureRequest,
-             tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+def demo_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """`make demo` once per session: the genuine bundle the demo and attestation tests read."""
     request.getfixturevalue("engine_image_cpu")  # built (or reused) first, failing under CI
     home = tmp_path_factory.mktemp("newcomer")

@@ -41,16 +41,16 @@ def real_bundle(demo_run: DemoRun) -> Path:
 
 
 @pytest.fixture(scope="session")
-def other_bundle(real_bundle: Path, real_keys: Keys,
-                 tmp_path_factory: pytest.TempPathFactory) -> Path:
+def other_bundle(real_bundle: Path, real_keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return another_genuine_bundle(real_bundle, tmp_path_factory.mktemp("other"), real_keys)
 
 
 @pytest.mark.docker
 @pytest.mark.engine
 @pytest.mark.slow
-def test_real_bundle_verifies_here_and_independently(real_bundle: Path, real_keys: Keys,
-                                                     store: dict[str, str]) -> None:
+def test_real_bundle_verifies_here_and_independently(
+    real_bundle: Path, real_keys: Keys, store: dict[str, str]
+) -> None:
     verified = run_cli("bundle", "verify", str(real_bundle), "--json", env=store)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     report = json.loads(verified.stdout)
@@ -65,9 +65,9 @@ def test_real_bundle_verifies_here_and_independently(real_bundle: Path, real_key
 @pytest.mark.engine
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_real_bundle_tamper_battery(name: str, real_bundle: Path, other_bundle: Path,
-                                    real_keys: Keys, store: dict[str, str],
-                                    tmp_path: Path) -> None:
+def test_real_bundle_tamper_battery(
+    name: str, real_bundle: Path, other_bundle: Path, real_keys: Keys, store: dict[str, str], tmp_path: Path
+) -> None:
     case = next(c for c in cases(other_bundle) if c.name == name)
     bundle = tmp_path / "bundle"
     shutil.copytree(real_bundle, bundle, symlinks=True)
@@ -86,9 +86,9 @@ def test_real_bundle_tamper_battery(name: str, real_bundle: Path, other_bundle: 
 @pytest.mark.docker
 @pytest.mark.engine
 @pytest.mark.slow
-def test_evidence_compare_refuses_an_untrusted_resign(real_bundle: Path, real_keys: Keys,
-                                                      store: dict[str, str],
-                                                      tmp_path: Path) -> None:
+def test_evidence_compare_refuses_an_untrusted_resign(
+    real_bundle: Path, real_keys: Keys, store: dict[str, str], tmp_path: Path
+) -> None:
     bundle = tmp_path / "bundle"
     shutil.copytree(real_bundle, bundle, symlinks=True)
     finalize_bundle(bundle, real_keys.untrusted.private)
@@ -99,8 +99,8 @@ def test_evidence_compare_refuses_an_untrusted_resign(real_bundle: Path, real_ke
     lines = allowed.stdout.splitlines()
     assert lines[0].startswith("[untrusted input] tiny-oversub-sweep-miniature: ")
     assert all(line.startswith("[untrusted input] ") for line in lines)
-    as_json = run_cli("evidence", "compare", str(bundle), "--allow-untrusted", "--json",
-                      env=store)
+    as_json = run_cli("evidence", "compare", str(bundle), "--allow-untrusted", "--json", env=store)
     assert [r["input"] for r in json.loads(as_json.stdout)] == ["untrusted input"]
     assert run_cli("evidence", "compare", str(real_bundle), env=store).stdout.startswith(
-        "tiny-oversub-sweep-miniature: ")
+        "tiny-oversub-sweep-miniature: "
+    )

@@ -69,10 +69,11 @@ def cluster(engine_image_cpu: str, other_image: str) -> Iterator[dict[str, Any]]
         nodes.join()
         nodes.join(images={"cpu": other_image})
         reports = nodes.status()
-        by_role = {"head": next(r for r in reports if r["head"]),
-                   "worker": next(r for r in reports if not r["head"]
-                                  and r["images"]["cpu"]["tag"] != other_image),
-                   "stale": next(r for r in reports if r["images"]["cpu"]["tag"] == other_image)}
+        by_role = {
+            "head": next(r for r in reports if r["head"]),
+            "worker": next(r for r in reports if not r["head"] and r["images"]["cpu"]["tag"] != other_image),
+            "stale": next(r for r in reports if r["images"]["cpu"]["tag"] == other_image),
+        }
         yield {"nodes": nodes, "reports": reports, **by_role}
     finally:
         nodes.stop()
@@ -91,8 +92,7 @@ def verified(run: Path) -> bool:
 
 
 def run_args(models: Path, out: Path, *extra: str) -> list[str]:
-    return ["run", PROFILE, "--models", str(models), "--repeats", "1", "--out", str(out),
-            *signing(), *extra]
+    return ["run", PROFILE, "--models", str(models), "--repeats", "1", "--out", str(out), *signing(), *extra]
 
 
 def trials(run: Path) -> dict[str, dict[str, Any]]:
@@ -108,9 +108,11 @@ def tree_digest(directory: Path) -> str:
 
 def fields(results: dict[str, Any]) -> dict[str, Any]:
     """results.json's field names: top level, per variant, and the ratio pairs."""
-    return {"top": sorted(results),
-            "variants": {name: sorted(v) for name, v in results["variants"].items()},
-            "ratios": [(r["numerator"], r["denominator"]) for r in results["ratios"]]}
+    return {
+        "top": sorted(results),
+        "variants": {name: sorted(v) for name, v in results["variants"].items()},
+        "ratios": [(r["numerator"], r["denominator"]) for r in results["ratios"]],
+    }
 
 
 def test_cluster_is_on_loopback_and_lists_its_nodes(cluster: dict[str, Any]) -> None:
@@ -119,16 +121,18 @@ def test_cluster_is_on_loopback_and_lists_its_nodes(cluster: dict[str, Any]) -> 
     assert len(reports) == 3
     assert {r["address"] for r in reports} == {"127.0.0.1"}
     assert all(r["targets"] == ["cpu"] for r in reports)
-    assert cluster["head"]["images"]["cpu"]["inputs_digest"] == \
-        cluster["worker"]["images"]["cpu"]["inputs_digest"] != \
-        cluster["stale"]["images"]["cpu"]["inputs_digest"]
+    assert (
+        cluster["head"]["images"]["cpu"]["inputs_digest"]
+        == cluster["worker"]["images"]["cpu"]["inputs_digest"]
+        != cluster["stale"]["images"]["cpu"]["inputs_digest"]
+    )
 
 
 def test_run_spreads_over_two_nodes_refuses_the_stale_one_and_verifies(
-        cluster: dict[str, Any], models: Path, tmp_path: Path) -> None:
+    cluster: dict[str, Any], models: Path, tmp_path: Path
+) -> None:
     started = time.monotonic()
-    result = cluster["nodes"].appliance(*run_args(models, tmp_path / "cluster", "--cluster",
-                                                  ADDRESS))
+    result = cluster["nodes"].appliance(*run_args(models, tmp_path / "cluster", "--cluster", ADDRESS))
     seconds = time.monotonic() - started
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     print(f"cluster run of {PROFILE} --repeats 1 on two nodes: {seconds:.1f} s")
@@ -141,8 +145,10 @@ def test_run_spreads_over_two_nodes_refuses_the_stale_one_and_verifies(
     assert record["status"] == "complete"
     executor = record["executor"]
     assert executor["kind"] == "ray" and executor["resource"] == "appliance-cpu"
-    assert {n["node_id"] for n in executor["nodes"]} == {cluster["head"]["node_id"],
-                                                         cluster["worker"]["node_id"]}
+    assert {n["node_id"] for n in executor["nodes"]} == {
+        cluster["head"]["node_id"],
+        cluster["worker"]["node_id"],
+    }
     assert len(executor["refused"]) == 1 and stale[:12] in executor["refused"][0]
     recorded = trials(run)
     assert len(recorded) == 3
@@ -160,17 +166,31 @@ def test_run_spreads_over_two_nodes_refuses_the_stale_one_and_verifies(
 
     local = cluster["nodes"].appliance(*run_args(models, tmp_path / "local"))
     assert local.returncode == 0, local.stdout[-4000:] + local.stderr[-4000:]
-    assert json.loads((tmp_path / "local" / "run.json").read_text())["executor"] == \
-        {"kind": "local"}
-    assert fields(json.loads((run / "results.json").read_text())) == \
-        fields(json.loads((tmp_path / "local" / "results.json").read_text()))
+    assert json.loads((tmp_path / "local" / "run.json").read_text())["executor"] == {"kind": "local"}
+    assert fields(json.loads((run / "results.json").read_text())) == fields(
+        json.loads((tmp_path / "local" / "results.json").read_text())
+    )
 
 
 def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
-        cluster: dict[str, Any], models: Path, tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+    cluster: dict[str, Any], models: Path, tmp_path: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     run = tmp_path / "sweep"
-    args = ["sweep", PROFILE, "--models", str(models), "--memory", "0.5,1.2", "--repeats", "1",
-            "--out", str(run), *signing(), "--cluster", ADDRESS]
+    args = [
+        "sweep",
+        PROFILE,
+        "--models",
+        str(models),
+        "--memory",
+        "0.5,1.2",
+        "--repeats",
+        "1",
+        "--out",
+        str(run),
+        *signing(),
+        "--cluster",
+        ADDRESS,
+    ]
     driver = cluster["nodes"].driver(*args)
     assert driver.stdout is not None
     seen: list[str] = []
@@ -184,8 +204,9 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     assert driver.wait(timeout=600) == 130, output[-4000:]
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "incomplete"
-    assert docker_client.containers.list(
-        all=True, filters={"label": f"{labels.RUN}={record['run_id']}"}) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"label": f"{labels.RUN}={record['run_id']}"}) == []
+    )
     planned = json.loads((run / "inputs" / "schedule.json").read_text())["trials"]
     assert len(planned) == 6  # 2 limits x 3 variants
     done = {name for name, t in trials(run).items() if t["status"] == "ok"}
@@ -198,8 +219,11 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     assert f"{len(done)} of 6 trials recorded, {6 - len(done)} to run" in resumed.stdout
     assert "disk probe: evicting model" in output
     assert "disk probe: evicting model" not in resumed.stdout  # recorded by the first start
-    started = {line.split()[1] for line in resumed.stdout.splitlines()
-               if line.startswith("trial ") and "starting container" in line}
+    started = {
+        line.split()[1]
+        for line in resumed.stdout.splitlines()
+        if line.startswith("trial ") and "starting container" in line
+    }
     assert started == set(planned) - done
     assert {name: tree_digest(run / "trials" / name) for name in done} == kept
     assert len(trials(run)) == 6 and all(t["status"] == "ok" for t in trials(run).values())
@@ -210,8 +234,9 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     assert verified(run)
 
 
-def test_a_trial_whose_node_is_lost_runs_again_elsewhere(cluster: dict[str, Any], models: Path,
-                                                         tmp_path: Path) -> None:
+def test_a_trial_whose_node_is_lost_runs_again_elsewhere(
+    cluster: dict[str, Any], models: Path, tmp_path: Path
+) -> None:
     worker = cluster["worker"]["node_id"]
     driver = cluster["nodes"].driver(*run_args(models, tmp_path / "run", "--cluster", ADDRESS))
     assert driver.stdout is not None
@@ -232,8 +257,7 @@ def test_a_trial_whose_node_is_lost_runs_again_elsewhere(cluster: dict[str, Any]
     attempts = recorded[victim]["attempts"]
     assert len(attempts) == 2, attempts
     assert attempts[0]["node_id"] == worker and attempts[0]["error"].startswith("node lost")
-    assert attempts[1]["node_id"] == cluster["head"]["node_id"] == \
-        recorded[victim]["node"]["node_id"]
+    assert attempts[1]["node_id"] == cluster["head"]["node_id"] == recorded[victim]["node"]["node_id"]
     assert attempts[1]["status"] == "ok"
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["status"] == "complete" and run["executor"]["lost"] == [worker]
@@ -241,13 +265,18 @@ def test_a_trial_whose_node_is_lost_runs_again_elsewhere(cluster: dict[str, Any]
 
 
 def test_an_unreachable_cluster_is_one_line_before_anything_is_written(
-        engine_image_cpu: str, models: Path, tmp_path: Path) -> None:
+    engine_image_cpu: str, models: Path, tmp_path: Path
+) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "appliance", *run_args(models, tmp_path / "run", "--cluster",
-                                                       "127.0.0.1:9")],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
+        [sys.executable, "-m", "appliance", *run_args(models, tmp_path / "run", "--cluster", "127.0.0.1:9")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: cannot reach a Ray cluster at 127.0.0.1:9")
+    assert (
+        result.stderr.strip().splitlines()[-1].startswith("error: cannot reach a Ray cluster at 127.0.0.1:9")
+    )
     assert not (tmp_path / "run").exists()

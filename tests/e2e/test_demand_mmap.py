@@ -33,8 +33,10 @@ def test_demand_mmap_leaves_a_cold_model_unread_at_load(engine_bin: Path, tmp_pa
         assert run.timings["mmap_demand"] == env["LLAMA_MMAP_DEMAND"]
         resident[mode] = run.timings["residency_after_load"]["model_mapped_rss_bytes"] / size
         texts[mode] = run.text
-    print(f"model mapping resident after load: demand {resident['demand']:.1%}, "
-          f"default {resident['default']:.1%} of {size} bytes")
+    print(
+        f"model mapping resident after load: demand {resident['demand']:.1%}, "
+        f"default {resident['default']:.1%} of {size} bytes"
+    )
     assert resident["demand"] < 0.20
     assert resident["default"] > 0.80
     assert texts["demand"] == texts["default"] and texts["demand"]

@@ -63,8 +63,7 @@ def test_make_demo_sweeps_the_miniature_and_predicts_its_reads(demo_run: DemoRun
         assert policies["belady"]["decode_read_bytes"] <= policies["lru"]["decode_read_bytes"]
         if row["variant"] == "demand-mmap":
             assert 0.8 <= row["measured_over_lru"] <= 1.5, row
-    smallest = [r for r in rows if r["memory_limit"] == limits[0]
-                and r["variant"] == "demand-mmap"]
+    smallest = [r for r in rows if r["memory_limit"] == limits[0] and r["variant"] == "demand-mmap"]
     for row in smallest:  # capacity misses, not first touches, dominate at the smallest limit
         lru = row["predicted"]["policies"]["lru"]
         assert lru["decode_capacity_misses"] >= 0.5 * lru["decode_misses"], row
@@ -83,17 +82,18 @@ def test_make_demo_sweeps_the_miniature_and_predicts_its_reads(demo_run: DemoRun
     verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert verified.stdout.splitlines()[-1] == (
-        f"verdict: VERIFIED: every check passed; signed by trusted key {keyid}")
-    elsewhere = run_cli("bundle", "verify", str(run),
-                        env={**user_env(tmp_path), "APPLIANCE_TRUSTED_KEYS": str(tmp_path)})
+        f"verdict: VERIFIED: every check passed; signed by trusted key {keyid}"
+    )
+    elsewhere = run_cli(
+        "bundle", "verify", str(run), env={**user_env(tmp_path), "APPLIANCE_TRUSTED_KEYS": str(tmp_path)}
+    )
     assert elsewhere.returncode == Verdict.UNTRUSTED.exit_code
 
 
 @pytest.mark.docker
 @pytest.mark.engine
 @pytest.mark.slow
-def test_make_repro_cpu_signs_verifies_and_gives_a_verdict(engine_image_cpu: str,
-                                                           tmp_path: Path) -> None:
+def test_make_repro_cpu_signs_verifies_and_gives_a_verdict(engine_image_cpu: str, tmp_path: Path) -> None:
     out = tmp_path / "repro"
     result = make("repro-cpu", tmp_path, f"REPRO_ARGS=--out {out} --repeats 1")
     assert "comparison with evidence/" in result.stdout, result.stdout[-4000:] + result.stderr

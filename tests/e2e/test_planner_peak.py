@@ -22,7 +22,8 @@ LIMIT = 1 << 30
 @pytest.mark.engine
 @pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe"])
 def test_predicted_peak_is_within_15_percent_of_the_measured_cgroup_peak(
-        engine_image_cpu: str, tmp_path: Path, arch: str) -> None:
+    engine_image_cpu: str, tmp_path: Path, arch: str
+) -> None:
     model = tiny_model(arch, size="400MiB")
     models = tmp_path / "models"
     models.mkdir()
@@ -39,15 +40,24 @@ def test_predicted_peak_is_within_15_percent_of_the_measured_cgroup_peak(
     profile = tmp_path / "peak.yaml"
     profile.write_text(yaml.safe_dump(raw))
     run = tmp_path / "run"
-    result = run_cli("run", str(profile), "--models", str(models), "--out", str(run),
-                     "--image", engine_image_cpu, "--unsigned")
+    result = run_cli(
+        "run",
+        str(profile),
+        "--models",
+        str(models),
+        "--out",
+        str(run),
+        "--image",
+        engine_image_cpu,
+        "--unsigned",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     trial = next(run.glob("trials/*"))
     assert json.loads((trial / "trial.json").read_text())["status"] == "ok"
     measured = json.loads((trial / "cgroup.json").read_text())["peak_bytes"]
     timing = json.loads((trial / "timing.json").read_text())
     prompt = timing["n_prompt_tokens"]
-    predicted = predicted_peak_bytes(account_file(model), LIMIT,
-                                     ctx=prompt + timing["n_decode_tokens"] + 1,
-                                     prompt_tokens=prompt)
+    predicted = predicted_peak_bytes(
+        account_file(model), LIMIT, ctx=prompt + timing["n_decode_tokens"] + 1, prompt_tokens=prompt
+    )
     assert abs(predicted - measured) / measured < 0.15, (predicted, measured)

@@ -26,13 +26,16 @@ def expected_walk(arch: str, expert_type: str) -> list[int]:
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize(("arch", "expert_type"),
-                         [("qwen3moe", "f16"), ("qwen35moe", "f16"), ("qwen3moe", "q8_0")])
+@pytest.mark.parametrize(
+    ("arch", "expert_type"), [("qwen3moe", "f16"), ("qwen35moe", "f16"), ("qwen3moe", "q8_0")]
+)
 def test_llama_generates_the_designed_walk(engine_bin: Path, arch: str, expert_type: str) -> None:
     model = tiny_model(arch, expert_type=expert_type)
     result = subprocess.run(
         [str(engine_bin / "llama-simple"), "-m", str(model), "-n", str(N_PREDICT), PROMPT],
-        capture_output=True, timeout=300)
+        capture_output=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
     walk = expected_walk(arch, expert_type)
     vocab = byte_vocab()

@@ -88,14 +88,18 @@ def _dense_gguf(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("case", "reason"), [
-    ("bad-magic", "is not a GGUF file (bad magic)"),
-    ("truncated", "data is not within the file bounds"),
-    ("header-cut", "has a damaged GGUF header"),
-    ("dense", "(arch llama) is not a mixture-of-experts model"),
-])
-def test_bad_model_exits_with_one_line_and_no_trace(engine_bin: Path, tmp_path: Path, case: str,
-                                                    reason: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("bad-magic", "is not a GGUF file (bad magic)"),
+        ("truncated", "data is not within the file bounds"),
+        ("header-cut", "has a damaged GGUF header"),
+        ("dense", "(arch llama) is not a mixture-of-experts model"),
+    ],
+)
+def test_bad_model_exits_with_one_line_and_no_trace(
+    engine_bin: Path, tmp_path: Path, case: str, reason: str
+) -> None:
     good = tiny_model("qwen3moe").read_bytes()
     bad = tmp_path / f"{case}.gguf"
     if case == "bad-magic":
@@ -118,16 +122,26 @@ def test_bad_model_exits_with_one_line_and_no_trace(engine_bin: Path, tmp_path: 
 def test_skewed_routers_touch_fewer_experts(engine_bin: Path, tmp_path: Path) -> None:
     distinct = {}
     for skew in (0.0, 2.0):
-        run = run_tracer(engine_bin, tiny_model("qwen3moe", skew=skew), tmp_path / f"skew{skew}",
-                         "-n", "64", "--ignore-eos", prompt=PROMPT)
+        run = run_tracer(
+            engine_bin,
+            tiny_model("qwen3moe", skew=skew),
+            tmp_path / f"skew{skew}",
+            "-n",
+            "64",
+            "--ignore-eos",
+            prompt=PROMPT,
+        )
         trace = read_trace(run.trace)
         decode = trace.rows[trace.rows["kind"] == KIND_DECODE]
         assert len(np.unique(decode["step"])) == 64
-        distinct[skew] = [len(np.unique(decode["ids"][decode["layer"] == layer]))
-                          for layer in trace.moe_layers]
+        distinct[skew] = [
+            len(np.unique(decode["ids"][decode["layer"] == layer])) for layer in trace.moe_layers
+        ]
     ratio = float(np.mean(distinct[2.0]) / np.mean(distinct[0.0]))
-    print(f"distinct experts per layer over 64 decode steps: skew 0 {distinct[0.0]}, "
-          f"skew 2 {distinct[2.0]}, ratio {ratio:.2f}")
+    print(
+        f"distinct experts per layer over 64 decode steps: skew 0 {distinct[0.0]}, "
+        f"skew 2 {distinct[2.0]}, ratio {ratio:.2f}"
+    )
     assert ratio < 0.5
 
 
@@ -136,8 +150,9 @@ def test_prefetch_under_demand_paging_changes_no_result(engine_bin: Path, tmp_pa
     args = ("-n", "16", "--ignore-eos", "--no-repack")
     env = {"LLAMA_MMAP_DEMAND": "1"}
     plain = run_tracer(engine_bin, model, tmp_path / "plain", *args, prompt=PROMPT, env=env)
-    fetched = run_tracer(engine_bin, model, tmp_path / "prefetch", *args, "--prefetch-experts",
-                         prompt=PROMPT, env=env)
+    fetched = run_tracer(
+        engine_bin, model, tmp_path / "prefetch", *args, "--prefetch-experts", prompt=PROMPT, env=env
+    )
     assert fetched.trace.read_bytes() == plain.trace.read_bytes()
     assert fetched.text == plain.text
     assert plain.timings["prefetch_bytes"] == 0 and not plain.timings["prefetch_experts"]
@@ -147,8 +162,9 @@ def test_prefetch_under_demand_paging_changes_no_result(engine_bin: Path, tmp_pa
 
 
 def test_timing_records_reads_and_faults_per_phase(engine_bin: Path, tmp_path: Path) -> None:
-    run = run_tracer(engine_bin, tiny_model("qwen3moe"), tmp_path / "io", "-n", "8",
-                     "--ignore-eos", prompt=PROMPT)
+    run = run_tracer(
+        engine_bin, tiny_model("qwen3moe"), tmp_path / "io", "-n", "8", "--ignore-eos", prompt=PROMPT
+    )
     io = run.timings["io"]
     phases = [io[p] for p in ("load_end", "prefill_end", "decode_end")]
     for key in ("read_bytes", "rchar", "majflt", "minflt"):
@@ -160,9 +176,21 @@ def test_timing_records_reads_and_faults_per_phase(engine_bin: Path, tmp_path: P
 def test_disk_probe_reads_distinct_blocks_at_two_depths(engine_bin: Path, tmp_path: Path) -> None:
     model = tiny_model("qwen3moe")
     out = tmp_path / "probe.json"
-    result = subprocess.run([str(engine_bin / "llama-moe-trace"), "--probe-disk", str(model),
-                             "--probe-block", "131072", "--probe-reads", "8", "--timings",
-                             str(out)], capture_output=True, timeout=600)
+    result = subprocess.run(
+        [
+            str(engine_bin / "llama-moe-trace"),
+            "--probe-disk",
+            str(model),
+            "--probe-block",
+            "131072",
+            "--probe-reads",
+            "8",
+            "--timings",
+            str(out),
+        ],
+        capture_output=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     record = json.loads(out.read_text())
     assert record["probe"] == "disk" and record["file_bytes"] == model.stat().st_size
@@ -174,15 +202,28 @@ def test_disk_probe_reads_distinct_blocks_at_two_depths(engine_bin: Path, tmp_pa
         assert m["reads"] == (8 if m["block_bytes"] == 131072 else 512)
 
 
-@pytest.mark.parametrize(("args", "reason"), [
-    (["--probe-block", "100"], "--probe-block must be at least 4096 bytes"),
-    (["--probe-block", "131072", "--probe-reads", "0"], "--probe-reads must be >= 1"),
-])
-def test_disk_probe_refuses_bad_options_in_one_line(engine_bin: Path, tmp_path: Path,
-                                                    args: list[str], reason: str) -> None:
-    result = subprocess.run([str(engine_bin / "llama-moe-trace"), "--probe-disk",
-                             str(tiny_model("qwen3moe")), "--timings", str(tmp_path / "p.json"),
-                             *args], capture_output=True, timeout=60)
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--probe-block", "100"], "--probe-block must be at least 4096 bytes"),
+        (["--probe-block", "131072", "--probe-reads", "0"], "--probe-reads must be >= 1"),
+    ],
+)
+def test_disk_probe_refuses_bad_options_in_one_line(
+    engine_bin: Path, tmp_path: Path, args: list[str], reason: str
+) -> None:
+    result = subprocess.run(
+        [
+            str(engine_bin / "llama-moe-trace"),
+            "--probe-disk",
+            str(tiny_model("qwen3moe")),
+            "--timings",
+            str(tmp_path / "p.json"),
+            *args,
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     lines = result.stderr.decode().splitlines()
     assert lines == [f"llama-moe-trace: error: {reason}"]

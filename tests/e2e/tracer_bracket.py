@@ -25,20 +25,35 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bracket-trace-") as tmp:
         for arch in ("qwen3moe", "qwen35moe"):
             model = tiny_model(arch)
-            runs = {name: run_tracer(bin_dir, model, Path(tmp) / f"{arch}-{name}", "-n", "32",
-                                     "-ub", "16", "--weights", "--ignore-eos", prompt=PROMPT)
-                    for name, bin_dir in builds.items()}
+            runs = {
+                name: run_tracer(
+                    bin_dir,
+                    model,
+                    Path(tmp) / f"{arch}-{name}",
+                    "-n",
+                    "32",
+                    "-ub",
+                    "16",
+                    "--weights",
+                    "--ignore-eos",
+                    prompt=PROMPT,
+                )
+                for name, bin_dir in builds.items()
+            }
             traces = {name: read_trace(run.trace) for name, run in runs.items()}
             a, b = traces["b10068"], traces["b10229"]
-            headers_equal = ({k: v for k, v in a.header.items() if k != "engine"}
-                             == {k: v for k, v in b.header.items() if k != "engine"})
+            headers_equal = {k: v for k, v in a.header.items() if k != "engine"} == {
+                k: v for k, v in b.header.items() if k != "engine"
+            }
             rows_equal = a.rows.tobytes() == b.rows.tobytes()
             texts_equal = runs["b10068"].text == runs["b10229"].text
             ok = headers_equal and rows_equal and texts_equal
             failures += not ok
-            print(f"{arch}: {len(a.rows)} rows; rows {'equal' if rows_equal else 'DIFFER'}, header "
-                  f"{'equal' if headers_equal else 'DIFFERS'} (engine: {a.header['engine']['llama_build']}"
-                  f" vs {b.header['engine']['llama_build']}), text {'equal' if texts_equal else 'DIFFERS'}")
+            print(
+                f"{arch}: {len(a.rows)} rows; rows {'equal' if rows_equal else 'DIFFER'}, header "
+                f"{'equal' if headers_equal else 'DIFFERS'} (engine: {a.header['engine']['llama_build']}"
+                f" vs {b.header['engine']['llama_build']}), text {'equal' if texts_equal else 'DIFFERS'}"
+            )
     print("bracket trace check " + ("passed" if not failures else "FAILED"))
     return 1 if failures else 0
 

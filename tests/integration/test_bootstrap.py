@@ -9,8 +9,18 @@ from tests.conftest import REPO, unavailable
 from tests.unit.test_bootstrap import BOOTSTRAP, packages
 
 DPKG_STATUS = Path("/var/lib/dpkg/status")
-COMMANDS = ("mmdebstrap", "git", "docker", "dockerd", "docker-registry", "docker-compose",
-            "cmake", "ninja", "fincore", "make")
+COMMANDS = (
+    "mmdebstrap",
+    "git",
+    "docker",
+    "dockerd",
+    "docker-registry",
+    "docker-compose",
+    "cmake",
+    "ninja",
+    "fincore",
+    "make",
+)
 DEBIAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -25,8 +35,8 @@ def test_second_run_on_a_ready_machine_installs_nothing(docker_client) -> None: 
     result = subprocess.run([str(BOOTSTRAP)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines() == [
-        f"bootstrap: ready: all {len(packages())} host packages are installed and the Docker "
-        "engine answers"]
+        f"bootstrap: ready: all {len(packages())} host packages are installed and the Docker engine answers"
+    ]
     assert hashlib.sha256(DPKG_STATUS.read_bytes()).hexdigest() == before
 
 
@@ -54,9 +64,25 @@ BARE_MISSING = [name for name in packages() if name != "util-linux-extra"]
 
 def _in_bare_debian(image: str, *args: str, user: str = "0") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "--user", user,
-         "-v", f"{REPO / 'scripts'}:/src:ro", image, "sh", "/src/bootstrap.sh", *args],
-        capture_output=True, text=True, timeout=120)
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            user,
+            "-v",
+            f"{REPO / 'scripts'}:/src:ro",
+            image,
+            "sh",
+            "/src/bootstrap.sh",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_check_in_a_bare_debian_names_every_missing_package(runtime_base_image: str) -> None:
@@ -73,5 +99,6 @@ def test_without_root_it_prints_the_one_command_and_stops(runtime_base_image: st
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     missing = " ".join(BARE_MISSING)
-    assert lines[-1] == ("bootstrap: run: sudo apt-get update && sudo apt-get install -y "
-                         f"--no-install-recommends {missing} ")
+    assert lines[-1] == (
+        f"bootstrap: run: sudo apt-get update && sudo apt-get install -y --no-install-recommends {missing} "
+    )

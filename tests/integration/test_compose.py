@@ -16,14 +16,22 @@ def _compose(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     if binary is None:
         unavailable("docker-compose not installed (apt-get install docker-compose)")
     assert binary is not None
-    return subprocess.run([binary, "-f", str(REPO / "compose.yaml"), *args], capture_output=True,
-                          text=True, cwd=REPO, env=env, timeout=120)
+    return subprocess.run(
+        [binary, "-f", str(REPO / "compose.yaml"), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
 def resolved() -> dict:  # type: ignore[type-arg]
-    result = _compose("config", env={"PATH": "/usr/bin:/bin", "MEM_LIMIT": "512m",
-                                     "MODELS_DIR": "/srv/models", "MODEL": "tiny.gguf"})
+    result = _compose(
+        "config",
+        env={"PATH": "/usr/bin:/bin", "MEM_LIMIT": "512m", "MODELS_DIR": "/srv/models", "MODEL": "tiny.gguf"},
+    )
     assert result.returncode == 0, result.stderr
     return dict(yaml.safe_load(result.stdout))
 
@@ -45,16 +53,16 @@ def test_every_service_is_isolated_like_appliance_run(resolved: dict) -> None:  
         assert service["cap_drop"] == ["ALL"], name
         assert "no-new-privileges:true" in service["security_opt"], name
         models = [v for v in service["volumes"] if v["target"] == "/models"]
-        assert models == [{"type": "bind", "source": "/srv/models", "target": "/models",
-                           "read_only": True}], name
+        assert models == [
+            {"type": "bind", "source": "/srv/models", "target": "/models", "read_only": True}
+        ], name
         assert any(v["target"] == "/results" and not v.get("read_only") for v in service["volumes"])
         assert "/models/tiny.gguf" in service["command"], name
 
 
 def test_gpu_reservations_only_for_gpu_targets(resolved: dict) -> None:  # type: ignore[type-arg]
     for name, service in resolved["services"].items():
-        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get(
-            "devices", [])
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
         if name in GPU_SERVICES:
             assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}], name
         else:

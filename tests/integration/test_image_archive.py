@@ -29,9 +29,8 @@ REPOSITORY = "moe-appliance-test/archive"
 
 
 def _build(client: Any, base: str, labels: dict[str, str], tag: str) -> Any:
-    dockerfile = f"FROM {base}\nCMD [\"sh\", \"-c\", \"echo ran\"]\n".encode()
-    image, _ = client.images.build(fileobj=io.BytesIO(dockerfile), labels=labels, tag=tag,
-                                   rm=True)
+    dockerfile = f'FROM {base}\nCMD ["sh", "-c", "echo ran"]\n'.encode()
+    image, _ = client.images.build(fileobj=io.BytesIO(dockerfile), labels=labels, tag=tag, rm=True)
     return image
 
 
@@ -46,8 +45,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def engine_like_image(docker_client, runtime_base_image: str) -> Iterator[str]:  # type: ignore[no-untyped-def]
     lock = load_lock()
     inputs = plan_inputs(lock, "cpu", fetch_source(lock, "b10229"), docker_client)
-    labels = {**L.expected_labels(lock, inputs, "2026-11-30T00:00:00Z"),
-              "test.nonce": secrets.token_hex(8)}
+    labels = {**L.expected_labels(lock, inputs, "2026-11-30T00:00:00Z"), "test.nonce": secrets.token_hex(8)}
     tag = f"{REPOSITORY}:{secrets.token_hex(6)}"
     image = _build(docker_client, runtime_base_image, labels, tag)
     yield tag
@@ -74,8 +72,9 @@ def _one_error_line(stderr: str) -> str:
     return lines[0]
 
 
-def test_export_remove_pull_from_round_trips_and_runs(engine_like_image: str, keys: Path,
-                                                      tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_export_remove_pull_from_round_trips_and_runs(
+    engine_like_image: str, keys: Path, tmp_path: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     archive = tmp_path / "cpu.tar"
     sidecar = _export(engine_like_image, archive, keys)
     image_id = docker_client.images.get(engine_like_image).id
@@ -89,15 +88,20 @@ def test_export_remove_pull_from_round_trips_and_runs(engine_like_image: str, ke
 
     result = run_cli("pull", "cpu", "--from", str(archive), "--key", str(keys), "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"ref": engine_like_image, "image_id": image_id,
-                                         "matches": True, "from": str(archive)}
+    assert json.loads(result.stdout) == {
+        "ref": engine_like_image,
+        "image_id": image_id,
+        "matches": True,
+        "from": str(archive),
+    }
     assert docker_client.images.get(engine_like_image).id == image_id
     out = docker_client.containers.run(engine_like_image, remove=True, network_mode="none")
     assert out == b"ran\n"
 
 
-def test_a_tampered_archive_is_refused_before_loading(engine_like_image: str, keys: Path,
-                                                      tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_tampered_archive_is_refused_before_loading(
+    engine_like_image: str, keys: Path, tmp_path: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     archive = tmp_path / "cpu.tar"
     _export(engine_like_image, archive, keys)
     data = bytearray(archive.read_bytes())
@@ -108,24 +112,35 @@ def test_a_tampered_archive_is_refused_before_loading(engine_like_image: str, ke
     assert result.returncode == 3
     assert _one_error_line(result.stderr) == (
         f"error: {archive} differs from the archive its sidecar describes (sha256 "
-        f"{read_sidecar(sidecar_path(archive)).archive_sha256[:16]}...): refused, nothing loaded")
+        f"{read_sidecar(sidecar_path(archive)).archive_sha256[:16]}...): refused, nothing loaded"
+    )
     assert _image_ids(docker_client) == before
 
 
 def test_a_relabelled_image_is_loaded_checked_and_removed_again(
-        engine_like_image: str, keys: Path, tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+    engine_like_image: str, keys: Path, tmp_path: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     original = docker_client.images.get(engine_like_image)
     labels = {**original.labels, L.SERIES_DIGEST: "0" * 64}
-    relabelled = _build(docker_client, engine_like_image, labels,
-                        f"{REPOSITORY}:relabelled-{secrets.token_hex(4)}")
+    relabelled = _build(
+        docker_client, engine_like_image, labels, f"{REPOSITORY}:relabelled-{secrets.token_hex(4)}"
+    )
     archive = tmp_path / "relabelled.tar"
     with open(archive, "wb") as handle:
         for chunk in relabelled.save(named=False):
             handle.write(chunk)
     signer = load_signer(keys)
-    record = Sidecar("cpu", relabelled.tags[0], relabelled.id, dict(relabelled.labels),
-                     load_lock().digest, hashlib.sha256(archive.read_bytes()).hexdigest(),
-                     archive.stat().st_size, signer.public_key.keyid, {}).record()
+    record = Sidecar(
+        "cpu",
+        relabelled.tags[0],
+        relabelled.id,
+        dict(relabelled.labels),
+        load_lock().digest,
+        hashlib.sha256(archive.read_bytes()).hexdigest(),
+        archive.stat().st_size,
+        signer.public_key.keyid,
+        {},
+    ).record()
     sidecar_path(archive).write_text(json.dumps(sign_sidecar(record, signer)))
     docker_client.images.remove(relabelled.id, force=True)
 
@@ -137,8 +152,9 @@ def test_a_relabelled_image_is_loaded_checked_and_removed_again(
     assert relabelled.id not in _image_ids(docker_client)
 
 
-def test_a_sidecar_from_another_lock_is_refused(engine_like_image: str, keys: Path,
-                                                tmp_path: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_sidecar_from_another_lock_is_refused(
+    engine_like_image: str, keys: Path, tmp_path: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     archive = tmp_path / "cpu.tar"
     sidecar = _export(engine_like_image, archive, keys)
     record = {**sidecar.record(), "lock_digest": "ab" * 32}
@@ -148,14 +164,14 @@ def test_a_sidecar_from_another_lock_is_refused(engine_like_image: str, keys: Pa
     assert result.returncode == 3
     lock12 = load_lock().digest[:12]
     assert _one_error_line(result.stderr) == (
-        f"error: sidecar was made for lock abababababab, this lock is {lock12}: refused, "
-        "nothing loaded")
+        f"error: sidecar was made for lock abababababab, this lock is {lock12}: refused, nothing loaded"
+    )
     assert _image_ids(docker_client) == before
 
 
-def test_a_sidecar_signed_by_another_key_is_refused(engine_like_image: str, keys: Path,
-                                                    tmp_path: Path,
-                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_sidecar_signed_by_another_key_is_refused(
+    engine_like_image: str, keys: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     archive = tmp_path / "cpu.tar"
     sidecar = _export(engine_like_image, archive, keys)
     other = tmp_path_factory.mktemp("other-keys")
@@ -164,11 +180,12 @@ def test_a_sidecar_signed_by_another_key_is_refused(engine_like_image: str, keys
     assert result.returncode == 3
     assert _one_error_line(result.stderr) == (
         f"error: sidecar signed by key {sidecar.keyid}, not by the given key {other_id}: "
-        "refused, nothing loaded")
+        "refused, nothing loaded"
+    )
     copied = tmp_path / "copy.tar"
     shutil.copy(archive, copied)
     missing = run_cli("pull", "cpu", "--from", str(copied), "--key", str(keys))
     assert missing.returncode == 2
     assert _one_error_line(missing.stderr).endswith(
-        "copy.tar.sidecar.json: no sidecar (it is written beside the archive by `appliance "
-        "image export`)")
+        "copy.tar.sidecar.json: no sidecar (it is written beside the archive by `appliance image export`)"
+    )

@@ -79,10 +79,12 @@ def test_recording_bases_pins_the_cpu_target_by_tag_and_id(tmp_path) -> None:  #
     from appliance.images.base import BaseImage, record_in_lock
 
     lock = load_lock()
-    runtime = BaseImage("runtime", base_tag("runtime", 7), "sha256:" + "a" * 64,
-                        "sha256:" + "b" * 64, ("libgomp1",))
-    build = BaseImage("build", base_tag("build", 7), "sha256:" + "c" * 64,
-                      "sha256:" + "d" * 64, ("build-essential",))
+    runtime = BaseImage(
+        "runtime", base_tag("runtime", 7), "sha256:" + "a" * 64, "sha256:" + "b" * 64, ("libgomp1",)
+    )
+    build = BaseImage(
+        "build", base_tag("build", 7), "sha256:" + "c" * 64, "sha256:" + "d" * 64, ("build-essential",)
+    )
     path = tmp_path / "lock.json"
     write_lock(record_in_lock(lock.raw, runtime, build), path)
     recorded = load_lock(path)

@@ -20,8 +20,7 @@ SIZE_LIMIT = 250 * 1000 * 1000
 
 
 def test_second_build_is_a_cache_hit(engine_image_cpu: str) -> None:
-    result = run_cli("image", "build", "--target", "cpu", "--source", "b10229", "--json",
-                     check=True)
+    result = run_cli("image", "build", "--target", "cpu", "--source", "b10229", "--json", check=True)
     report = json.loads(result.stdout)
     assert report["reused"] is True
     assert report["builder"] == "none"
@@ -51,16 +50,20 @@ def test_tag_and_labels_record_every_input(engine_image_cpu: str, docker_client)
     assert len(labels[L.INPUTS_DIGEST]) == 64
 
 
-def test_runtime_image_is_small_non_root_and_has_no_compiler(engine_image_cpu: str,
-                                                             docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_runtime_image_is_small_non_root_and_has_no_compiler(engine_image_cpu: str, docker_client) -> None:  # type: ignore[no-untyped-def]
     image = docker_client.images.get(engine_image_cpu)
     print(f"cpu engine image size: {image.attrs['Size'] / 1e6:.1f} MB")
     assert image.attrs["Size"] < SIZE_LIMIT
     assert image.attrs["Config"]["User"] not in ("", "0", "root", "0:0")
-    script = ("ls /usr/local/bin; echo uid=$(id -u); "
-              "for c in cc gcc g++ c++ clang cmake ld as; do command -v $c; done; true")
-    out = docker_client.containers.run(engine_image_cpu, ["sh", "-c", script], remove=True,
-                                       network_mode="none").decode().split()
+    script = (
+        "ls /usr/local/bin; echo uid=$(id -u); "
+        "for c in cc gcc g++ c++ clang cmake ld as; do command -v $c; done; true"
+    )
+    out = (
+        docker_client.containers.run(engine_image_cpu, ["sh", "-c", script], remove=True, network_mode="none")
+        .decode()
+        .split()
+    )
     uid = next(word for word in out if word.startswith("uid="))
     assert uid != "uid=0"
     binaries = [word for word in out if not word.startswith(("uid=", "/"))]
@@ -68,16 +71,18 @@ def test_runtime_image_is_small_non_root_and_has_no_compiler(engine_image_cpu: s
     assert [word for word in out if word.startswith("/")] == [], "a compiler or linker is present"
 
 
-def test_the_compiler_cache_stays_out_of_the_image(engine_image_cpu: str,
-                                                  docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_compiler_cache_stays_out_of_the_image(engine_image_cpu: str, docker_client) -> None:  # type: ignore[no-untyped-def]
     image = docker_client.images.get(engine_image_cpu)
     history = " ".join(str(layer.get("CreatedBy", "")) for layer in image.history())
     assert "ccache" not in history and "--mount" not in history
     assert not any("CCACHE" in env for env in image.attrs["Config"].get("Env") or [])
     out = docker_client.containers.run(
-        engine_image_cpu, ["sh", "-c", "ls -d /ccache /root/.ccache /root/.cache/ccache; "
-                           "command -v ccache; true"],
-        remove=True, network_mode="none", stderr=True).decode()
+        engine_image_cpu,
+        ["sh", "-c", "ls -d /ccache /root/.ccache /root/.cache/ccache; command -v ccache; true"],
+        remove=True,
+        network_mode="none",
+        stderr=True,
+    ).decode()
     assert "No such file" in out and "/usr/bin/ccache" not in out
 
 
@@ -117,7 +122,8 @@ def _copy_lock_and_patches(root: Path) -> Path:
 
 
 def test_one_byte_in_an_active_patch_changes_the_series_and_drifts_the_image(
-        engine_image_cpu: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine_image_cpu: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lock_path = _copy_lock_and_patches(tmp_path)
     env = {"APPLIANCE_ROOT": str(tmp_path)}
     control = run_cli("image", "inspect", engine_image_cpu, "--lock", str(lock_path), env=env)
@@ -139,8 +145,7 @@ def test_one_byte_in_an_active_patch_changes_the_series_and_drifts_the_image(
     original = series_digest(load_lock())
     assert changed != original
 
-    result = run_cli("image", "inspect", engine_image_cpu, "--lock", str(lock_path), "--json",
-                     env=env)
+    result = run_cli("image", "inspect", engine_image_cpu, "--lock", str(lock_path), "--json", env=env)
     assert result.returncode == 3
     drift = {d["label"]: d for d in json.loads(result.stdout)["drift"]}
     assert drift[L.SERIES_DIGEST]["in_image"] == original
@@ -166,16 +171,26 @@ def test_a_lock_target_missing_a_field_is_a_one_line_error(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("builder", ["buildkit", "classic"])
-def test_a_failed_build_shows_the_log_tail_and_leaves_no_tag(engine_image_cpu: str, builder: str,
-                                                             tmp_path: Path,
-                                                             docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_build_shows_the_log_tail_and_leaves_no_tag(
+    engine_image_cpu: str, builder: str, tmp_path: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     raw = json.loads((REPO / "engine" / "llama.cpp.lock.json").read_text())
     raw["targets"]["cpu"]["cmake_args"].append("-DGGML_CUDA=ON")  # no CUDA toolkit in the base
     lock_path = tmp_path / "lock.json"
     lock_path.write_text(json.dumps(raw))
     tag = f"moe-expert-cache:cpu-{load_lock(lock_path).digest[:12]}-standin-b10229"
-    result = run_cli("image", "build", "--target", "cpu", "--source", "b10229",
-                     "--builder", builder, "--lock", str(lock_path))
+    result = run_cli(
+        "image",
+        "build",
+        "--target",
+        "cpu",
+        "--source",
+        "b10229",
+        "--builder",
+        builder,
+        "--lock",
+        str(lock_path),
+    )
     assert result.returncode == 1
     assert result.stderr.startswith("error: image build for cpu failed; last lines:")
     log_line = result.stderr.strip().splitlines()[-1]
@@ -190,11 +205,11 @@ def test_a_base_whose_id_differs_from_the_lock_is_refused(tmp_path: Path, docker
     raw["targets"]["cpu"]["base_digest"] = "sha256:" + "0" * 64
     lock_path = tmp_path / "lock.json"
     lock_path.write_text(json.dumps(raw))
-    result = run_cli("image", "build", "--target", "cpu", "--source", "b10229",
-                     "--lock", str(lock_path))
+    result = run_cli("image", "build", "--target", "cpu", "--source", "b10229", "--lock", str(lock_path))
     assert result.returncode == 3
     runtime = raw["targets"]["cpu"]["runtime_base"]
     assert result.stderr == (
         f"error: base image {runtime} is {docker_client.images.get(runtime).id}, the lock records "
         f"sha256:{'0' * 64}: refused (remake it with `appliance image base`, or record the new "
-        "digest in the lock)\n")
+        "digest in the lock)\n"
+    )

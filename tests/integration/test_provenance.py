@@ -67,14 +67,12 @@ def test_absent_binary_is_recorded_not_raised(docker_client: Any, base_image: st
 def test_host_facts_from_the_engine(docker_client: Any) -> None:
     facts = host_facts(docker_client)
     assert facts["docker_version"] == docker_client.version()["Version"]
-    assert facts["cgroup_version"] == (2 if Path("/sys/fs/cgroup/cgroup.controllers").exists()
-                                       else 1)
+    assert facts["cgroup_version"] == (2 if Path("/sys/fs/cgroup/cgroup.controllers").exists() else 1)
     assert facts["ram_bytes"] > 0 and facts["swap_bytes"] >= 0
     assert isinstance(facts["gpus"], list)
 
 
-def test_bundle_with_image_provenance_verifies(tmp_path: Path, docker_client: Any,
-                                               base_image: str) -> None:
+def test_bundle_with_image_provenance_verifies(tmp_path: Path, docker_client: Any, base_image: str) -> None:
     run = make_run(tmp_path)
     image = collect_image_provenance(docker_client, base_image, ["/usr/bin/ls"])
     write_provenance(run, collect_provenance(run, host_facts(docker_client), image))
@@ -82,14 +80,16 @@ def test_bundle_with_image_provenance_verifies(tmp_path: Path, docker_client: An
     finalize_bundle(run, pair.private)
     assert verify_bundle(run, pair.public).verdict is Verdict.VERIFIED
     recorded = json.loads((run / "provenance.json").read_text())
-    assert recorded["image"]["binaries"]["/usr/bin/ls"]["sha256"] == \
-        image["binaries"]["/usr/bin/ls"]["sha256"]
+    assert (
+        recorded["image"]["binaries"]["/usr/bin/ls"]["sha256"] == image["binaries"]["/usr/bin/ls"]["sha256"]
+    )
     assert recorded["host"]["docker_version"] == docker_client.version()["Version"]
     assert str(tmp_path) not in (run / "provenance.json").read_text()
 
 
-def test_run_provenance_resolves_the_image_named_by_run_json(tmp_path: Path, docker_client: Any,
-                                                             base_image: str) -> None:
+def test_run_provenance_resolves_the_image_named_by_run_json(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
     run = make_run(tmp_path)
     record = json.loads((run / "run.json").read_text())
     record["image_id"] = docker_client.images.get(base_image).id

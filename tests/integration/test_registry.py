@@ -38,7 +38,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "version: 0.1\n"
         "log: {level: warn}\n"
         f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
-        f"http: {{addr: 127.0.0.1:{port}}}\n")
+        f"http: {{addr: 127.0.0.1:{port}}}\n"
+    )
     log = open(root / "registry.log", "w")  # noqa: SIM115 - closed after the process ends
     proc = subprocess.Popen([REGISTRY_BINARY, "serve", str(config)], stdout=log, stderr=log)
     address = f"127.0.0.1:{port}"
@@ -68,11 +69,13 @@ def lock_copy(tmp_path: Path) -> Path:
     return path
 
 
-def test_push_remove_and_pull_back_by_digest(engine_image_cpu: str, registry: str,
-                                             lock_copy: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_push_remove_and_pull_back_by_digest(
+    engine_image_cpu: str, registry: str, lock_copy: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     original = docker_client.images.get(engine_image_cpu)
-    pushed = run_cli("image", "push", "--target", "cpu", "--registry", registry,
-                     "--lock", str(lock_copy), check=True)  # picks the image built from this lock
+    pushed = run_cli(
+        "image", "push", "--target", "cpu", "--registry", registry, "--lock", str(lock_copy), check=True
+    )  # picks the image built from this lock
     assert f"pushed {engine_image_cpu} as " in pushed.stdout
     entry = json.loads(lock_copy.read_text())["published_images"]["cpu"]
     repo, digest = entry["reference"].split("@")
@@ -82,14 +85,17 @@ def test_push_remove_and_pull_back_by_digest(engine_image_cpu: str, registry: st
     assert entry["image_id"] == original.id
     # the registry serves that manifest under that digest
     request = urllib.request.Request(
-        f"http://{registry}/v2/moe-expert-cache/manifests/{digest}", method="HEAD",
-        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        f"http://{registry}/v2/moe-expert-cache/manifests/{digest}",
+        method="HEAD",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
     with urllib.request.urlopen(request) as response:
         assert response.headers["Docker-Content-Digest"] == digest
 
     docker_client.images.remove(original.id, force=True)
-    assert not docker_client.images.list(filters={"label": f"{L.INPUTS_DIGEST}="
-                                                           f"{original.labels[L.INPUTS_DIGEST]}"})
+    assert not docker_client.images.list(
+        filters={"label": f"{L.INPUTS_DIGEST}={original.labels[L.INPUTS_DIGEST]}"}
+    )
     pulled = run_cli("pull", "cpu", "--lock", str(lock_copy), "--json", check=True)
     report = json.loads(pulled.stdout)
     assert report == {"ref": engine_image_cpu, "image_id": original.id, "matches": True}
@@ -98,12 +104,12 @@ def test_push_remove_and_pull_back_by_digest(engine_image_cpu: str, registry: st
     assert entry["reference"] in back.attrs["RepoDigests"]
 
 
-def test_pull_refuses_an_image_with_altered_labels(engine_image_cpu: str, registry: str,
-                                                   lock_copy: Path, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_pull_refuses_an_image_with_altered_labels(
+    engine_image_cpu: str, registry: str, lock_copy: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     altered = f"{registry}/moe-expert-cache:altered"
     dockerfile = f"FROM {engine_image_cpu}\nLABEL {L.SERIES_DIGEST}={'0' * 64}\n"
-    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=altered,
-                                          rm=True)
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=altered, rm=True)
     digest = None
     for chunk in docker_client.api.push(altered, stream=True, decode=True):
         assert "error" not in chunk, chunk
@@ -119,8 +125,9 @@ def test_pull_refuses_an_image_with_altered_labels(engine_image_cpu: str, regist
     assert result.returncode == 3
     assert "built with another patch series" in result.stderr
     assert "refused and removed" in result.stderr
-    assert not [i for i in docker_client.images.list() if any(
-        d == reference for d in i.attrs.get("RepoDigests", []))]
+    assert not [
+        i for i in docker_client.images.list() if any(d == reference for d in i.attrs.get("RepoDigests", []))
+    ]
     assert docker_client.images.get(engine_image_cpu).labels[L.SERIES_DIGEST] != "0" * 64
 
 
@@ -139,13 +146,23 @@ def test_pull_without_a_published_image_says_how_to_get_one(lock_copy: Path) -> 
     assert result.stderr.startswith("error: the lock names no published image for sm120")
 
 
-def test_push_to_an_unreachable_registry_leaves_no_tag_behind(engine_image_cpu: str,
-                                                              lock_copy: Path,
-                                                              docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_push_to_an_unreachable_registry_leaves_no_tag_behind(
+    engine_image_cpu: str, lock_copy: Path, docker_client
+) -> None:  # type: ignore[no-untyped-def]
     nowhere = f"127.0.0.1:{_free_port()}"
     before = lock_copy.read_bytes()
-    result = run_cli("image", "push", "--target", "cpu", "--registry", nowhere,
-                     "--image", engine_image_cpu, "--lock", str(lock_copy))
+    result = run_cli(
+        "image",
+        "push",
+        "--target",
+        "cpu",
+        "--registry",
+        nowhere,
+        "--image",
+        engine_image_cpu,
+        "--lock",
+        str(lock_copy),
+    )
     assert result.returncode == 1
     assert result.stderr.startswith(f"error: push to {nowhere} failed")
     assert result.stderr.count("\n") == 1

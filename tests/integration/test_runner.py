@@ -31,11 +31,15 @@ pytestmark = pytest.mark.docker
 
 LIMIT = 64 << 20
 MODEL_BYTES = 96 << 20  # 1.5x the limit: page cache must be reclaimed inside the cgroup
-ENGINE_LIKE = ("cat /models/m.bin > /dev/null; printf '%s' > /results/output.txt; "
-               "echo '{\"decode_tokens_per_s\": %s, \"prefill_tokens_per_s\": 9, "
-               "\"decode_tokens\": 4}' > /results/timing.json; echo done-%s")
-PROBE = ("touch /models/x 2>&1; touch /etc/x 2>&1; grep CapEff /proc/self/status; "
-         "ls /sys/class/net; echo scratch > /tmp/s && cat /tmp/s")
+ENGINE_LIKE = (
+    "cat /models/m.bin > /dev/null; printf '%s' > /results/output.txt; "
+    'echo \'{"decode_tokens_per_s": %s, "prefill_tokens_per_s": 9, '
+    '"decode_tokens": 4}\' > /results/timing.json; echo done-%s'
+)
+PROBE = (
+    "touch /models/x 2>&1; touch /etc/x 2>&1; grep CapEff /proc/self/status; "
+    "ls /sys/class/net; echo scratch > /tmp/s && cat /tmp/s"
+)
 COMMANDS = {
     "baseline": ["sh", "-c", ENGINE_LIKE % ("same words", "10", "baseline")],
     "demand-mmap": ["sh", "-c", ENGINE_LIKE % ("same words and more", "20", "demand")],
@@ -57,17 +61,28 @@ def image(runtime_base_image: str) -> str:
 
 def _profile(tmp_path: Path, variants: list[str], repeats: int) -> Path:
     raw = {
-        "schema_version": 1, "name": "harness-check",
+        "schema_version": 1,
+        "name": "harness-check",
         "description": "shell commands in place of the engine",
         "model": {"file": "m.bin", "bytes": MODEL_BYTES, "sha256": None, "source": "the test"},
-        "target": "cpu", "gpu": "none",
+        "target": "cpu",
+        "gpu": "none",
         "limits": {"memory": LIMIT, "swap": 0, "engine_min_memory": "16MiB"},
         "engine": {"args": []},
-        "variants": [{"name": v, "env": {"LLAMA_MMAP_DEMAND": "1"} if v == "demand-mmap" else {},
-                      "args": []} for v in variants],
-        "schedule": {"repeats": repeats, "order": "interleaved", "n_predict": 4, "prompt": "hi",
-                     "seed": 1, "cold_cache": True},
-        "trace": False, "evidence": [],
+        "variants": [
+            {"name": v, "env": {"LLAMA_MMAP_DEMAND": "1"} if v == "demand-mmap" else {}, "args": []}
+            for v in variants
+        ],
+        "schedule": {
+            "repeats": repeats,
+            "order": "interleaved",
+            "n_predict": 4,
+            "prompt": "hi",
+            "seed": 1,
+            "cold_cache": True,
+        },
+        "trace": False,
+        "evidence": [],
     }
     path = tmp_path / "profile.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -82,38 +97,69 @@ def _models(tmp_path: Path) -> Path:
 
 
 def _tree(directory: Path) -> list[tuple[str, int, str]]:
-    return sorted((p.name, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-                  for p in directory.iterdir())
+    return sorted(
+        (p.name, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in directory.iterdir()
+    )
 
 
-def _run(docker_client: Any, image: str, profile_path: Path, models: Path, out: Path,
-         run_id: str, finalize: Any = None, timeout_s: float | None = None) -> RunOutcome:
+def _run(
+    docker_client: Any,
+    image: str,
+    profile_path: Path,
+    models: Path,
+    out: Path,
+    run_id: str,
+    finalize: Any = None,
+    timeout_s: float | None = None,
+) -> RunOutcome:
     from rich.console import Console
 
     profile, lock = load_profile(str(profile_path)), load_lock()
-    prepared, client = prepare_run(profile, models, lock, repeats=None, out=out, dry_run=False,
-                                   skip_digest=False, image=image, gpu_index=None,
-                                   client_factory=lambda: docker_client)
-    ctx = RunContext(client, profile, CommandEngine(image, COMMANDS), prepared.model,
-                     prepared.settings, prepared.run_dir, run_id, Console(quiet=True),
-                     trial_timeout_s=timeout_s)
+    prepared, client = prepare_run(
+        profile,
+        models,
+        lock,
+        repeats=None,
+        out=out,
+        dry_run=False,
+        skip_digest=False,
+        image=image,
+        gpu_index=None,
+        client_factory=lambda: docker_client,
+    )
+    ctx = RunContext(
+        client,
+        profile,
+        CommandEngine(image, COMMANDS),
+        prepared.model,
+        prepared.settings,
+        prepared.run_dir,
+        run_id,
+        Console(quiet=True),
+        trial_timeout_s=timeout_s,
+    )
     return execute_run(ctx, prepared.trials, lock.raw, {}, finalize=finalize)
 
 
 def _leftover_containers(docker_client: Any, run_id: str) -> list[str]:
-    return [c.name for c in docker_client.containers.list(all=True,
-                                                          filters={"label": f"{LABEL}={run_id}"})]
+    return [c.name for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})]
 
 
-def test_a_run_records_every_trial_including_oom(docker_client: Any, image: str,
-                                                 tmp_path: Path) -> None:
+def test_a_run_records_every_trial_including_oom(docker_client: Any, image: str, tmp_path: Path) -> None:
     models = _models(tmp_path)
     before = _tree(models)
     finalized: list[Path] = []
     run_id = f"test{os.getpid()}a"
-    outcome = _run(docker_client, image, _profile(tmp_path, ["baseline", "demand-mmap", "probe",
-                                                            "oom"], 2),
-                   models, tmp_path / "run", run_id, finalize=finalized.append)
+    outcome = _run(
+        docker_client,
+        image,
+        _profile(tmp_path, ["baseline", "demand-mmap", "probe", "oom"], 2),
+        models,
+        tmp_path / "run",
+        run_id,
+        finalize=finalized.append,
+    )
     run_dir = tmp_path / "run"
     assert outcome.status == "complete" and finalized == [run_dir]
     assert _tree(models) == before
@@ -129,10 +175,19 @@ def test_a_run_records_every_trial_including_oom(docker_client: Any, image: str,
     assert model["sha256"] == hashlib.sha256((models / "m.bin").read_bytes()).hexdigest()
     assert model["digest_status"] == "unpinned"
 
-    trials = {d.name: json.loads((d / "trial.json").read_text())
-              for d in sorted((run_dir / "trials").iterdir())}
-    assert list(trials) == ["001-baseline-r1", "002-demand-mmap-r1", "003-probe-r1", "004-oom-r1",
-                            "005-baseline-r2", "006-demand-mmap-r2", "007-probe-r2", "008-oom-r2"]
+    trials = {
+        d.name: json.loads((d / "trial.json").read_text()) for d in sorted((run_dir / "trials").iterdir())
+    }
+    assert list(trials) == [
+        "001-baseline-r1",
+        "002-demand-mmap-r1",
+        "003-probe-r1",
+        "004-oom-r1",
+        "005-baseline-r2",
+        "006-demand-mmap-r2",
+        "007-probe-r2",
+        "008-oom-r2",
+    ]
     for name, trial in trials.items():
         cgroup = trial["cgroup"]
         assert trial["residency_at_start"]["resident_pages"] == 0, name
@@ -165,11 +220,19 @@ def test_a_run_records_every_trial_including_oom(docker_client: Any, image: str,
     assert all((run_dir / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
-def test_a_trial_past_its_timeout_is_stopped_and_recorded(docker_client: Any, image: str,
-                                                          tmp_path: Path) -> None:
+def test_a_trial_past_its_timeout_is_stopped_and_recorded(
+    docker_client: Any, image: str, tmp_path: Path
+) -> None:
     run_id = f"test{os.getpid()}t"
-    outcome = _run(docker_client, image, _profile(tmp_path, ["baseline", "slow"], 1),
-                   _models(tmp_path), tmp_path / "run", run_id, timeout_s=2.0)
+    outcome = _run(
+        docker_client,
+        image,
+        _profile(tmp_path, ["baseline", "slow"], 1),
+        _models(tmp_path),
+        tmp_path / "run",
+        run_id,
+        timeout_s=2.0,
+    )
     assert outcome.status == "complete"
     assert [t["status"] for t in outcome.trials] == ["ok", "timed-out"]
     slow = json.loads((tmp_path / "run" / "trials" / "002-slow-r1" / "trial.json").read_text())
@@ -202,16 +265,28 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def test_ctrl_c_stops_the_container_and_marks_the_run_incomplete(docker_client: Any, image: str,
-                                                                 tmp_path: Path) -> None:
+def test_ctrl_c_stops_the_container_and_marks_the_run_incomplete(
+    docker_client: Any, image: str, tmp_path: Path
+) -> None:
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     run_id = f"test{os.getpid()}c"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, str(driver), str(_profile(tmp_path, ["baseline",
-                             "demand-mmap"], 2)), str(_models(tmp_path)), str(tmp_path / "run"),
-                             run_id, image], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(driver),
+            str(_profile(tmp_path, ["baseline", "demand-mmap"], 2)),
+            str(_models(tmp_path)),
+            str(tmp_path / "run"),
+            run_id,
+            image,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         for _ in range(600):  # until the first trial's engine is running
             scratch = tmp_path / "run" / ".scratch" / "001-baseline-r1"
@@ -241,15 +316,23 @@ def test_ctrl_c_stops_the_container_and_marks_the_run_incomplete(docker_client: 
 
 
 def test_cli_run_records_a_missing_engine_as_failed_trials_and_goes_on(
-        docker_client: Any, image: str, tmp_path: Path) -> None:
+    docker_client: Any, image: str, tmp_path: Path
+) -> None:
     from tests.conftest import run_cli
 
     models = _models(tmp_path)
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"),
-           "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
-    result = run_cli("run", str(_profile(tmp_path, ["baseline", "demand-mmap"], 1)),
-                     "--models", str(models), "--image", image, "--out", str(tmp_path / "run"),
-                     env=env)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
+    result = run_cli(
+        "run",
+        str(_profile(tmp_path, ["baseline", "demand-mmap"], 1)),
+        "--models",
+        str(models),
+        "--image",
+        image,
+        "--out",
+        str(tmp_path / "run"),
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     keyid = manifest["attestation"]["public_key"]["keyid"]  # signed with a key made on first use

@@ -8,8 +8,7 @@ BOOTSTRAP = REPO / "scripts" / "bootstrap.sh"
 
 
 def packages() -> dict[str, str]:
-    result = subprocess.run([str(BOOTSTRAP), "--packages"], capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run([str(BOOTSTRAP), "--packages"], capture_output=True, text=True, check=True)
     return dict(line.split(": ", 1) for line in result.stdout.splitlines())
 
 
@@ -24,8 +23,18 @@ def test_package_list_names_what_the_code_runs() -> None:
 
     listed = packages()
     assert mmdebstrap_command("runtime", REPO / "x")[0] in listed
-    for needed in ("docker.io", "git", "python3-venv", "make", "cmake", "ninja-build",
-                   "build-essential", "docker-registry", "docker-compose", "util-linux-extra"):
+    for needed in (
+        "docker.io",
+        "git",
+        "python3-venv",
+        "make",
+        "cmake",
+        "ninja-build",
+        "build-essential",
+        "docker-registry",
+        "docker-compose",
+        "util-linux-extra",
+    ):
         assert needed in listed, needed
 
 
@@ -36,8 +45,7 @@ def test_ci_installs_nothing_itself() -> None:
 
 
 def _dry_run(goal: str) -> list[str]:
-    result = subprocess.run(["make", "-n", "-C", str(REPO), goal], capture_output=True,
-                            text=True, check=True)
+    result = subprocess.run(["make", "-n", "-C", str(REPO), goal], capture_output=True, text=True, check=True)
     return [line for line in result.stdout.splitlines() if not line.startswith("make")]
 
 

@@ -27,8 +27,7 @@ import pytest
 from tests.conftest import REPO
 
 RUNNABLE_DOCS = ("README.md", "docs/reproducing.md", "docs/publication-scope.md")
-SH_DOCS = (*RUNNABLE_DOCS, "CONTRIBUTING.md", "docs/limitations.md",
-           "docs/zh-CN.md", "SUPPORT.md")
+SH_DOCS = (*RUNNABLE_DOCS, "CONTRIBUTING.md", "docs/limitations.md", "docs/zh-CN.md", "SUPPORT.md")
 FENCE = re.compile(r"^```(.*)$")
 LINE_TIMEOUT_S = 600
 APPLIANCE_CALL = re.compile(r"(?:^|[\s(=/])appliance\s+([^|;&)#]*)")
@@ -93,8 +92,7 @@ def blocks(doc: str) -> list[Block]:
         end = i + 1
         while end < len(lines) and lines[end].rstrip() != "```":
             end += 1
-        found.append(Block(doc, i + 1, fence.group(1).strip(), section,
-                           commands(lines[i + 1:end])))
+        found.append(Block(doc, i + 1, fence.group(1).strip(), section, commands(lines[i + 1 : end])))
         i = end + 1
     return found
 
@@ -124,8 +122,9 @@ def checkout_state() -> tuple[str | None, list[str]]:
     runs = sorted(p.name for p in (REPO / "runs").iterdir()) if (REPO / "runs").is_dir() else []
     if not (REPO / ".git").exists():
         return None, runs
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     return status, runs
 
 
@@ -144,11 +143,13 @@ def test_runnable_block(block: Block, tmp_path: Path, request: pytest.FixtureReq
     env["WORK"] = str(work)
     before = checkout_state()
     for command in block.commands:
-        result = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True,
-                                text=True, timeout=LINE_TIMEOUT_S)
+        result = subprocess.run(
+            ["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=LINE_TIMEOUT_S
+        )
         assert result.returncode == 0, (
             f"{block.id}: `{command}` exited {result.returncode}\n"
-            f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
+            f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+        )
     after = checkout_state()
     assert after == before, f"{block.id} wrote into the checkout: {before} -> {after}"
 
@@ -169,7 +170,9 @@ def test_publication_scope_runs_release_check() -> None:
 
 def test_block_parser_joins_continuations_and_drops_comments(tmp_path: Path) -> None:
     assert commands(["# a comment", "", "appliance plan X \\", "  --ram 8GiB", "ls  "]) == (
-        "appliance plan X    --ram 8GiB", "ls")
+        "appliance plan X    --ram 8GiB",
+        "ls",
+    )
 
 
 def resolve(args: list[str]) -> tuple[click.Command, list[str]]:
@@ -187,8 +190,11 @@ def resolve(args: list[str]) -> tuple[click.Command, list[str]]:
 
 
 def unknown_options(command: click.Command, words: list[str]) -> list[str]:
-    known = {opt for param in command.get_params(click.Context(command)) for opt in
-             (*param.opts, *param.secondary_opts)}
+    known = {
+        opt
+        for param in command.get_params(click.Context(command))
+        for opt in (*param.opts, *param.secondary_opts)
+    }
     return [w for w in words if w.startswith("-") and w.split("=")[0] not in known]
 
 
@@ -199,8 +205,11 @@ def makefile_targets() -> set[str]:
     return targets
 
 
-HEADLINE_FINDINGS = ("qwen35-35b-a3b-8g-demand-mmap", "qwen3-30b-a3b-16-oversubscription-gate",
-                     "gpu-hot-cpu-miss-expert-cache-rejected")
+HEADLINE_FINDINGS = (
+    "qwen35-35b-a3b-8g-demand-mmap",
+    "qwen3-30b-a3b-16-oversubscription-gate",
+    "gpu-hot-cpu-miss-expert-cache-rejected",
+)
 
 
 def quoted(value: float, unit: str) -> str:
@@ -219,9 +228,11 @@ def test_headline_numbers_match_evidence(doc: str) -> None:
     for finding_id in HEADLINE_FINDINGS:
         finding = json.loads((REPO / "evidence" / f"{finding_id}.json").read_text())
         for metric in finding["metrics"]:
-            missing += [f"{finding_id} {metric['name']} {variant}: {quoted(v, metric['unit'])}"
-                        for variant, v in metric["values"].items()
-                        if not quotes(text, quoted(v, metric["unit"]))]
+            missing += [
+                f"{finding_id} {metric['name']} {variant}: {quoted(v, metric['unit'])}"
+                for variant, v in metric["values"].items()
+                if not quotes(text, quoted(v, metric["unit"]))
+            ]
     assert not missing, f"{doc} does not quote evidence/ as it stands: {missing}"
 
 
@@ -238,8 +249,11 @@ def line_problems(line: str, targets: set[str]) -> list[str]:
         elif bad := unknown_options(command, rest):
             problems.append(f"`appliance {call.strip()}`: unknown option {', '.join(bad)}")
     for call in MAKE_CALL.findall(line):
-        problems += [f"`make {word}`: no such Makefile target" for word in shlex.split(call)
-                     if "=" not in word and word not in targets]
+        problems += [
+            f"`make {word}`: no such Makefile target"
+            for word in shlex.split(call)
+            if "=" not in word and word not in targets
+        ]
     return problems
 
 
@@ -249,15 +263,22 @@ def test_the_existence_check_catches_unknown_verbs_options_and_targets() -> None
     assert line_problems('appliance plan "$WORK/m.gguf" --ram 8GiB --vram 0  # --nope', targets) == []
     assert line_problems("make test  # make nothing", targets) == []
     assert line_problems("x=$(appliance trace frobnicate T)", targets) == [
-        "`appliance trace frobnicate T`: no such command"]
+        "`appliance trace frobnicate T`: no such command"
+    ]
     assert line_problems("appliance plan M --ram 1GiB --color", targets) == [
-        "`appliance plan M --ram 1GiB --color`: unknown option --color"]
+        "`appliance plan M --ram 1GiB --color`: unknown option --color"
+    ]
     assert line_problems("make repro-nowhere MODELS=/m", targets) == [
-        "`make repro-nowhere`: no such Makefile target"]
+        "`make repro-nowhere`: no such Makefile target"
+    ]
 
 
 def test_every_documented_command_exists() -> None:
     targets = makefile_targets()
-    problems = [f"{block.id}: {problem}" for block in shell_blocks() for line in block.commands
-                for problem in line_problems(line, targets)]
+    problems = [
+        f"{block.id}: {problem}"
+        for block in shell_blocks()
+        for line in block.commands
+        for problem in line_problems(line, targets)
+    ]
     assert not problems, "\n".join(problems)

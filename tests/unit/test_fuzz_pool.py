@@ -24,14 +24,23 @@ def run(case: bytes) -> None:
 
 
 def test_outcomes_and_recovery() -> None:
-    cases = [b"ok", b"refuse", b"two lines", b"raise", b"hang", b"ok", b"die", b"ok",
-             b"allocate 3 GiB", b"ok"]
+    cases = [
+        b"ok",
+        b"refuse",
+        b"two lines",
+        b"raise",
+        b"hang",
+        b"ok",
+        b"die",
+        b"ok",
+        b"allocate 3 GiB",
+        b"ok",
+    ]
     with Pool(run, size=2, deadline_s=1.0) as pool:
         outcomes = {o.index: o for o in pool.map(iter(enumerate(cases)))}
         pids = [w.pid for w in pool.workers]
     kinds = [outcomes[i].kind for i in range(len(cases))]
-    assert kinds == [ACCEPTED, REFUSED, FOREIGN, FOREIGN, HANG, ACCEPTED, CRASH, ACCEPTED,
-                     FOREIGN, ACCEPTED]
+    assert kinds == [ACCEPTED, REFUSED, FOREIGN, FOREIGN, HANG, ACCEPTED, CRASH, ACCEPTED, FOREIGN, ACCEPTED]
     assert outcomes[1].detail == "ConfigError: bad input: one line"
     assert outcomes[2].detail.startswith("ApplianceError not one line")
     assert outcomes[3].detail.startswith("KeyError: 'x'")

@@ -7,8 +7,22 @@ from tests.conftest import REPO
 
 PACKAGE = REPO / "appliance"
 # The one-way flow, earliest first. A module may import its own stage and any earlier one.
-STAGES = ["core", "engine", "host", "models", "trace", "images", "planner", "runs", "attest",
-          "evidence", "release", "workflows", "cluster", "cli"]
+STAGES = [
+    "core",
+    "engine",
+    "host",
+    "models",
+    "trace",
+    "images",
+    "planner",
+    "runs",
+    "attest",
+    "evidence",
+    "release",
+    "workflows",
+    "cluster",
+    "cli",
+]
 
 
 def module_name(path: Path) -> str:
@@ -82,7 +96,7 @@ def test_import_graph_has_no_cycle() -> None:
             if nxt not in deps:
                 continue
             if state.get(nxt) == 1:
-                cycles.append(trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt])
+                cycles.append(trail[trail.index(nxt) :] + [nxt] if nxt in trail else [node, nxt])
             elif nxt not in state:
                 visit(nxt, trail + [nxt])
         state[node] = 2

@@ -57,8 +57,9 @@ def signed_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
 
 
 @pytest.mark.parametrize("path", _inputs("bundle"), ids=lambda p: p.name)
-def test_bundle_regressions_fail_verification(path: Path, signed_bundle: tuple[Path, Path],
-                                              tmp_path: Path) -> None:
+def test_bundle_regressions_fail_verification(
+    path: Path, signed_bundle: tuple[Path, Path], tmp_path: Path
+) -> None:
     original, public = signed_bundle
     run = tmp_path / "run"
     shutil.copytree(original, run)

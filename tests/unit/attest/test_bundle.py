@@ -81,10 +81,13 @@ def test_provenance_is_sanitized(signed: Path) -> None:
     assert record["host"]["cgroup_version"] in (1, 2)
 
 
-@pytest.mark.parametrize("name, content", [("provenance.json", b"{"), ("run.json", b"\xff"),
-                                           ("run.json", b"[1]"), ("manifest.json", b"[")])
-def test_malformed_inputs_to_sealing_are_one_line_refusals(tmp_path: Path, keys: Keys,
-                                                           name: str, content: bytes) -> None:
+@pytest.mark.parametrize(
+    "name, content",
+    [("provenance.json", b"{"), ("run.json", b"\xff"), ("run.json", b"[1]"), ("manifest.json", b"[")],
+)
+def test_malformed_inputs_to_sealing_are_one_line_refusals(
+    tmp_path: Path, keys: Keys, name: str, content: bytes
+) -> None:
     run = make_run(tmp_path)
     finalize_bundle(run, keys.trusted.private)
     (run / name).write_bytes(content)

@@ -66,8 +66,11 @@ def test_signature_over_another_payload_is_refused(tmp_path: Path) -> None:
 
 
 def test_envelope_that_is_not_a_statement(tmp_path: Path) -> None:
-    bogus = {"payload": base64.b64encode(b'{"_type": "other"}').decode(),
-             "payloadType": PAYLOAD_TYPE, "signatures": []}
+    bogus = {
+        "payload": base64.b64encode(b'{"_type": "other"}').decode(),
+        "payloadType": PAYLOAD_TYPE,
+        "signatures": [],
+    }
     with pytest.raises(IntegrityError, match="not an in-toto Statement v1"):
         read_envelope(bogus)
     with pytest.raises(IntegrityError, match="payload type"):
@@ -101,13 +104,15 @@ def test_sanitize_replaces_home_user_and_host_as_whole_words() -> None:
     home = "/" + "home/ann"  # assembled: the release check refuses home paths in the tree
     pairs = [(home, "<home>"), ("ann", "<user>"), ("box7", "<host>")]
     value = {"p": home + "/x", "l": ["ann@box7", "channel", "box7.lan"], "n": 3}
-    assert sanitize(value, pairs) == {"p": "<home>/x", "l": ["<user>@<host>", "channel",
-                                                             "<host>.lan"], "n": 3}
+    assert sanitize(value, pairs) == {
+        "p": "<home>/x",
+        "l": ["<user>@<host>", "channel", "<host>.lan"],
+        "n": 3,
+    }
 
 
 def test_cli_keys_init_trust_sign_verify_show(tmp_path: Path) -> None:
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"),
-           "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
     made = run_cli("keys", "init", env=env, check=True)
     public = tmp_path / "config" / "appliance" / "keys" / "appliance-ed25519.pub.json"
     keyid = json.loads(public.read_text())["keyid"]
@@ -153,8 +158,7 @@ def test_trust_store_ignores_a_file_not_named_by_its_key_id(tmp_path: Path) -> N
 
 def test_cli_incomplete_run_and_missing_key(tmp_path: Path) -> None:
     run = make_run(tmp_path, status="incomplete")
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "empty"),
-           "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "empty"), "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
     nokey = run_cli("bundle", "sign", str(run), env=env)
     assert nokey.returncode == 1 and "appliance keys init" in nokey.stderr
     run_cli("bundle", "sign", str(run), "--unsigned", env=env, check=True)

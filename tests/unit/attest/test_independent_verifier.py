@@ -24,8 +24,7 @@ def test_it_accepts_a_genuine_bundle(genuine: Path, keys: Keys) -> None:
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_it_refuses_every_tamper_case(name: str, genuine: Path, keys: Keys,
-                                      tmp_path: Path) -> None:
+def test_it_refuses_every_tamper_case(name: str, genuine: Path, keys: Keys, tmp_path: Path) -> None:
     other = another_genuine_bundle(genuine, tmp_path, keys)
     bundle = tmp_path / "bundle"
     shutil.copytree(genuine, bundle, symlinks=True)

@@ -30,21 +30,22 @@ def fresh(tmp_path: Path, genuine: Path) -> Path:
     return copy
 
 
-def test_genuine_bundle_verifies_through_the_trust_store(genuine: Path, keys: Keys,
-                                                         trust_store: Path) -> None:
+def test_genuine_bundle_verifies_through_the_trust_store(
+    genuine: Path, keys: Keys, trust_store: Path
+) -> None:
     result = verify_bundle(genuine)
     assert result.verdict is Verdict.VERIFIED and result.exit_code == 0
     assert all(c.status is Status.PASS for c in result.checks)
     assert result.signer == keys.trusted.keyid
-    assert result.summary() == ("verdict: VERIFIED: every check passed; signed by trusted key "
-                                f"{keys.trusted.keyid}")
+    assert result.summary() == (
+        f"verdict: VERIFIED: every check passed; signed by trusted key {keys.trusted.keyid}"
+    )
     manifest = json.loads((genuine / MANIFEST_FILE).read_text())
     assert result.bundle_digest == manifest["bundle_digest"]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_tamper_battery(name: str, fresh: Path, other: Path, keys: Keys,
-                        trust_store: Path) -> None:
+def test_tamper_battery(name: str, fresh: Path, other: Path, keys: Keys, trust_store: Path) -> None:
     case = next(c for c in cases(other) if c.name == name)
     case.tamper(fresh, keys)
     before = snapshot(fresh)
@@ -59,7 +60,8 @@ def test_tamper_battery(name: str, fresh: Path, other: Path, keys: Keys,
 
 
 def test_untrusted_resign_names_the_real_signer_not_the_claimed_id(
-        fresh: Path, other: Path, keys: Keys, trust_store: Path) -> None:
+    fresh: Path, other: Path, keys: Keys, trust_store: Path
+) -> None:
     claiming = next(c for c in cases(other) if c.name == "resealed-untrusted-with-trusted-id")
     claiming.tamper(fresh, keys)
     result = verify_bundle(fresh)
@@ -92,8 +94,7 @@ def test_key_option_trusts_only_that_key(fresh: Path, keys: Keys, trust_store: P
     assert verify_bundle(fresh, keys.trusted.public).verdict is Verdict.VERIFIED
 
 
-def test_incomplete_run_is_its_own_verdict(tmp_path: Path, keys: Keys,
-                                           trust_store: Path) -> None:
+def test_incomplete_run_is_its_own_verdict(tmp_path: Path, keys: Keys, trust_store: Path) -> None:
     run = make_run(tmp_path, status="incomplete")
     finalize_bundle(run, keys.trusted.private)
     result = verify_bundle(run)
@@ -102,8 +103,7 @@ def test_incomplete_run_is_its_own_verdict(tmp_path: Path, keys: Keys,
     assert not verify_bundle(run, allow_untrusted=True, allow_unsigned=True).accepted
 
 
-def test_untrusted_signature_outranks_incomplete(tmp_path: Path, keys: Keys,
-                                                 trust_store: Path) -> None:
+def test_untrusted_signature_outranks_incomplete(tmp_path: Path, keys: Keys, trust_store: Path) -> None:
     run = make_run(tmp_path, status="incomplete")
     finalize_bundle(run, keys.untrusted.private)
     assert verify_bundle(run).verdict is Verdict.UNTRUSTED
@@ -111,10 +111,13 @@ def test_untrusted_signature_outranks_incomplete(tmp_path: Path, keys: Keys,
     assert allowed.verdict is Verdict.INCOMPLETE and not allowed.accepted
 
 
-@pytest.mark.parametrize("name", ["/etc/passwd", "../outside", "a/../results.json",
-                                  "./results.json", "trials//x", "", "manifest.json"])
-def test_subject_names_that_are_not_plain_relative_paths(fresh: Path, keys: Keys,
-                                                        trust_store: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    ["/etc/passwd", "../outside", "a/../results.json", "./results.json", "trials//x", "", "manifest.json"],
+)
+def test_subject_names_that_are_not_plain_relative_paths(
+    fresh: Path, keys: Keys, trust_store: Path, name: str
+) -> None:
     envelope = json.loads((fresh / ATTESTATION_FILE).read_text())
     statement = json.loads(base64.b64decode(envelope["payload"]))
     statement["subject"].append({"name": name, "digest": {"sha256": "0" * 64}})
@@ -125,13 +128,23 @@ def test_subject_names_that_are_not_plain_relative_paths(fresh: Path, keys: Keys
     assert repr(name) in reason
 
 
-@pytest.mark.parametrize("content", [b"", b"{", b"[]", b"null", b"\xff\xfe", b"[" * 100000,
-                                     b'{"payload": 1, "payloadType": [], "signatures": {}}',
-                                     b'{"payload": "!!", "payloadType": "application/vnd.in-'
-                                     b'toto+json", "signatures": []}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"{",
+        b"[]",
+        b"null",
+        b"\xff\xfe",
+        b"[" * 100000,
+        b'{"payload": 1, "payloadType": [], "signatures": {}}',
+        b'{"payload": "!!", "payloadType": "application/vnd.in-toto+json", "signatures": []}',
+    ],
+)
 @pytest.mark.parametrize("seal", [MANIFEST_FILE, ATTESTATION_FILE])
-def test_malformed_seals_are_refusals_not_tracebacks(fresh: Path, trust_store: Path,
-                                                     seal: str, content: bytes) -> None:
+def test_malformed_seals_are_refusals_not_tracebacks(
+    fresh: Path, trust_store: Path, seal: str, content: bytes
+) -> None:
     (fresh / seal).write_bytes(content)
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
@@ -155,8 +168,7 @@ def test_cli_verify_exit_codes_and_json(fresh: Path, keys: Keys, trust_store: Pa
     report = json.loads(untrusted.stdout)
     assert report["verdict"] == Verdict.UNTRUSTED.label and report["accepted"] is False
     assert report["signer"] == keys.untrusted.keyid
-    assert f"bundle untrusted: signature: valid signature by key {keys.untrusted.keyid}" in \
-        untrusted.stderr
+    assert f"bundle untrusted: signature: valid signature by key {keys.untrusted.keyid}" in untrusted.stderr
     allowed = run_cli("bundle", "verify", str(fresh), "--allow-untrusted", env=env)
     assert allowed.returncode == 0
     assert "accepted by --allow-untrusted" in allowed.stdout
@@ -204,8 +216,7 @@ def _replace(value: object, path: tuple, new: object) -> object:
 SHAPES = ([], {}, "x", 7, None)
 
 
-def test_any_field_of_the_manifest_in_another_shape_is_a_refusal(fresh: Path,
-                                                                 trust_store: Path) -> None:
+def test_any_field_of_the_manifest_in_another_shape_is_a_refusal(fresh: Path, trust_store: Path) -> None:
     manifest = json.loads((fresh / MANIFEST_FILE).read_text())
     for path in _paths(manifest):
         for shape in SHAPES:
@@ -215,7 +226,8 @@ def test_any_field_of_the_manifest_in_another_shape_is_a_refusal(fresh: Path,
 
 
 def test_any_field_of_a_signed_statement_in_another_shape_is_a_refusal(
-        fresh: Path, keys: Keys, trust_store: Path) -> None:
+    fresh: Path, keys: Keys, trust_store: Path
+) -> None:
     envelope = json.loads((fresh / ATTESTATION_FILE).read_text())
     statement = json.loads(base64.b64decode(envelope["payload"]))
     for path in _paths(statement, depth=4):

@@ -11,25 +11,29 @@ import click
 from appliance.cli import VERBS, cli
 from tests.conftest import REPO
 
-HEAVY = ("docker", "numpy", "numba", "securesystemslib", "matplotlib", "gguf", "boto3",
-         "requests", "rich")
+HEAVY = ("docker", "numpy", "numba", "securesystemslib", "matplotlib", "gguf", "boto3", "requests", "rich")
 
 
 def loaded_after(code: str) -> list[str]:
     """The HEAVY modules a fresh interpreter holds after running `code`."""
-    probe = (f"import sys\n{code}\n"
-             f"print(__import__('json').dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
+    probe = (
+        f"import sys\n{code}\n"
+        f"print(__import__('json').dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            env=env, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return list(json.loads(result.stdout.splitlines()[-1]))
 
 
 def run_main(*args: str) -> str:
-    return (f"sys.argv = ['appliance', *{list(args)!r}]\n"
-            "from appliance.cli import main\n"
-            "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n")
+    return (
+        f"sys.argv = ['appliance', *{list(args)!r}]\n"
+        "from appliance.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+    )
 
 
 def test_importing_the_cli_loads_no_heavy_module() -> None:

@@ -37,8 +37,13 @@ def test_only_the_entry_point_exits() -> None:
         tree = ast.parse(path.read_text())
         entry_point = path.name == "__init__.py"
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                    node.value.id == "sys" and node.attr in ("exit", "argv") and not entry_point:
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "sys"
+                and node.attr in ("exit", "argv")
+                and not entry_point
+            ):
                 offenders.append(f"{path.name}:{node.lineno} sys.{node.attr}")
             if isinstance(node, ast.Name) and node.id == "SystemExit":
                 offenders.append(f"{path.name}:{node.lineno} SystemExit")
@@ -63,8 +68,7 @@ def test_key_with_unsigned_is_refused_the_same_way_everywhere(tmp_path: Path) ->
     bundle.mkdir()
     outputs = [
         run_cli("bundle", "sign", str(bundle), "--key", str(key), "--unsigned"),
-        run_cli("run", "tiny-oversub", "--models", str(tmp_path), "--key", str(key),
-                "--unsigned"),
+        run_cli("run", "tiny-oversub", "--models", str(tmp_path), "--key", str(key), "--unsigned"),
     ]
     for result in outputs:
         assert result.returncode == 2

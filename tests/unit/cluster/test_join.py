@@ -16,8 +16,14 @@ def option(argv: list[str], name: str) -> str:
 
 
 def test_a_worker_registers_one_unit_per_target() -> None:
-    argv = ray_start_command("192.0.2.1:6379", ["cpu", "sm120"], head=False, node_ip="192.0.2.2",
-                             num_cpus=1, object_store_bytes=100_000_000)
+    argv = ray_start_command(
+        "192.0.2.1:6379",
+        ["cpu", "sm120"],
+        head=False,
+        node_ip="192.0.2.2",
+        num_cpus=1,
+        object_store_bytes=100_000_000,
+    )
     assert argv[1] == "start" and "--head" not in argv
     assert json.loads(option(argv, "--resources")) == {"appliance-cpu": 1, "appliance-sm120": 1}
     assert option(argv, "--address") == "192.0.2.1:6379"
@@ -27,15 +33,21 @@ def test_a_worker_registers_one_unit_per_target() -> None:
 
 
 def test_a_head_listens_on_the_address_port_without_a_dashboard(tmp_path: Path) -> None:
-    argv = ray_start_command("127.0.0.1:6390", ["cpu"], head=True, node_ip=None, num_cpus=1,
-                             object_store_bytes=None, temp_dir=tmp_path)
+    argv = ray_start_command(
+        "127.0.0.1:6390",
+        ["cpu"],
+        head=True,
+        node_ip=None,
+        num_cpus=1,
+        object_store_bytes=None,
+        temp_dir=tmp_path,
+    )
     assert option(argv, "--port") == "6390"
     assert option(argv, "--node-ip-address") == "127.0.0.1"
     assert "--include-dashboard=false" in argv and "--address" not in argv
     assert option(argv, "--temp-dir") == str(tmp_path)
     with pytest.raises(ApplianceError, match="expected HOST:PORT"):
-        ray_start_command("localhost", ["cpu"], head=True, node_ip=None, num_cpus=1,
-                          object_store_bytes=None)
+        ray_start_command("localhost", ["cpu"], head=True, node_ip=None, num_cpus=1, object_store_bytes=None)
 
 
 def test_image_choices_are_checked_and_travel_in_the_environment() -> None:

@@ -103,8 +103,9 @@ def test_a_special_file_is_never_replaced(tmp_path: Path) -> None:
 
 
 def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     stale = tmp_path / f".out.json.{dead}.abc123.tmp"
     alive = tmp_path / f".out.json.{os.getpid()}.def456.tmp"
     stale.write_bytes(b"half")

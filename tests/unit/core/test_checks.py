@@ -9,8 +9,7 @@ def test_unprintable_characters_are_escaped_and_printable_text_is_kept() -> None
 
 
 def test_a_name_with_a_newline_cannot_forge_a_report_line() -> None:
-    forged = Check("subjects", Status.FAIL, "removed: x\nPASS  signature  trusted",
-                   fix="run it\nagain")
+    forged = Check("subjects", Status.FAIL, "removed: x\nPASS  signature  trusted", fix="run it\nagain")
     lines = check_lines([forged, Check("signature", Status.FAIL, "bad")])
     assert len(lines) == 2
     assert lines[0] == "FAIL  subjects   removed: x\\nPASS  signature  trusted  fix: run it\\nagain"

@@ -52,25 +52,38 @@ def test_evidence_is_read_from_the_directory_the_variable_names(tmp_path: Path) 
 def test_a_copy_of_the_package_outside_any_checkout_works_from_variables(tmp_path: Path) -> None:
     """The package as a wheel installs it: profiles come with it, the lock from APPLIANCE_LOCK."""
     site, elsewhere = tmp_path / "site", tmp_path / "work"
-    shutil.copytree(REPO / "appliance", site / "appliance",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "appliance", site / "appliance", ignore=shutil.ignore_patterns("__pycache__"))
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     env.update(PYTHONPATH=str(site), APPLIANCE_LOCK=str(REPO / "engine" / "llama.cpp.lock.json"))
-    probe = ("from appliance.core import paths; from appliance.runs.profile import "
-             "builtin_profiles, load_profile; print(paths.repo_root()); "
-             "print(','.join(builtin_profiles())); print(load_profile('tiny-oversub').name)")
-    result = subprocess.run([sys.executable, "-c", probe], cwd=elsewhere, env=env,
-                            capture_output=True, text=True, timeout=120)
+    probe = (
+        "from appliance.core import paths; from appliance.runs.profile import "
+        "builtin_profiles, load_profile; print(paths.repo_root()); "
+        "print(','.join(builtin_profiles())); print(load_profile('tiny-oversub').name)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [str(elsewhere), "qwen3-30b-16,qwen35-8g,tiny-oversub",
-                                     "tiny-oversub"]
-    shown = subprocess.run([sys.executable, "-m", "appliance", "engine", "show", "--json"],
-                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == [str(elsewhere), "qwen3-30b-16,qwen35-8g,tiny-oversub", "tiny-oversub"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "appliance", "engine", "show", "--json"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["digest"] == load_lock().digest
     env.pop("APPLIANCE_LOCK")
-    missing = subprocess.run([sys.executable, "-m", "appliance", "engine", "show"],
-                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [sys.executable, "-m", "appliance", "engine", "show"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 2
     assert "lock file not found" in missing.stderr and "--lock" in missing.stderr

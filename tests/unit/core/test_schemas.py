@@ -36,35 +36,63 @@ def _broken(edit: Any) -> list[str]:
     return schema_problems(schema)
 
 
-@pytest.mark.parametrize(("edit", "problem"), [
-    (lambda s: s["definitions"]["patch"].update(dependentRequired={"file": ["sha256"]}),
-     "/definitions/patch: keywords this project does not check: dependentRequired"),
-    (lambda s: s["properties"]["upstream"].update(requried=["name"]),
-     "/properties/upstream: keywords this project does not check: requried"),
-    (lambda s: s["definitions"]["text"].update(format="uri"),
-     "/definitions/text: keywords this project does not check: format"),
-    (lambda s: s["definitions"]["patch"].pop("additionalProperties"),
-     "/definitions/patch: an object schema must set additionalProperties"),
-    (lambda s: s["properties"]["stand_ins"].pop("additionalProperties"),
-     "/properties/stand_ins: an object schema must set additionalProperties"),
-    (lambda s: s["definitions"]["stand_in"]["properties"]["tree"].update(
-        {"$ref": "#/definitions/text"}),
-     "/definitions/stand_in/properties/tree: $ref must stand alone (draft-07 ignores its siblings)"),
-    (lambda s: s["properties"].update(upstream={"$ref": "https://example.invalid/x.json"}),
-     "/properties/upstream: $ref must point into #/definitions/"),
-    (lambda s: s.update({"$schema": "https://json-schema.org/draft/2020-12/schema"}),
-     "$schema: must be http://json-schema.org/draft-07/schema#"),
-])
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (
+            lambda s: s["definitions"]["patch"].update(dependentRequired={"file": ["sha256"]}),
+            "/definitions/patch: keywords this project does not check: dependentRequired",
+        ),
+        (
+            lambda s: s["properties"]["upstream"].update(requried=["name"]),
+            "/properties/upstream: keywords this project does not check: requried",
+        ),
+        (
+            lambda s: s["definitions"]["text"].update(format="uri"),
+            "/definitions/text: keywords this project does not check: format",
+        ),
+        (
+            lambda s: s["definitions"]["patch"].pop("additionalProperties"),
+            "/definitions/patch: an object schema must set additionalProperties",
+        ),
+        (
+            lambda s: s["properties"]["stand_ins"].pop("additionalProperties"),
+            "/properties/stand_ins: an object schema must set additionalProperties",
+        ),
+        (
+            lambda s: s["definitions"]["stand_in"]["properties"]["tree"].update(
+                {"$ref": "#/definitions/text"}
+            ),
+            "/definitions/stand_in/properties/tree: $ref must stand alone (draft-07 ignores its siblings)",
+        ),
+        (
+            lambda s: s["properties"].update(upstream={"$ref": "https://example.invalid/x.json"}),
+            "/properties/upstream: $ref must point into #/definitions/",
+        ),
+        (
+            lambda s: s.update({"$schema": "https://json-schema.org/draft/2020-12/schema"}),
+            "$schema: must be http://json-schema.org/draft-07/schema#",
+        ),
+    ],
+)
 def test_the_schema_check_refuses_what_would_go_unchecked(edit: Any, problem: str) -> None:
     assert _broken(edit) == [problem]
 
 
 def test_lock_errors_name_every_field_by_json_pointer() -> None:
-    raw = {"schema_version": 1,
-           "upstream": {"name": "llama.cpp", "repository": "r", "commit": "x" * 40, "release": "b1",
-                        "mirror": "m"},
-           "stand_ins": {"a/b": {}}, "patches": {"active": [], "experimental": [], "rejected": []},
-           "targets": {}}
+    raw = {
+        "schema_version": 1,
+        "upstream": {
+            "name": "llama.cpp",
+            "repository": "r",
+            "commit": "x" * 40,
+            "release": "b1",
+            "mirror": "m",
+        },
+        "stand_ins": {"a/b": {}},
+        "patches": {"active": [], "experimental": [], "rejected": []},
+        "targets": {},
+    }
     assert schema_errors(raw, "lock") == [
         "/upstream/mirror: unknown field (allowed: name, repository, commit, release)",
         f"/upstream/commit: '{'x' * 40}' is not a 40-hex-digit git commit",
@@ -78,19 +106,31 @@ def test_lock_errors_name_every_field_by_json_pointer() -> None:
     ]
 
 
-@pytest.mark.parametrize(("value", "problem"), [
-    (1.0, "expected integer, got number"),
-    (True, "expected integer, got boolean"),
-    (0, "must be at least 1 (got 0)"),
-    (1001, "must be at most 1000 (got 1001)"),
-    ("3", "expected integer, got string"),
-])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (1.0, "expected integer, got number"),
+        (True, "expected integer, got boolean"),
+        (0, "must be at least 1 (got 0)"),
+        (1001, "must be at most 1000 (got 1001)"),
+        ("3", "expected integer, got string"),
+    ],
+)
 def test_integers_are_integers(value: object, problem: str) -> None:
-    raw = {"schedule": {"repeats": value, "order": "blocked", "n_predict": 1, "prompt": "",
-                        "seed": 0, "cold_cache": True}}
+    raw = {
+        "schedule": {
+            "repeats": value,
+            "order": "blocked",
+            "n_predict": 1,
+            "prompt": "",
+            "seed": 0,
+            "cold_cache": True,
+        }
+    }
     assert f"/schedule/repeats: {problem}" in schema_errors(raw, "profile")
 
 
 def test_another_schema_version_is_the_only_error() -> None:
     assert schema_errors({"schema_version": 2, "colour": 1}, "profile") == [
-        "/schema_version: unsupported version 2 (this tool reads 1)"]
+        "/schema_version: unsupported version 2 (this tool reads 1)"
+    ]

@@ -47,11 +47,19 @@ HOMES = {
 def definitions(path: Path) -> set[str]:
     """Names a module defines at any depth (functions, classes) or at top level (constants)."""
     tree = ast.parse(path.read_text(), str(path))
-    found = {node.name for node in ast.walk(tree)
-             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    found = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
         found.update(t.id for t in targets if isinstance(t, ast.Name))
     return found
 
@@ -74,8 +82,10 @@ def test_each_home_defines_its_facts() -> None:
 
 def test_the_walker_sees_nested_and_constant_definitions(tmp_path: Path) -> None:
     sample = tmp_path / "m.py"
-    sample.write_text("X: int = 1\nY = 2\nclass C:\n    def format_size(self): ...\n"
-                      "def f():\n    def cgroup_version(): ...\n")
+    sample.write_text(
+        "X: int = 1\nY = 2\nclass C:\n    def format_size(self): ...\n"
+        "def f():\n    def cgroup_version(): ...\n"
+    )
     assert definitions(sample) == {"X", "Y", "C", "format_size", "f", "cgroup_version"}
 
 

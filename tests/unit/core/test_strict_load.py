@@ -14,19 +14,22 @@ def refusal(load, path: Path) -> str:  # type: ignore[no-untyped-def]
         load(path)
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"{path}: ")
-    return message[len(f"{path}: "):]
+    return message[len(f"{path}: ") :]
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ('{\n  "a": 1,\n  "b": {"x": 1,\n        "x": 2}\n}', "line 4: duplicate key 'x' (first at line 3)"),
-    ('{\n  "a": 1,\n  "a": 1\n}', "line 3: duplicate key 'a' (first at line 2)"),
-    ('{"a":\n NaN}', "line 2: NaN is not a JSON number"),
-    ('{"a": [1,\n -Infinity]}', "line 2: -Infinity is not a JSON number"),
-    ('{"a": 1e400}', "line 1: 1e400 is too large for a number"),
-    ('{"a":\n' + "9" * 5000 + "}", "line 2: a number with more than 100 digits"),
-    ("[" * 200_000 + "]" * 200_000, f"line 1: nested deeper than {MAX_DEPTH} levels"),
-    ('{"a": [1, 2', "not valid JSON: Expecting ',' delimiter at line 1"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{\n  "a": 1,\n  "b": {"x": 1,\n        "x": 2}\n}', "line 4: duplicate key 'x' (first at line 3)"),
+        ('{\n  "a": 1,\n  "a": 1\n}', "line 3: duplicate key 'a' (first at line 2)"),
+        ('{"a":\n NaN}', "line 2: NaN is not a JSON number"),
+        ('{"a": [1,\n -Infinity]}', "line 2: -Infinity is not a JSON number"),
+        ('{"a": 1e400}', "line 1: 1e400 is too large for a number"),
+        ('{"a":\n' + "9" * 5000 + "}", "line 2: a number with more than 100 digits"),
+        ("[" * 200_000 + "]" * 200_000, f"line 1: nested deeper than {MAX_DEPTH} levels"),
+        ('{"a": [1, 2', "not valid JSON: Expecting ',' delimiter at line 1"),
+    ],
+)
 def test_json_refusals_name_the_line(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "x.json"
     path.write_text(text)
@@ -35,34 +38,45 @@ def test_json_refusals_name_the_line(tmp_path: Path, text: str, problem: str) ->
 
 def test_json_keys_are_independent_per_object() -> None:
     assert parse_json('[{"a": 1}, {"a": 2}, {"b": {"a": 3}}]', Path("x")) == [
-        {"a": 1}, {"a": 2}, {"b": {"a": 3}}]
+        {"a": 1},
+        {"a": 2},
+        {"b": {"a": 3}},
+    ]
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("a: 1\nb:\n  x: 1\n  x: 2\n", "line 4: duplicate key 'x' (first at line 3)"),
-    ("a: 1\n3: x\n", "line 2: key 3 is not a string (quote it)"),
-    ("a: .nan\n", "line 1: .nan is not a finite number"),
-    ("a: -.inf\n", "line 1: -.inf is not a finite number"),
-    ("a: " + "1" * 5000 + "\n", "line 1: a number with more than 100 digits"),
-    ("a: " + ":".join(["1"] * 200) + "\n", "line 1: a number with more than 100 digits"),
-    ("a: &a [1, *a]\n", "line 1: alias *a refers to a node that contains it"),
-    ("a: {x: 1}\nb:\n  <<: {y: 2}\n", "line 3: merge keys (<<) are not accepted"),
-    ("".join(" " * i + "a:\n" for i in range(200)), f"line {MAX_DEPTH}: nested deeper than "
-                                                     f"{MAX_DEPTH} levels"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("a: 1\nb:\n  x: 1\n  x: 2\n", "line 4: duplicate key 'x' (first at line 3)"),
+        ("a: 1\n3: x\n", "line 2: key 3 is not a string (quote it)"),
+        ("a: .nan\n", "line 1: .nan is not a finite number"),
+        ("a: -.inf\n", "line 1: -.inf is not a finite number"),
+        ("a: " + "1" * 5000 + "\n", "line 1: a number with more than 100 digits"),
+        ("a: " + ":".join(["1"] * 200) + "\n", "line 1: a number with more than 100 digits"),
+        ("a: &a [1, *a]\n", "line 1: alias *a refers to a node that contains it"),
+        ("a: {x: 1}\nb:\n  <<: {y: 2}\n", "line 3: merge keys (<<) are not accepted"),
+        (
+            "".join(" " * i + "a:\n" for i in range(200)),
+            f"line {MAX_DEPTH}: nested deeper than {MAX_DEPTH} levels",
+        ),
+    ],
+)
 def test_yaml_refusals_name_the_line(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "x.yaml"
     path.write_text(text)
     assert refusal(load_yaml, path) == problem
 
 
-@pytest.mark.parametrize(("text", "line"), [
-    ("a: x\nb: \x00\n", 2),
-    ("a:\n\t- b\n", 2),
-    ("a: 1\n---\nb: 2\n", 2),
-    ("a: [1,\n  2\n", 3),
-    ("[" * 200_000 + "]" * 200_000, 1),
-])
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("a: x\nb: \x00\n", 2),
+        ("a:\n\t- b\n", 2),
+        ("a: 1\n---\nb: 2\n", 2),
+        ("a: [1,\n  2\n", 3),
+        ("[" * 200_000 + "]" * 200_000, 1),
+    ],
+)
 def test_yaml_syntax_errors_name_the_line(tmp_path: Path, text: str, line: int) -> None:
     """The wording is the parser's (libyaml's or PyYAML's own); the line is the reader's."""
     path = tmp_path / "x.yaml"
@@ -79,13 +93,17 @@ def test_yaml_aliases_are_bounded_by_their_expansion(tmp_path: Path) -> None:
     path.write_text("\n".join(levels) + "\n")
     assert refusal(load_yaml, path) == "line 6: expands to more than 1000000 values (through aliases)"
     # a modest alias is fine: shared blocks in a profile are ordinary YAML
-    assert parse_yaml("a: &e {K: '1'}\nb: [*e, *e]\n", path) == {"a": {"K": "1"},
-                                                                 "b": [{"K": "1"}, {"K": "1"}]}
+    assert parse_yaml("a: &e {K: '1'}\nb: [*e, *e]\n", path) == {
+        "a": {"K": "1"},
+        "b": [{"K": "1"}, {"K": "1"}],
+    }
 
 
 def test_yaml_result_is_json_data() -> None:
     assert parse_yaml("a: [1, 2.5, true, null, 'x']\n'3': y\n", Path("x")) == {
-        "a": [1, 2.5, True, None, "x"], "3": "y"}
+        "a": [1, 2.5, True, None, "x"],
+        "3": "y",
+    }
 
 
 @pytest.mark.parametrize("load", [load_json, load_yaml])

@@ -16,11 +16,21 @@ from tests.models import tiny_model
 SIZES = ["8M", "8MiB", "8GB", "8mb", "8 MiB", "1.5GiB", "7000001"]
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("8M", 8_000_000), ("8MB", 8_000_000), ("8MiB", 8 << 20), ("8GB", 8_000_000_000),
-    ("8GiB", 8 << 30), ("1.5GiB", 3 << 29), ("24k", 24_000), ("0", 0), ("512 B", 512),
-    (4096, 4096),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("8M", 8_000_000),
+        ("8MB", 8_000_000),
+        ("8MiB", 8 << 20),
+        ("8GB", 8_000_000_000),
+        ("8GiB", 8 << 30),
+        ("1.5GiB", 3 << 29),
+        ("24k", 24_000),
+        ("0", 0),
+        ("512 B", 512),
+        (4096, 4096),
+    ],
+)
 def test_decimal_prefixes_are_powers_of_1000_binary_ones_of_1024(text: str | int, value: int) -> None:
     assert parse_size(text) == value
 

@@ -8,7 +8,10 @@ from appliance.runs.status import RunStatus, TrialStatus
 from tests.conftest import REPO
 
 VALUES = {v.value for enum in (PlanVerdict, RunStatus, TrialStatus) for v in enum} | {
-    "reproduced", "not reproduced", "not comparable"}
+    "reproduced",
+    "not reproduced",
+    "not comparable",
+}
 # Bundle verdicts and check statuses belong to the bundle verifier's own enum.
 OWN_VOCABULARY = {"appliance/attest/bundle.py", "appliance/cli/bundle.py"}
 
@@ -20,8 +23,11 @@ def _bare_comparisons(path: str, source: str | None = None) -> list[str]:
         if isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
                 values = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
-                found += [f"{path}:{node.lineno} {v.value!r}" for v in values
-                          if isinstance(v, ast.Constant) and v.value in VALUES]
+                found += [
+                    f"{path}:{node.lineno} {v.value!r}"
+                    for v in values
+                    if isinstance(v, ast.Constant) and v.value in VALUES
+                ]
     return found
 
 
@@ -38,11 +44,13 @@ def test_enums_serialize_as_their_json_values() -> None:
     assert json.dumps({TrialStatus.OOM_KILLED: RunStatus.COMPLETE}) == '{"oom-killed": "complete"}'
     assert set(VERDICT_TEXT) == set(PlanVerdict)
     assert PlanVerdict("does_not_start").text == "does not start"
-    assert [s.value for s in TrialStatus] == ["ok", "oom-killed", "failed", "timed-out",
-                                               "interrupted"]
+    assert [s.value for s in TrialStatus] == ["ok", "oom-killed", "failed", "timed-out", "interrupted"]
 
 
 def test_the_scan_sees_bare_comparisons() -> None:
     probe = 'if s != "ok" or v in ("x", "reproduced") or "complete" == r: pass\n'
     assert _bare_comparisons("probe.py", probe) == [
-        "probe.py:1 'ok'", "probe.py:1 'reproduced'", "probe.py:1 'complete'"]
+        "probe.py:1 'ok'",
+        "probe.py:1 'reproduced'",
+        "probe.py:1 'complete'",
+    ]

@@ -33,11 +33,15 @@ def test_digest_ignores_formatting_but_not_content(tmp_path: Path) -> None:
     ("edit", "field"),
     [
         (lambda r: r["upstream"].pop("commit"), "/upstream/commit: missing field"),
-        (lambda r: r["stand_ins"]["b10229"].update(sdist_sha256="ABC"),
-         "/stand_ins/b10229/sdist_sha256: 'ABC' is not a lowercase 64-hex-digit sha256"),
+        (
+            lambda r: r["stand_ins"]["b10229"].update(sdist_sha256="ABC"),
+            "/stand_ins/b10229/sdist_sha256: 'ABC' is not a lowercase 64-hex-digit sha256",
+        ),
         (lambda r: r["upstream"].update(commit="1234"), "/upstream/commit"),
-        (lambda r: r["targets"]["cpu"].update(cmake_args="x"),
-         "/targets/cpu/cmake_args: expected array, got string"),
+        (
+            lambda r: r["targets"]["cpu"].update(cmake_args="x"),
+            "/targets/cpu/cmake_args: expected array, got string",
+        ),
         (lambda r: r.update(schema_version=9), "/schema_version: unsupported version 9"),
     ],
 )
@@ -67,7 +71,17 @@ def test_engine_show_json_prints_lock_and_digest() -> None:
 
 
 def test_every_verb_group_has_help() -> None:
-    for group in ["engine", "patches", "image", "model", "plan", "run", "trace", "bundle",
-                  "evidence", "doctor"]:
+    for group in [
+        "engine",
+        "patches",
+        "image",
+        "model",
+        "plan",
+        "run",
+        "trace",
+        "bundle",
+        "evidence",
+        "doctor",
+    ]:
         result = run_cli(group, "--help", check=True)
         assert "Usage:" in result.stdout

@@ -92,8 +92,16 @@ def test_patch_with_one_changed_byte_is_refused(tmp_path: Path) -> None:
     assert result.stderr.startswith(f"error: patch active/{ACTIVE[1]} has sha256 {sha256_file(victim)}")
     assert "the lock pins" in result.stderr
 
-    applied = run_cli("patches", "apply", "--lock", str(lock_path), "--source", str(tmp_path),
-                      "--out", str(tmp_path / "out"))
+    applied = run_cli(
+        "patches",
+        "apply",
+        "--lock",
+        str(lock_path),
+        "--source",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert applied.returncode == 3 and "refused" in applied.stderr
     assert not (tmp_path / "out").exists()
     with pytest.raises(IntegrityError):
@@ -106,8 +114,16 @@ def test_series_file_must_agree_with_the_lock(tmp_path: Path) -> None:
     series.write_text(series.read_text().replace(ACTIVE[1] + "\n", ""))
     result = run_cli("patches", "list", "--lock", str(lock_path))
     assert result.returncode == 0  # list reads the lock; the series order matters when applying
-    digest = run_cli("patches", "apply", "--lock", str(lock_path), "--source", str(tmp_path),
-                     "--out", str(tmp_path / "out"))
+    digest = run_cli(
+        "patches",
+        "apply",
+        "--lock",
+        str(lock_path),
+        "--source",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert digest.returncode == 2
     assert "series lists" in digest.stderr and ACTIVE[1] in digest.stderr
 
@@ -125,8 +141,9 @@ def test_series_digest_covers_order_names_and_experimental_choice(tmp_path: Path
 
 
 @pytest.mark.network
-def test_apply_writes_a_patched_tree_and_its_series_digest(tmp_path: Path,
-                                                           stand_ins: dict[str, SourceTree]) -> None:
+def test_apply_writes_a_patched_tree_and_its_series_digest(
+    tmp_path: Path, stand_ins: dict[str, SourceTree]
+) -> None:
     out = tmp_path / "patched"
     result = run_cli("patches", "apply", "--source", "b10229", "--out", str(out), "--json", check=True)
     info = json.loads(result.stdout)
@@ -176,14 +193,17 @@ def _patch_adding_a_line(tree: Path, rel: str, subject: str) -> str:
     old = (tree / rel).read_text().splitlines(keepends=True)
     new = old[:1] + ["// appliance test line\n"] + old[1:]
     diff = "".join(difflib.unified_diff(old, new, f"a/{rel}", f"b/{rel}", n=3))
-    return (f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
-            f"From: test <test@localhost>\nSubject: [PATCH] {subject}\n\n{subject}\n---\n"
-            f"diff --git a/{rel} b/{rel}\n{diff}")
+    return (
+        f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"From: test <test@localhost>\nSubject: [PATCH] {subject}\n\n{subject}\n---\n"
+        f"diff --git a/{rel} b/{rel}\n{diff}"
+    )
 
 
 @pytest.mark.network
 def test_bracket_check_fails_on_a_file_that_differs_between_stand_ins(
-        tmp_path: Path, stand_ins: dict[str, SourceTree]) -> None:
+    tmp_path: Path, stand_ins: dict[str, SourceTree]
+) -> None:
     rel = "include/llama.h"
     assert (stand_ins["b10068"].path / rel).read_bytes() != (stand_ins["b10229"].path / rel).read_bytes()
     lock_path = checkout_copy(tmp_path)
@@ -212,8 +232,19 @@ def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, Sou
     lock_path = with_experimental(checkout_copy(tmp_path))
     lock_before = lock_path.read_bytes()
     dev = tmp_path / "dev"
-    run_cli("patches", "dev", "--lock", str(lock_path), "--source", "b10229", "--out", str(dev),
-            "--with-experimental", "extra-notes", check=True)
+    run_cli(
+        "patches",
+        "dev",
+        "--lock",
+        str(lock_path),
+        "--source",
+        "b10229",
+        "--out",
+        str(dev),
+        "--with-experimental",
+        "extra-notes",
+        check=True,
+    )
     exported = run_cli("patches", "export", "--lock", str(lock_path), str(dev), check=True).stdout
     assert exported.count("unchanged ") == 4 and "updated" not in exported
     assert lock_path.read_bytes() == lock_before
@@ -221,10 +252,15 @@ def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, Sou
     # edit the experimental patch's commit, export: only that file and its pin change
     source = dev / "tools" / "moe-trace" / "NOTES.md"
     source.write_text(source.read_text() + "// edited\n")
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
-    subprocess.run(["git", "commit", "-q", "-a", "--amend", "--no-edit"], cwd=dev, check=True,
-                   env={**os.environ, **env})
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@localhost",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@localhost",
+    }
+    subprocess.run(
+        ["git", "commit", "-q", "-a", "--amend", "--no-edit"], cwd=dev, check=True, env={**os.environ, **env}
+    )
     exported = run_cli("patches", "export", "--lock", str(lock_path), str(dev), check=True).stdout
     assert f"updated experimental/{EXTRA}" in exported
     assert exported.count("unchanged active/") == 3
@@ -246,8 +282,10 @@ def test_move_between_statuses_rewrites_series_and_lock(tmp_path: Path) -> None:
     assert lock.patches["experimental"] == ()
     assert (patches / "active" / EXTRA).is_file()
     assert not (patches / "experimental" / EXTRA).exists()
-    assert [line for line in (patches / "series").read_text().splitlines()
-            if not line.startswith("#")] == [*ACTIVE, EXTRA]
+    assert [line for line in (patches / "series").read_text().splitlines() if not line.startswith("#")] == [
+        *ACTIVE,
+        EXTRA,
+    ]
     assert series_digest(lock) != series_digest(load_lock())
 
     run_cli("patches", "move", "--lock", str(lock_path), EXTRA, "experimental", check=True)

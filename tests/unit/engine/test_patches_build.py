@@ -25,8 +25,12 @@ def test_sync_touches_only_changed_files(tmp_path: Path) -> None:
     new = tree(tmp_path / "new", {"a.c": "same", "b.c": "new", "c.c": "added", "d/e.h": "same"})
 
     assert sync_tree(new, dest) == 3  # b.c rewritten, c.c added, gone.c removed
-    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == \
-        ["a.c", "b.c", "c.c", "d/e.h"]
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
+        "a.c",
+        "b.c",
+        "c.c",
+        "d/e.h",
+    ]
     assert (dest / "b.c").read_text() == "new"
     assert os.stat(dest / "a.c").st_mtime == old and os.stat(dest / "d/e.h").st_mtime == old
     assert os.stat(dest / "b.c").st_mtime > old  # ninja sees the change
@@ -34,9 +38,16 @@ def test_sync_touches_only_changed_files(tmp_path: Path) -> None:
 
 
 def source(kind: str, name: str, release: str, digest: str = "0" * 64) -> SourceTree:
-    return SourceTree(Path("/nonexistent"), {"kind": kind, "name": name, "upstream_release": release,
-                                             "upstream_commit": "b2f221684fcd898e947a121baeda80f345da3e6b",
-                                             "tree_digest": digest})
+    return SourceTree(
+        Path("/nonexistent"),
+        {
+            "kind": kind,
+            "name": name,
+            "upstream_release": release,
+            "upstream_commit": "b2f221684fcd898e947a121baeda80f345da3e6b",
+            "tree_digest": digest,
+        },
+    )
 
 
 def test_build_identity_and_key(tmp_path: Path) -> None:

@@ -108,12 +108,18 @@ def _bare_repo(tmp_path: Path) -> tuple[Path, str]:
     (work / "src").mkdir()
     (work / "CMakeLists.txt").write_text("project(fake)\n")
     (work / "src" / "llama.cpp").write_text("int main() {}\n")
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.invalid")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.invalid",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.invalid",
+    )
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "one"]):
         subprocess.run(["git", *args], cwd=work, check=True, env=env)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, check=True, text=True,
-                            capture_output=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=work, check=True, text=True, capture_output=True
+    ).stdout.strip()
     (work / "src" / "llama.cpp").write_text("int main() { return 1; }\n")
     subprocess.run(["git", "commit", "-qam", "two"], cwd=work, check=True, env=env)
     bare = tmp_path / "upstream.git"
@@ -194,8 +200,7 @@ def test_editing_a_stand_ins_tree_version_or_package_never_returns_the_old_tree(
     import hashlib
 
     root = tmp_path / "index"
-    names = {"fakepkg": ("fakepkg-1.0.tar.gz", "fakepkg-1.1.tar.gz"),
-             "otherpkg": ("otherpkg-1.0.tar.gz",)}
+    names = {"fakepkg": ("fakepkg-1.0.tar.gz", "fakepkg-1.1.tar.gz"), "otherpkg": ("otherpkg-1.0.tar.gz",)}
     data = _sdist(tmp_path / "sdist.tar.gz", "top", {"a": "project(a)\n", "b": "project(b)\n"})
     for package, files in names.items():
         (root / package).mkdir(parents=True)
@@ -209,8 +214,15 @@ def test_editing_a_stand_ins_tree_version_or_package_never_returns_the_old_tree(
     monkeypatch.setenv("APPLIANCE_PACKAGE_INDEX", f"http://127.0.0.1:{server.server_port}/")
 
     def lock(**changes: str):  # type: ignore[no-untyped-def]
-        entry = {"package": "fakepkg", "version": "1.0", "release": "b1", "relation": "after-pin",
-                 "sdist_sha256": sha, "tree": "a", **changes}
+        entry = {
+            "package": "fakepkg",
+            "version": "1.0",
+            "release": "b1",
+            "relation": "after-pin",
+            "sdist_sha256": sha,
+            "tree": "a",
+            **changes,
+        }
         return load_lock(lock_with(tmp_path, lambda r: r["stand_ins"].update(fake=entry)))
 
     try:

@@ -34,14 +34,18 @@ from tests.conftest import run_cli
 from tests.fake_run import MODEL, make_run, results
 
 PUBLISHED = {
-    "qwen35-35b-a3b-8g-demand-mmap": {"wall_s": {"baseline": 828.3091, "demand-mmap": 100.9432},
-                                      "decode_tps": {"baseline": 0.1595, "demand-mmap": 1.8929}},
+    "qwen35-35b-a3b-8g-demand-mmap": {
+        "wall_s": {"baseline": 828.3091, "demand-mmap": 100.9432},
+        "decode_tps": {"baseline": 0.1595, "demand-mmap": 1.8929},
+    },
     "qwen3-30b-a3b-16-oversubscription-gate": {
         "wall_s": {"baseline": 90.096, "demand-mmap": 33.175},
-        "decode_tps": {"baseline": 0.23, "demand-mmap": 1.99}},
+        "decode_tps": {"baseline": 0.23, "demand-mmap": 1.99},
+    },
     "gpu-hot-cpu-miss-expert-cache-rejected": {
         "hit_rate": {"gpu-hot-cache": 0.493},
-        "decode_tps": {"cpu-moe": 20.795, "gpu-hot-cache": 17.305, "auto": 26.015}},
+        "decode_tps": {"cpu-moe": 20.795, "gpu-hot-cache": 17.305, "auto": 26.015},
+    },
     "qwen35-122b-a10b-64g-5090d-plan": {},
 }
 
@@ -49,33 +53,68 @@ PUBLISHED = {
 def miniature_finding(**changes: Any) -> dict[str, Any]:
     """A reproduction finding scoped exactly like tests.fake_run's default run."""
     raw: dict[str, Any] = {
-        "schema_version": 1, "id": "tiny-oversub-demand-mmap", "title": "tiny oversub",
-        "origin": "reproduction", "status": "measured", "summary": "miniature demand mmap",
-        "bundle_digest": "ab" * 32, "profile": "tiny-oversub",
+        "schema_version": 1,
+        "id": "tiny-oversub-demand-mmap",
+        "title": "tiny oversub",
+        "origin": "reproduction",
+        "status": "measured",
+        "summary": "miniature demand mmap",
+        "bundle_digest": "ab" * 32,
+        "profile": "tiny-oversub",
         "scope": {
-            "model": {"name": "tiny-moe", "quantization": None, "file": MODEL["file"],
-                      "bytes": MODEL["bytes"], "sha256": MODEL["sha256"]},
-            "engine": {"name": "llama.cpp", "commit": None, "release": "b10229",
-                       "modification": "demand mmap"},
-            "target": "cpu", "hardware": {"gpu": None, "gpu_memory_bytes": None,
-                                          "ram_bytes": None},
-            "memory_limit_bytes": 209715200, "swap_bytes": 0, "n_predict": 32, "repeats": 3,
-            "statistic": "median", "controlled": ["cold page cache"], "not_controlled": [],
+            "model": {
+                "name": "tiny-moe",
+                "quantization": None,
+                "file": MODEL["file"],
+                "bytes": MODEL["bytes"],
+                "sha256": MODEL["sha256"],
+            },
+            "engine": {
+                "name": "llama.cpp",
+                "commit": None,
+                "release": "b10229",
+                "modification": "demand mmap",
+            },
+            "target": "cpu",
+            "hardware": {"gpu": None, "gpu_memory_bytes": None, "ram_bytes": None},
+            "memory_limit_bytes": 209715200,
+            "swap_bytes": 0,
+            "n_predict": 32,
+            "repeats": 3,
+            "statistic": "median",
+            "controlled": ["cold page cache"],
+            "not_controlled": [],
             "unknown": [],
         },
         "variants": {"baseline": "plain mmap", "demand-mmap": "demand mmap"},
-        "metrics": [{"name": "wall_s", "unit": "s", "values": {"baseline": 40.0,
-                                                                "demand-mmap": 10.0}}],
+        "metrics": [{"name": "wall_s", "unit": "s", "values": {"baseline": 40.0, "demand-mmap": 10.0}}],
         "claims": [
-            {"metric": "wall_s", "baseline": "baseline", "treatment": "demand-mmap",
-             "direction": "lower", "ratio": 0.25, "tolerance": 0.25},
-            {"metric": "decode_tps", "baseline": "baseline", "treatment": "demand-mmap",
-             "direction": "higher", "ratio": 4.0, "tolerance": 0.25},
-            {"metric": "prefill_tps", "baseline": "baseline", "treatment": "demand-mmap",
-             "direction": "lower", "ratio": None, "tolerance": 0},
+            {
+                "metric": "wall_s",
+                "baseline": "baseline",
+                "treatment": "demand-mmap",
+                "direction": "lower",
+                "ratio": 0.25,
+                "tolerance": 0.25,
+            },
+            {
+                "metric": "decode_tps",
+                "baseline": "baseline",
+                "treatment": "demand-mmap",
+                "direction": "higher",
+                "ratio": 4.0,
+                "tolerance": 0.25,
+            },
+            {
+                "metric": "prefill_tps",
+                "baseline": "baseline",
+                "treatment": "demand-mmap",
+                "direction": "lower",
+                "ratio": None,
+                "tolerance": 0,
+            },
         ],
-        "byte_identity": {"claimed": True, "between": ["baseline", "demand-mmap"],
-                          "scope": "matched length"},
+        "byte_identity": {"claimed": True, "between": ["baseline", "demand-mmap"], "scope": "matched length"},
     }
     for key, value in changes.items():
         raw[key] = value
@@ -93,8 +132,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
 
 
 @pytest.fixture
-def key(pair: KeyPair, tmp_path_factory: pytest.TempPathFactory,
-        monkeypatch: pytest.MonkeyPatch) -> Path:
+def key(pair: KeyPair, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The signing key, trusted through a fresh APPLIANCE_TRUSTED_KEYS store."""
     monkeypatch.setenv("APPLIANCE_TRUSTED_KEYS", str(tmp_path_factory.mktemp("trusted")))
     trust_key(pair.public)
@@ -124,15 +162,23 @@ def test_published_findings_carry_the_exact_numbers() -> None:
 def test_published_scope() -> None:
     qwen35 = find_finding("qwen35-35b-a3b-8g-demand-mmap").raw
     assert qwen35["scope"]["model"]["sha256"] == (
-        "6aec31ed654fbf12f9950c98bab0a09faea433ffdc4b3acfeb55a1f050e3e444")
+        "6aec31ed654fbf12f9950c98bab0a09faea433ffdc4b3acfeb55a1f050e3e444"
+    )
     assert qwen35["scope"]["model"]["bytes"] == 17821719168
     assert qwen35["scope"]["memory_limit_bytes"] == 8 * 1024**3
     assert qwen35["scope"]["n_predict"] == 128
     assert qwen35["byte_identity"]["claimed"] is True
     prefill = [c for c in qwen35["claims"] if c["metric"] == "prefill_tps"]
-    assert prefill == [{"metric": "prefill_tps", "baseline": "baseline",
-                        "treatment": "demand-mmap", "direction": "lower", "ratio": None,
-                        "tolerance": 0}]
+    assert prefill == [
+        {
+            "metric": "prefill_tps",
+            "baseline": "baseline",
+            "treatment": "demand-mmap",
+            "direction": "lower",
+            "ratio": None,
+            "tolerance": 0,
+        }
+    ]
     assert find_finding("qwen3-30b-a3b-16-oversubscription-gate").scope["n_predict"] == 16
     cache = find_finding("gpu-hot-cpu-miss-expert-cache-rejected").raw
     assert cache["status"] == "rejected" and len(cache["rejected_because"]) == 2
@@ -142,18 +188,23 @@ def test_published_scope() -> None:
     assert plan["scope"]["hardware"]["ram_bytes"] == 64 * 1024**3
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda r: r.pop("scope"), "/scope: missing field"),
-    (lambda r: r.update(extra=1), "/extra: unknown field"),
-    (lambda r: r.update(bundle_digest=None), "a reproduction must name the bundle"),
-    (lambda r: r.update(bundle_digest="xyz"), "does not match"),
-    (lambda r: r["claims"][0].update(ratio=0.5), "disagrees with the metric values"),
-    (lambda r: r["claims"][0].update(direction="higher"), "contradicts direction"),
-    (lambda r: r["claims"][1].update(treatment="nope"), "variant 'nope' is not in variants"),
-    (lambda r: r["scope"].update(n_predict=True),
-     "/scope/n_predict: expected integer or null, got boolean"),
-    (lambda r: r.update(status="rejected"), "must say why"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda r: r.pop("scope"), "/scope: missing field"),
+        (lambda r: r.update(extra=1), "/extra: unknown field"),
+        (lambda r: r.update(bundle_digest=None), "a reproduction must name the bundle"),
+        (lambda r: r.update(bundle_digest="xyz"), "does not match"),
+        (lambda r: r["claims"][0].update(ratio=0.5), "disagrees with the metric values"),
+        (lambda r: r["claims"][0].update(direction="higher"), "contradicts direction"),
+        (lambda r: r["claims"][1].update(treatment="nope"), "variant 'nope' is not in variants"),
+        (
+            lambda r: r["scope"].update(n_predict=True),
+            "/scope/n_predict: expected integer or null, got boolean",
+        ),
+        (lambda r: r.update(status="rejected"), "must say why"),
+    ],
+)
 def test_invalid_findings_are_refused_with_the_field(edit: Any, message: str) -> None:
     raw = miniature_finding()
     edit(raw)
@@ -170,8 +221,7 @@ def test_finding_file_must_be_named_by_its_id(tmp_path: Path) -> None:
 def test_schema_check_refuses_keywords_it_does_not_check() -> None:
     schema = load_schema()
     schema["definitions"]["claim"]["oneOf"] = [{"type": "object"}]
-    assert schema_problems(schema) == [
-        "/definitions/claim: keywords this project does not check: oneOf"]
+    assert schema_problems(schema) == ["/definitions/claim: keywords this project does not check: oneOf"]
 
 
 def test_matching_run_reproduces(tmp_path: Path, key: Path) -> None:
@@ -183,9 +233,14 @@ def test_matching_run_reproduces(tmp_path: Path, key: Path) -> None:
 
 
 def test_ratio_outside_tolerance_is_not_reproduced(tmp_path: Path, key: Path) -> None:
-    run = sealed_run(tmp_path, key, result=results(
-        {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
-        {"wall_s": 30.0, "decode_tps": 8.0, "prefill_tps": 40.0}))
+    run = sealed_run(
+        tmp_path,
+        key,
+        result=results(
+            {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
+            {"wall_s": 30.0, "decode_tps": 8.0, "prefill_tps": 40.0},
+        ),
+    )
     result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_REPRODUCED
     assert result.claims[0].holds is False
@@ -193,22 +248,32 @@ def test_ratio_outside_tolerance_is_not_reproduced(tmp_path: Path, key: Path) ->
 
 
 def test_wrong_direction_is_not_reproduced(tmp_path: Path, key: Path) -> None:
-    run = sealed_run(tmp_path, key, result=results(
-        {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
-        {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 60.0}))
+    run = sealed_run(
+        tmp_path,
+        key,
+        result=results(
+            {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
+            {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 60.0},
+        ),
+    )
     result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_REPRODUCED
     assert "not lower than the baseline" in result.claims[2].reason
 
 
 def test_lost_byte_identity_is_not_reproduced(tmp_path: Path, key: Path) -> None:
-    run = sealed_run(tmp_path, key, result=results(
-        {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
-        {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 40.0}, identical=False))
+    run = sealed_run(
+        tmp_path,
+        key,
+        result=results(
+            {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
+            {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 40.0},
+            identical=False,
+        ),
+    )
     result = compared(run, as_finding(miniature_finding()))
     assert result.verdict == NOT_REPRODUCED
-    assert any("byte identity: outputs different, the evidence says identical" in r
-               for r in result.reasons)
+    assert any("byte identity: outputs different, the evidence says identical" in r for r in result.reasons)
 
 
 def test_another_model_file_is_not_comparable(tmp_path: Path, key: Path) -> None:
@@ -223,8 +288,7 @@ def test_another_gpu_is_not_comparable(tmp_path: Path, key: Path) -> None:
     raw["scope"]["hardware"]["gpu"] = "NVIDIA GeForce RTX 5090"
     result = compared(sealed_run(tmp_path, key), as_finding(raw))
     assert result.verdict == NOT_COMPARABLE
-    assert "another GPU: the evidence was measured on NVIDIA GeForce RTX 5090" in \
-        result.reasons[0]
+    assert "another GPU: the evidence was measured on NVIDIA GeForce RTX 5090" in result.reasons[0]
 
 
 def test_another_memory_limit_is_not_comparable(tmp_path: Path, key: Path) -> None:
@@ -239,24 +303,29 @@ def test_incomplete_or_tampered_bundle_is_not_comparable(tmp_path: Path, key: Pa
     result = compared(incomplete, as_finding(miniature_finding()))
     assert result.verdict == NOT_COMPARABLE and "bundle is incomplete" in result.reasons[0]
     tampered = sealed_run(tmp_path / "b", key)
-    (tampered / "results.json").write_text(json.dumps(results(
-        {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
-        {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 40.0})) + " ")
+    (tampered / "results.json").write_text(
+        json.dumps(
+            results(
+                {"wall_s": 40.0, "decode_tps": 2.0, "prefill_tps": 50.0},
+                {"wall_s": 10.0, "decode_tps": 8.0, "prefill_tps": 40.0},
+            )
+        )
+        + " "
+    )
     with pytest.raises(ApplianceError, match="bundle tampered: failed file-digests") as caught:
         verified_input(tampered, allow_untrusted=True)
     assert caught.value.exit_code == Verdict.TAMPERED.exit_code
 
 
-def test_untrusted_or_unsigned_input_is_refused_unless_allowed(tmp_path: Path, key: Path,
-                                                               pair: KeyPair) -> None:
+def test_untrusted_or_unsigned_input_is_refused_unless_allowed(
+    tmp_path: Path, key: Path, pair: KeyPair
+) -> None:
     stranger = init_keys(tmp_path / "stranger")
     for run in (sealed_run(tmp_path / "u", stranger.private), sealed_run(tmp_path / "n", None)):
         with pytest.raises(ApplianceError, match="--allow-untrusted") as caught:
             verified_input(run)
-        assert caught.value.exit_code in (Verdict.UNTRUSTED.exit_code,
-                                          Verdict.UNSIGNED.exit_code)
-        result = compare(run, as_finding(miniature_finding()),
-                         verified_input(run, allow_untrusted=True))
+        assert caught.value.exit_code in (Verdict.UNTRUSTED.exit_code, Verdict.UNSIGNED.exit_code)
+        result = compare(run, as_finding(miniature_finding()), verified_input(run, allow_untrusted=True))
         assert result.verdict == REPRODUCED and result.untrusted_input
         assert result.as_dict()["input"] == "untrusted input"
         raw = draft_finding(run, "x", "t", "s", allow_untrusted=True)
@@ -264,8 +333,7 @@ def test_untrusted_or_unsigned_input_is_refused_unless_allowed(tmp_path: Path, k
         assert raw["scope"]["not_controlled"][0].startswith("untrusted input: signature: ")
 
 
-def test_plan_and_foreign_published_evidence_are_not_comparable(tmp_path: Path,
-                                                                key: Path) -> None:
+def test_plan_and_foreign_published_evidence_are_not_comparable(tmp_path: Path, key: Path) -> None:
     run = sealed_run(tmp_path, key)
     plan = compared(run, find_finding("qwen35-122b-a10b-64g-5090d-plan"))
     assert plan.verdict == NOT_COMPARABLE and "plan" in plan.reasons[0]
@@ -276,8 +344,16 @@ def test_plan_and_foreign_published_evidence_are_not_comparable(tmp_path: Path,
 def test_missing_metric_is_not_comparable(tmp_path: Path, key: Path) -> None:
     raw = copy.deepcopy(miniature_finding())
     raw["variants"]["auto"] = "automatic placement"
-    raw["claims"].append({"metric": "decode_tps", "baseline": "baseline", "treatment": "auto",
-                          "direction": "higher", "ratio": None, "tolerance": 0})
+    raw["claims"].append(
+        {
+            "metric": "decode_tps",
+            "baseline": "baseline",
+            "treatment": "auto",
+            "direction": "higher",
+            "ratio": None,
+            "tolerance": 0,
+        }
+    )
     result = compared(sealed_run(tmp_path, key), as_finding(raw))
     assert result.verdict == NOT_COMPARABLE
     assert "no median decode_tps for 'baseline' and 'auto'" in result.reasons[-1]
@@ -297,8 +373,9 @@ def test_cli_list_show_and_compare(tmp_path: Path, key: Path) -> None:
     assert missing.returncode == 2 and "no evidence 'nope'" in missing.stderr
     run = sealed_run(tmp_path, key)
     env = {"APPLIANCE_TRUSTED_KEYS": os.environ["APPLIANCE_TRUSTED_KEYS"]}
-    result = run_cli("evidence", "compare", str(run), "--evidence",
-                     "qwen35-35b-a3b-8g-demand-mmap", "--json", env=env)
+    result = run_cli(
+        "evidence", "compare", str(run), "--evidence", "qwen35-35b-a3b-8g-demand-mmap", "--json", env=env
+    )
     assert result.returncode == 1
     report = json.loads(result.stdout)
     assert report[0]["verdict"] == NOT_COMPARABLE and report[0]["input"] == "verified input"
@@ -312,17 +389,28 @@ def test_cli_compare_on_a_bundle_resigned_by_an_untrusted_key(tmp_path: Path, ke
     refused = run_cli("evidence", "compare", str(run), env=env)
     assert refused.returncode == Verdict.UNTRUSTED.exit_code and refused.stdout == ""
     assert "bundle untrusted: signature: valid signature by key" in refused.stderr
-    allowed = run_cli("evidence", "compare", str(run), "--allow-untrusted", "--evidence",
-                      "tiny-oversub-miniature", env=env)
+    allowed = run_cli(
+        "evidence", "compare", str(run), "--allow-untrusted", "--evidence", "tiny-oversub-miniature", env=env
+    )
     assert allowed.returncode == 1  # compared: the fake run's model is not the evidence's
     lines = allowed.stdout.splitlines()
-    assert lines == ["[untrusted input] tiny-oversub-miniature: NOT COMPARABLE",
-                     "[untrusted input]   why: another model file: the run used "
-                     "'tiny-oversub-qwen3moe.gguf' (sha256 3b1d2e5c4a69), the evidence "
-                     "tiny-oversub-qwen3moe (sha256 dcb7325e4f4f)"]
+    assert lines == [
+        "[untrusted input] tiny-oversub-miniature: NOT COMPARABLE",
+        "[untrusted input]   why: another model file: the run used "
+        "'tiny-oversub-qwen3moe.gguf' (sha256 3b1d2e5c4a69), the evidence "
+        "tiny-oversub-qwen3moe (sha256 dcb7325e4f4f)",
+    ]
     assert allowed.stderr.startswith("error: [untrusted input] 1 of 1 not reproduced")
-    as_json = run_cli("evidence", "compare", str(run), "--allow-untrusted", "--json",
-                      "--evidence", "tiny-oversub-miniature", env=env)
+    as_json = run_cli(
+        "evidence",
+        "compare",
+        str(run),
+        "--allow-untrusted",
+        "--json",
+        "--evidence",
+        "tiny-oversub-miniature",
+        env=env,
+    )
     report = json.loads(as_json.stdout)
     assert [(r["input"], r["untrusted_input"]) for r in report] == [("untrusted input", True)]
 
@@ -338,7 +426,8 @@ def test_run_without_recorded_limit_is_not_comparable(tmp_path: Path, key: Path)
     assert result.verdict == NOT_COMPARABLE
     assert result.reasons == [
         "the run does not record memory_limit_bytes (the evidence used 209715200)",
-        "the run does not record swap_bytes (the evidence used 0)"]
+        "the run does not record swap_bytes (the evidence used 0)",
+    ]
 
 
 def test_draft_from_a_bundle_reproduces_itself(tmp_path: Path, key: Path) -> None:
@@ -352,7 +441,10 @@ def test_draft_from_a_bundle_reproduces_itself(tmp_path: Path, key: Path) -> Non
     assert raw["scope"]["swap_bytes"] == 0 and raw["scope"]["repeats"] == 3
     assert raw["scope"]["unknown"] == []
     assert [(c["metric"], c["direction"], c["ratio"]) for c in raw["claims"]] == [
-        ("wall_s", "lower", 0.25), ("decode_tps", "higher", 4.0), ("prefill_tps", "lower", 0.8)]
+        ("wall_s", "lower", 0.25),
+        ("decode_tps", "higher", 4.0),
+        ("prefill_tps", "lower", 0.8),
+    ]
     assert raw["byte_identity"]["claimed"] is True
     assert compared(run, as_finding(raw)).verdict == REPRODUCED
 
@@ -368,19 +460,36 @@ def test_cli_draft_writes_a_loadable_finding(tmp_path: Path, key: Path) -> None:
     out = tmp_path / "ev" / "tiny-oversub-demand-mmap.json"
     out.parent.mkdir()
     env = {"APPLIANCE_TRUSTED_KEYS": os.environ["APPLIANCE_TRUSTED_KEYS"]}
-    run_cli("evidence", "draft", str(run), "--id", out.stem, "--title", "tiny",
-            "--out", str(out), env=env, check=True)
+    run_cli(
+        "evidence",
+        "draft",
+        str(run),
+        "--id",
+        out.stem,
+        "--title",
+        "tiny",
+        "--out",
+        str(out),
+        env=env,
+        check=True,
+    )
     assert load_finding(out).raw["origin"] == "reproduction"
-    again = run_cli("evidence", "draft", str(run), "--id", out.stem, "--title", "tiny",
-                    "--out", str(out), env=env)
+    again = run_cli(
+        "evidence", "draft", str(run), "--id", out.stem, "--title", "tiny", "--out", str(out), env=env
+    )
     assert again.returncode == 1 and "exists" in again.stderr
 
 
 def test_curves_need_two_numbers_per_point() -> None:
     raw = miniature_finding()
-    raw["curves"] = [{"name": "replay", "x": "capacity (experts)", "y": "hit rate",
-                      "series": {"lru": [[8, 0.4], [16, 0.7, 1]]}}]
-    assert validate_finding(raw, load_schema()) == [
-        "/curves/0/series/lru/1: allows at most 2 items"]
+    raw["curves"] = [
+        {
+            "name": "replay",
+            "x": "capacity (experts)",
+            "y": "hit rate",
+            "series": {"lru": [[8, 0.4], [16, 0.7, 1]]},
+        }
+    ]
+    assert validate_finding(raw, load_schema()) == ["/curves/0/series/lru/1: allows at most 2 items"]
     raw["curves"][0]["series"]["lru"][1] = [16, 0.7]
     assert validate_finding(raw, load_schema()) == []

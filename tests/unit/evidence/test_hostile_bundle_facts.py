@@ -14,14 +14,22 @@ from appliance.evidence.findings import BundleFacts, claimed_evidence, compare, 
 from fuzz.mutate import mutate_tree
 from tests.fake_run import make_run
 
-FILES = ("results.json", "run.json", "provenance.json", "inputs/model.json",
-         "inputs/schedule.json")
-SWEEP = {"limits": [104337408, 208674816, 500826112],
-         "summary": [{"memory_limit": limit, "variant": variant, "measured_over_lru": 1.4,
-                      "belady_over_lru": 0.5, "disk_fraction": 0.1,
-                      "capacity_miss_share_lru": 0.8}
-                     for limit in (104337408, 208674816, 500826112)
-                     for variant in ("baseline", "demand-mmap", "demand-prefetch")]}
+FILES = ("results.json", "run.json", "provenance.json", "inputs/model.json", "inputs/schedule.json")
+SWEEP = {
+    "limits": [104337408, 208674816, 500826112],
+    "summary": [
+        {
+            "memory_limit": limit,
+            "variant": variant,
+            "measured_over_lru": 1.4,
+            "belady_over_lru": 0.5,
+            "disk_fraction": 0.1,
+            "capacity_miss_share_lru": 0.8,
+        }
+        for limit in (104337408, 208674816, 500826112)
+        for variant in ("baseline", "demand-mmap", "demand-prefetch")
+    ],
+}
 ACCEPTED = Verification(checks=[], verdict=Verdict.UNTRUSTED, allowed=frozenset({Verdict.UNTRUSTED}))
 
 
@@ -63,8 +71,9 @@ def test_mutated_bundle_files_never_crash_the_comparison(run: Path, name: str) -
         path.write_bytes(original)
 
 
-@pytest.mark.parametrize("text", ["- a list\n", "just text\n", "limits: [1, 2]\nschedule: 7\n",
-                                  "{{{{ not yaml", ""])
+@pytest.mark.parametrize(
+    "text", ["- a list\n", "just text\n", "limits: [1, 2]\nschedule: 7\n", "{{{{ not yaml", ""]
+)
 def test_a_profile_of_any_shape_is_read_as_no_profile(run: Path, text: str) -> None:
     path = run / "inputs" / "profile.yaml"
     original = path.read_bytes()

@@ -14,10 +14,16 @@ def _summary(ratio_small: float) -> dict[str, Any]:
     rows = []
     for limit, ratio, share in zip(LIMITS, (ratio_small, 1.0, 1.1), (0.8, 0.4, 0.0), strict=True):
         for variant in ("baseline", "demand-mmap"):
-            rows.append({"memory_limit": limit, "variant": variant,
-                         "measured_over_lru": ratio if variant == "demand-mmap" else 9.0,
-                         "belady_over_lru": 0.7, "disk_fraction": 0.2,
-                         "capacity_miss_share_lru": share})
+            rows.append(
+                {
+                    "memory_limit": limit,
+                    "variant": variant,
+                    "measured_over_lru": ratio if variant == "demand-mmap" else 9.0,
+                    "belady_over_lru": 0.7,
+                    "disk_fraction": 0.2,
+                    "capacity_miss_share_lru": share,
+                }
+            )
     return {"limits": LIMITS, "summary": rows}
 
 
@@ -29,12 +35,20 @@ def test_a_draft_bounds_what_was_measured_and_validates() -> None:
     lru = by_key[("measured_over_lru", "demand-mmap")]
     assert (lru["min"], lru["max"], lru["at"]) == (0.72, 1.375, "every")
     assert by_key[("belady_over_lru", "demand-mmap")] | {} == {
-        "quantity": "belady_over_lru", "variant": "demand-mmap", "at": "smallest", "min": None,
-        "max": 0.875}
+        "quantity": "belady_over_lru",
+        "variant": "demand-mmap",
+        "at": "smallest",
+        "min": None,
+        "max": 0.875,
+    }
     assert ("disk_fraction", "baseline") not in by_key
     assert by_key[("disk_fraction", "demand-mmap")] | {} == {
-        "quantity": "disk_fraction", "variant": "demand-mmap", "at": "every", "min": 0.0,
-        "max": 1.0}
+        "quantity": "disk_fraction",
+        "variant": "demand-mmap",
+        "at": "every",
+        "min": 0.0,
+        "max": 1.0,
+    }
     assert by_key[("capacity_miss_share_lru", "demand-mmap")]["at"] == "smallest"
     schema = load_schema()
     sweep_schema = {"definitions": schema["definitions"], "$ref": "#/definitions/sweep"}
@@ -42,8 +56,11 @@ def test_a_draft_bounds_what_was_measured_and_validates() -> None:
 
 
 def test_claims_hold_or_fail_naming_the_limit() -> None:
-    claim = next(c for c in draft_sweep(_summary(0.9), "baseline", 0.25)["claims"]
-                 if c["quantity"] == "measured_over_lru")
+    claim = next(
+        c
+        for c in draft_sweep(_summary(0.9), "baseline", 0.25)["claims"]
+        if c["quantity"] == "measured_over_lru"
+    )
     assert check_claim(_summary(1.0), claim)[0] is True
     holds, reason = check_claim(_summary(2.0), claim)
     assert holds is False and "2 at 100 bytes" in reason

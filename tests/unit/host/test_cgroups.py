@@ -29,18 +29,30 @@ def test_v2_accounting(tmp_path: Path) -> None:
     group = root / "system.slice" / "docker-abc.scope"
     group.mkdir(parents=True)
     (root / "cgroup.controllers").write_text("cpu io memory pids\n")
-    files = {"memory.max": "268435456\n", "memory.peak": "268431360\n",
-             "memory.swap.peak": "0\n", "memory.stat": V2_STAT, "io.stat": V2_IO,
-             "memory.events": "low 0\nhigh 0\nmax 17\noom 1\noom_kill 1\n"}
+    files = {
+        "memory.max": "268435456\n",
+        "memory.peak": "268431360\n",
+        "memory.swap.peak": "0\n",
+        "memory.stat": V2_STAT,
+        "io.stat": V2_IO,
+        "memory.events": "low 0\nhigh 0\nmax 17\noom 1\noom_kill 1\n",
+    }
     for name, text in files.items():
         (group / name).write_text(text)
     proc = _proc(tmp_path, "0::/system.slice/docker-abc.scope\n")
     got = read_accounting(4242, root=root, proc=proc)
     assert got == {
-        "cgroup_version": 2, "limit_bytes": 268435456, "peak_bytes": 268431360,
-        "swap_peak_bytes": 0, "page_cache_bytes": 209715200, "anon_bytes": 52428800,
-        "mapped_file_bytes": 104857600, "major_faults": 3456, "minor_faults": 120000 - 3456,
-        "oom_kills": 1, "block_read_bytes": {"254:0": 734003200, "7:1": 1024},
+        "cgroup_version": 2,
+        "limit_bytes": 268435456,
+        "peak_bytes": 268431360,
+        "swap_peak_bytes": 0,
+        "page_cache_bytes": 209715200,
+        "anon_bytes": 52428800,
+        "mapped_file_bytes": 104857600,
+        "major_faults": 3456,
+        "minor_faults": 120000 - 3456,
+        "oom_kills": 1,
+        "block_read_bytes": {"254:0": 734003200, "7:1": 1024},
     }
 
 
@@ -53,13 +65,15 @@ def test_v1_accounting_uses_hierarchical_totals_and_throttle_bytes(tmp_path: Pat
     (memory / "memory.limit_in_bytes").write_text("67108864\n")
     (memory / "memory.max_usage_in_bytes").write_text("66940928\n")
     (memory / "memory.memsw.max_usage_in_bytes").write_text("66940928\n")
-    (memory / "memory.stat").write_text("cache 5\nrss 6\ntotal_cache 65126400\ntotal_rss 98304\n"
-                                        "total_mapped_file 57344\ntotal_pgfault 1662\n"
-                                        "total_pgmajfault 2\n")
+    (memory / "memory.stat").write_text(
+        "cache 5\nrss 6\ntotal_cache 65126400\ntotal_rss 98304\n"
+        "total_mapped_file 57344\ntotal_pgfault 1662\n"
+        "total_pgmajfault 2\n"
+    )
     (memory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
     (blkio / "blkio.throttle.io_service_bytes_recursive").write_text(
-        "254:0 Read 100761600\n254:0 Write 0\n254:0 Sync 100761600\n254:0 Total 100761600\n"
-        "Total 100761600\n")
+        "254:0 Read 100761600\n254:0 Write 0\n254:0 Sync 100761600\n254:0 Total 100761600\nTotal 100761600\n"
+    )
     proc = _proc(tmp_path, "12:blkio:/docker/abc\n8:memory:/docker/abc\n1:name=systemd:/x\n")
     got = read_accounting(4242, root=root, proc=proc)
     assert got["peak_bytes"] == 66940928 and got["limit_bytes"] == 67108864

@@ -49,6 +49,11 @@ def test_one_capability_table_for_doctor_runs_and_reproductions() -> None:
 
 def test_provenance_records_the_gpu_record() -> None:
     gpu = mock_gpu("8.9")
-    assert gpu.record() == {"index": 0, "name": "mock", "compute_capability": "8.9",
-                            "memory_bytes": 24 << 30, "driver_version": "575.51.03",
-                            "cuda_driver_version": ""}
+    assert gpu.record() == {
+        "index": 0,
+        "name": "mock",
+        "compute_capability": "8.9",
+        "memory_bytes": 24 << 30,
+        "driver_version": "575.51.03",
+        "cuda_driver_version": "",
+    }

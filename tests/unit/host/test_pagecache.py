@@ -9,8 +9,12 @@ SIZE = 8 << 20
 
 
 def _fincore_pages(path: Path) -> int:
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "PAGES", str(path)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "PAGES", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return int(out.split()[0])
 
 

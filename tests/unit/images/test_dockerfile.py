@@ -19,6 +19,7 @@ def test_the_classic_builder_gets_the_same_steps_without_the_mount() -> None:
     text = dockerfile_path().read_text()
     classic = classic_dockerfile(text)
     assert "RUN --mount" not in classic
-    assert classic.splitlines() == [line.replace(
-        "RUN --mount=type=cache,target=/ccache,id=moe-appliance-ccache \\", "RUN \\")
-        for line in text.splitlines()]
+    assert classic.splitlines() == [
+        line.replace("RUN --mount=type=cache,target=/ccache,id=moe-appliance-ccache \\", "RUN \\")
+        for line in text.splitlines()
+    ]

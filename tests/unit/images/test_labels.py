@@ -10,20 +10,30 @@ from appliance.images import labels as L
 from tests.conftest import REPO
 
 STAND_IN_IDENTITY = {
-    "kind": "stand-in", "name": "b10229", "package": "xllamacpp", "version": "2026.8.10229",
-    "upstream_release": "b10229", "tree_digest": "ab" * 32, "canonical": False,
+    "kind": "stand-in",
+    "name": "b10229",
+    "package": "xllamacpp",
+    "version": "2026.8.10229",
+    "upstream_release": "b10229",
+    "tree_digest": "ab" * 32,
+    "canonical": False,
     "fetched_at": "2026-11-29T12:00:00+00:00",
 }
 
 
 def _inputs(lock, identity=None, series="11" * 32):  # type: ignore[no-untyped-def]
-    identity = identity or dict(STAND_IN_IDENTITY,
-                                sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)
+    identity = identity or dict(STAND_IN_IDENTITY, sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)
     return L.BuildInputs(
-        lock_digest=lock.digest, target=lock.target("cpu"), identity=identity,
-        series_digest=series, experimental=(), dockerfile_sha256="22" * 32,
-        build_base_id="sha256:" + "33" * 32, runtime_base_id="sha256:" + "44" * 32,
-        build_args={"TOOLS": "llama-moe-trace llama-completion llama-bench"})
+        lock_digest=lock.digest,
+        target=lock.target("cpu"),
+        identity=identity,
+        series_digest=series,
+        experimental=(),
+        dockerfile_sha256="22" * 32,
+        build_base_id="sha256:" + "33" * 32,
+        runtime_base_id="sha256:" + "44" * 32,
+        build_args={"TOOLS": "llama-moe-trace llama-completion llama-bench"},
+    )
 
 
 def test_labels_of_a_build_match_the_lock_they_came_from() -> None:
@@ -38,8 +48,7 @@ def test_another_series_is_drift() -> None:
     lock = load_lock()
     labels = L.expected_labels(lock, _inputs(lock), "2026-11-29T12:00:00Z")
     drifts = L.compare(lock, labels, "99" * 32)
-    assert [(d.label, d.in_image, d.expected) for d in drifts] == [
-        (L.SERIES_DIGEST, "11" * 32, "99" * 32)]
+    assert [(d.label, d.in_image, d.expected) for d in drifts] == [(L.SERIES_DIGEST, "11" * 32, "99" * 32)]
 
 
 def test_a_stand_in_the_lock_does_not_pin_is_drift() -> None:
@@ -68,10 +77,18 @@ def test_publishing_does_not_change_the_engine_lock_digest_but_targets_do() -> N
 def test_inputs_digest_ignores_fetch_time_but_not_the_tree() -> None:
     lock = load_lock()
     first = _inputs(lock).digest()
-    later = _inputs(lock, dict(STAND_IN_IDENTITY, fetched_at="2030-01-01T00:00:00+00:00",
-                               sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)).digest()
-    other_tree = _inputs(lock, dict(STAND_IN_IDENTITY, tree_digest="cd" * 32,
-                                    sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)).digest()
+    later = _inputs(
+        lock,
+        dict(
+            STAND_IN_IDENTITY,
+            fetched_at="2030-01-01T00:00:00+00:00",
+            sdist_sha256=lock.stand_ins["b10229"].sdist_sha256,
+        ),
+    ).digest()
+    other_tree = _inputs(
+        lock,
+        dict(STAND_IN_IDENTITY, tree_digest="cd" * 32, sdist_sha256=lock.stand_ins["b10229"].sdist_sha256),
+    ).digest()
     assert first == later != other_tree
 
 
@@ -79,11 +96,10 @@ def test_tags_name_the_target_lock_and_non_canonical_sources() -> None:
     lock = load_lock()
     digest12 = lock.digest[:12]
     assert L.image_tag(lock, "sm120", {"kind": "canonical"}) == f"moe-expert-cache:sm120-{digest12}"
-    assert L.image_tag(lock, "cpu", STAND_IN_IDENTITY) == (
-        f"moe-expert-cache:cpu-{digest12}-standin-b10229")
-    assert L.image_tag(lock, "cpu", {"kind": "local", "tree_digest": "ef" * 32},
-                       ["prefetch"], "12345678" * 8) == (
-        f"moe-expert-cache:cpu-{digest12}-local-{'ef' * 6}-exp-12345678")
+    assert L.image_tag(lock, "cpu", STAND_IN_IDENTITY) == (f"moe-expert-cache:cpu-{digest12}-standin-b10229")
+    assert L.image_tag(
+        lock, "cpu", {"kind": "local", "tree_digest": "ef" * 32}, ["prefetch"], "12345678" * 8
+    ) == (f"moe-expert-cache:cpu-{digest12}-local-{'ef' * 6}-exp-12345678")
 
 
 def test_candidate_tags_put_the_canonical_source_first() -> None:
@@ -97,8 +113,11 @@ def test_candidate_tags_put_the_canonical_source_first() -> None:
 
 
 def _label_values() -> set[str]:
-    return {v for k, v in vars(L).items() if k.isupper() and isinstance(v, str)
-            and v.startswith((f"{L.OWN}.", f"{L.OCI}."))}
+    return {
+        v
+        for k, v in vars(L).items()
+        if k.isupper() and isinstance(v, str) and v.startswith((f"{L.OWN}.", f"{L.OCI}."))
+    }
 
 
 def test_label_keys_live_only_in_the_labels_module_under_one_namespace() -> None:
@@ -108,8 +127,11 @@ def test_label_keys_live_only_in_the_labels_module_under_one_namespace() -> None
         if path.name == "labels.py" and path.parent.name == "images":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(
-                    r"\b(io|org)\.(moe-appliance|opencontainers)\.", node.value):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.search(r"\b(io|org)\.(moe-appliance|opencontainers)\.", node.value)
+            ):
                 spelled.append(f"{path.relative_to(REPO)}: {node.value!r}")
     assert spelled == []
     assert all(v.startswith(("io.moe-appliance.", "org.opencontainers.image.")) for v in _label_values())

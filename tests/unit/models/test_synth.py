@@ -79,8 +79,7 @@ def test_refuses_out_of_range_options(tmp_path: Path, args: tuple[str, ...], mes
 
 
 def test_qwen35moe_needs_two_layers(tmp_path: Path) -> None:
-    result = run_cli("model", "synth", str(tmp_path / "m.gguf"), "--arch", "qwen35moe",
-                     "--layers", "1")
+    result = run_cli("model", "synth", str(tmp_path / "m.gguf"), "--arch", "qwen35moe", "--layers", "1")
     assert result.returncode == 1
     assert "one linear-attention and one full-attention layer" in result.stderr
 
@@ -88,8 +87,25 @@ def test_qwen35moe_needs_two_layers(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("arch", "qtype"), [("qwen3moe", "f16"), ("qwen35moe", "q8_0")])
 def test_metadata_round_trip(tmp_path: Path, arch: str, qtype: str) -> None:
     out = tmp_path / "m.gguf"
-    record = synth(out, "--arch", arch, "--size", "40MiB", "--experts", "32", "--used", "4",
-                   "--layers", "4", "--skew", "0.5", "--seed", "3", "--type", qtype)
+    record = synth(
+        out,
+        "--arch",
+        arch,
+        "--size",
+        "40MiB",
+        "--experts",
+        "32",
+        "--used",
+        "4",
+        "--layers",
+        "4",
+        "--skew",
+        "0.5",
+        "--seed",
+        "3",
+        "--type",
+        qtype,
+    )
     reader = GGUFReader(out)
 
     def field(key: str) -> object:
@@ -108,8 +124,12 @@ def test_metadata_round_trip(tmp_path: Path, arch: str, qtype: str) -> None:
     assert len(field("tokenizer.ggml.tokens")) == len(byte_vocab().tokens)  # type: ignore[arg-type]
 
     tensors = {t.name: t for t in reader.tensors}
-    layout = solve_layout(ModelSynthSpec(arch=arch, size_bytes=40 << 20, experts=32, used=4,
-                                    skew=0.5, seed=3, expert_type=qtype), len(byte_vocab().tokens))
+    layout = solve_layout(
+        ModelSynthSpec(
+            arch=arch, size_bytes=40 << 20, experts=32, used=4, skew=0.5, seed=3, expert_type=qtype
+        ),
+        len(byte_vocab().tokens),
+    )
     assert sorted(tensors) == sorted(t.name for t in layout.tensors)
     down = tensors["blk.2.ffn_down_exps.weight"]
     assert [int(n) for n in down.shape] == [record["expert_ff"], 256, 32]
@@ -133,12 +153,20 @@ def test_streaming_write_keeps_memory_well_under_file_size(tmp_path: Path) -> No
     out = tmp_path / "big.gguf"
     # VmHWM is this process's own peak: ru_maxrss would carry over the forking parent's
     # (pytest's) resident size across exec.
-    code = ("import sys;from appliance.cli import main;sys.argv=['appliance','model',"
-            "'synth',sys.argv[1],'--arch','qwen3moe','--size','512MiB'];"
-            "\ntry:\n main()\nexcept SystemExit:\n pass\n"
-            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
-    result = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True,
-                            text=True, cwd=REPO, env={"PYTHONPATH": str(REPO)}, check=True)
+    code = (
+        "import sys;from appliance.cli import main;sys.argv=['appliance','model',"
+        "'synth',sys.argv[1],'--arch','qwen3moe','--size','512MiB'];"
+        "\ntry:\n main()\nexcept SystemExit:\n pass\n"
+        "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO)},
+        check=True,
+    )
     peak_bytes = int(result.stdout.strip().splitlines()[-1]) * 1024
     size = out.stat().st_size
     assert size > 500 << 20
@@ -148,8 +176,9 @@ def test_streaming_write_keeps_memory_well_under_file_size(tmp_path: Path) -> No
 def routed_distinct(skew: float, arch: str = "qwen3moe", steps: int = 64) -> list[int]:
     """Distinct experts per layer along the greedy token walk, routing from the embeddings."""
     vocab = byte_vocab()
-    layout = solve_layout(ModelSynthSpec(arch=arch, size_bytes=64 << 20, skew=skew, seed=5),
-                          len(vocab.tokens))
+    layout = solve_layout(
+        ModelSynthSpec(arch=arch, size_bytes=64 << 20, skew=skew, seed=5), len(vocab.tokens)
+    )
     design = weights.make_design(layout, vocab)
     token, walk = ord("a"), []
     for _ in range(steps):

@@ -30,8 +30,7 @@ def test_sizes_match_the_gguf_package_reader(model: Path) -> None:
     assert not acc.partial and acc.file_size == model.stat().st_size
     assert sum(acc.groups.values()) == acc.tensor_data_bytes
     assert acc.tensor_data_bytes + acc.padding_bytes == acc.file_size - acc.header_bytes
-    assert acc.groups["routed_experts"] == sum(
-        int(t.n_bytes) for t in reader.tensors if "_exps." in t.name)
+    assert acc.groups["routed_experts"] == sum(int(t.n_bytes) for t in reader.tensors if "_exps." in t.name)
 
 
 def test_expert_bytes_per_layer_and_arch_facts(model: Path) -> None:
@@ -68,8 +67,11 @@ def test_truncated_header_is_refused(model: Path, tmp_path: Path) -> None:
     cut = tmp_path / "cut.gguf"
     with open(model, "rb") as src:
         cut.write_bytes(src.read(account_file(model).header_bytes - 200))
-    with pytest.raises(ApplianceError, match=r"truncated GGUF header: it ends at byte \d+ while "
-                                             r"reading tensor info \d+ of \d+"):
+    with pytest.raises(
+        ApplianceError,
+        match=r"truncated GGUF header: it ends at byte \d+ while "
+        r"reading tensor info \d+ of \d+",
+    ):
         account_file(cut)
 
 
@@ -78,20 +80,21 @@ def test_not_a_gguf_is_refused_by_plan(tmp_path: Path) -> None:
     bogus.write_bytes(b"PK\x03\x04" + bytes(100))
     result = run_cli("plan", str(bogus), "--ram", "8GiB", "--vram", "0")
     assert result.returncode == 1
-    assert result.stderr == f"error: {bogus}: not a GGUF file (magic b'PK\\x03\\x04', " \
-                            "expected b'GGUF')\n"
+    assert result.stderr == f"error: {bogus}: not a GGUF file (magic b'PK\\x03\\x04', expected b'GGUF')\n"
 
 
 def test_unknown_tensor_type_is_named(model: Path, tmp_path: Path) -> None:
     damaged = tmp_path / "odd.gguf"
     shutil.copy(model, damaged)
-    data = bytearray(damaged.read_bytes()[:account_file(model).header_bytes])
+    data = bytearray(damaged.read_bytes()[: account_file(model).header_bytes])
     name = b"blk.1.ffn_down_exps.weight"
     at = data.find(struct.pack("<Q", len(name)) + name) + 8 + len(name)
     n_dims = struct.unpack_from("<I", data, at)[0]
     struct.pack_into("<I", data, at + 4 + 8 * n_dims, 99)
     with open(damaged, "r+b") as handle:
         handle.write(data)
-    with pytest.raises(ApplianceError, match="tensor 'blk.1.ffn_down_exps.weight' has ggml type "
-                                             "id 99, which this planner does not know"):
+    with pytest.raises(
+        ApplianceError,
+        match="tensor 'blk.1.ffn_down_exps.weight' has ggml type id 99, which this planner does not know",
+    ):
         account_file(damaged)

@@ -59,47 +59,82 @@ def _arch(name: str, key: str, vtype: int, raw: bytes) -> Callable[[Header], Non
 CASES = {
     "string of 2^40 bytes": ("qwen3moe", _huge_string, "truncated GGUF header"),
     "array of 2^64-1 strings": ("qwen3moe", _huge_array, "an array of 18446744073709551615"),
-    "2^40 tensor infos": ("qwen3moe", lambda h: setattr(h, "n_tensors", 1 << 40),
-                          "1099511627776 tensor infos"),
-    "alignment 0": ("qwen3moe", lambda h: _set(h, b"general.alignment", *_u32(0)),
-                    "general.alignment is 0, not a positive power of two"),
-    "alignment 48": ("qwen3moe", lambda h: _set(h, b"general.alignment", *_u32(48)),
-                     "general.alignment is 48"),
-    "alignment NaN": ("qwen3moe", lambda h: _set(h, b"general.alignment", F32,
-                                                 struct.pack("<f", float("nan"))),
-                      "general.alignment is nan"),
-    "alignment inf": ("qwen3moe", lambda h: _set(h, b"general.alignment", F64,
-                                                 struct.pack("<d", float("inf"))),
-                      "general.alignment is inf"),
-    "alignment a string": ("qwen3moe", lambda h: _set(h, b"general.alignment", STRING,
-                                                      struct.pack("<Q", 2) + b"32"),
-                           "general.alignment is '32'"),
+    "2^40 tensor infos": (
+        "qwen3moe",
+        lambda h: setattr(h, "n_tensors", 1 << 40),
+        "1099511627776 tensor infos",
+    ),
+    "alignment 0": (
+        "qwen3moe",
+        lambda h: _set(h, b"general.alignment", *_u32(0)),
+        "general.alignment is 0, not a positive power of two",
+    ),
+    "alignment 48": (
+        "qwen3moe",
+        lambda h: _set(h, b"general.alignment", *_u32(48)),
+        "general.alignment is 48",
+    ),
+    "alignment NaN": (
+        "qwen3moe",
+        lambda h: _set(h, b"general.alignment", F32, struct.pack("<f", float("nan"))),
+        "general.alignment is nan",
+    ),
+    "alignment inf": (
+        "qwen3moe",
+        lambda h: _set(h, b"general.alignment", F64, struct.pack("<d", float("inf"))),
+        "general.alignment is inf",
+    ),
+    "alignment a string": (
+        "qwen3moe",
+        lambda h: _set(h, b"general.alignment", STRING, struct.pack("<Q", 2) + b"32"),
+        "general.alignment is '32'",
+    ),
     "zero expert dimension": ("qwen3moe", _zero_expert_dim, "0 experts"),
-    "full_attention_interval 0": ("qwen35moe", _arch("qwen35moe", "full_attention_interval",
-                                                     *_u32(0)),
-                                  "qwen35moe.full_attention_interval is 0, not a whole number "
-                                  "from 1"),
-    "block_count 3e7": ("qwen3moe", _arch("qwen3moe", "block_count", *_u32(30_000_000)),
-                        "qwen3moe.block_count is 30000000, not a whole number from 0 to 512"),
-    "block_count 2^32-1": ("qwen3moe", _arch("qwen3moe", "block_count", *_u32((1 << 32) - 1)),
-                           "qwen3moe.block_count is 4294967295"),
-    "qwen35moe block_count 1e6": ("qwen35moe", _arch("qwen35moe", "block_count",
-                                                     *_u32(1_000_000)),
-                                  "qwen35moe.block_count is 1000000"),
-    "expert_count 2^40": ("qwen3moe", _arch("qwen3moe", "expert_count", U64,
-                                            struct.pack("<Q", 1 << 40)),
-                          "qwen3moe.expert_count is 1099511627776"),
-    "head counts as floats": ("qwen3moe", _arch("qwen3moe", "attention.head_count", F32,
-                                                struct.pack("<f", float("inf"))),
-                              "qwen3moe.attention.head_count is inf"),
-    "per-layer array too long to keep": ("qwen3moe", _arch(
-        "qwen3moe", "attention.head_count_kv", ARRAY,
-        struct.pack("<IQ", U32, 5000) + bytes(4 * 5000)),
-        "qwen3moe.attention.head_count_kv is an array of 5000"),
-    "tensor of 2^64-1 x 2^64-1 elements": ("qwen3moe", lambda h: h.tensors[0].dims.__setitem__(
-        slice(None), [(1 << 64) - 1, (1 << 64) - 1]), "more elements than ggml can address"),
-    "layer number of 5000 digits": ("qwen3moe", lambda h: setattr(
-        h.tensors[-1], "name", b"blk." + b"9" * 5000 + b".ffn_up_exps.weight"), None),
+    "full_attention_interval 0": (
+        "qwen35moe",
+        _arch("qwen35moe", "full_attention_interval", *_u32(0)),
+        "qwen35moe.full_attention_interval is 0, not a whole number from 1",
+    ),
+    "block_count 3e7": (
+        "qwen3moe",
+        _arch("qwen3moe", "block_count", *_u32(30_000_000)),
+        "qwen3moe.block_count is 30000000, not a whole number from 0 to 512",
+    ),
+    "block_count 2^32-1": (
+        "qwen3moe",
+        _arch("qwen3moe", "block_count", *_u32((1 << 32) - 1)),
+        "qwen3moe.block_count is 4294967295",
+    ),
+    "qwen35moe block_count 1e6": (
+        "qwen35moe",
+        _arch("qwen35moe", "block_count", *_u32(1_000_000)),
+        "qwen35moe.block_count is 1000000",
+    ),
+    "expert_count 2^40": (
+        "qwen3moe",
+        _arch("qwen3moe", "expert_count", U64, struct.pack("<Q", 1 << 40)),
+        "qwen3moe.expert_count is 1099511627776",
+    ),
+    "head counts as floats": (
+        "qwen3moe",
+        _arch("qwen3moe", "attention.head_count", F32, struct.pack("<f", float("inf"))),
+        "qwen3moe.attention.head_count is inf",
+    ),
+    "per-layer array too long to keep": (
+        "qwen3moe",
+        _arch("qwen3moe", "attention.head_count_kv", ARRAY, struct.pack("<IQ", U32, 5000) + bytes(4 * 5000)),
+        "qwen3moe.attention.head_count_kv is an array of 5000",
+    ),
+    "tensor of 2^64-1 x 2^64-1 elements": (
+        "qwen3moe",
+        lambda h: h.tensors[0].dims.__setitem__(slice(None), [(1 << 64) - 1, (1 << 64) - 1]),
+        "more elements than ggml can address",
+    ),
+    "layer number of 5000 digits": (
+        "qwen3moe",
+        lambda h: setattr(h.tensors[-1], "name", b"blk." + b"9" * 5000 + b".ffn_up_exps.weight"),
+        None,
+    ),
 }
 
 
@@ -111,8 +146,7 @@ def hostile(seeds: dict[str, bytes], case: str) -> bytes:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_hostile_header_is_one_line_from_plan(seeds: dict[str, bytes], case: str,
-                                              tmp_path: Path) -> None:
+def test_hostile_header_is_one_line_from_plan(seeds: dict[str, bytes], case: str, tmp_path: Path) -> None:
     path = tmp_path / "hostile.gguf"
     path.write_bytes(hostile(seeds, case))
     before = sorted(tmp_path.iterdir())
@@ -128,8 +162,7 @@ def test_hostile_header_is_one_line_from_plan(seeds: dict[str, bytes], case: str
     assert sorted(tmp_path.iterdir()) == before
 
 
-def test_a_huge_string_is_refused_before_reading(seeds: dict[str, bytes],
-                                                 tmp_path: Path) -> None:
+def test_a_huge_string_is_refused_before_reading(seeds: dict[str, bytes], tmp_path: Path) -> None:
     path = tmp_path / "hostile.gguf"
     path.write_bytes(hostile(seeds, "string of 2^40 bytes"))
     source = FileSource(path)
@@ -151,7 +184,7 @@ class EndlessSource:
 
     def read(self, offset: int, size: int) -> bytes:
         self.bytes_read += size
-        data = self.prefix[offset:offset + size]
+        data = self.prefix[offset : offset + size]
         return data + bytes(size - len(data))
 
     def total_size(self) -> int | None:
@@ -169,17 +202,21 @@ def test_without_a_size_the_budget_bounds_what_is_read(seeds: dict[str, bytes]) 
     assert HEADER_BUDGET >= 64 << 20  # real headers (250k-token vocabularies) fit
 
 
-@pytest.mark.parametrize(("option", "value", "message"), [
-    ("--ctx", "-1", "Invalid value for '--ctx': -1 is not in the range 1<=x"),
-    ("--ctx", "0", "Invalid value for '--ctx': 0 is not in the range 1<=x"),
-    ("--ubatch", "-5", "Invalid value for '--ubatch': -5 is not in the range 1<=x"),
-    ("--ssd-gbps", "-1", "Invalid value for '--ssd-gbps': -1.0 is not in the range x>0"),
-    ("--ram-gbps", "nan", "Invalid value for '--ram-gbps': 'nan' is not a finite number"),
-    ("--pcie-gbps", "inf", "Invalid value for '--pcie-gbps': 'inf' is not a finite number"),
-    ("--hit-rate", "nan", "Invalid value for '--hit-rate': 'nan' is not a finite number"),
-])
-def test_plan_options_out_of_range_are_refused(seeds: dict[str, bytes], tmp_path: Path,
-                                               option: str, value: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--ctx", "-1", "Invalid value for '--ctx': -1 is not in the range 1<=x"),
+        ("--ctx", "0", "Invalid value for '--ctx': 0 is not in the range 1<=x"),
+        ("--ubatch", "-5", "Invalid value for '--ubatch': -5 is not in the range 1<=x"),
+        ("--ssd-gbps", "-1", "Invalid value for '--ssd-gbps': -1.0 is not in the range x>0"),
+        ("--ram-gbps", "nan", "Invalid value for '--ram-gbps': 'nan' is not a finite number"),
+        ("--pcie-gbps", "inf", "Invalid value for '--pcie-gbps': 'inf' is not a finite number"),
+        ("--hit-rate", "nan", "Invalid value for '--hit-rate': 'nan' is not a finite number"),
+    ],
+)
+def test_plan_options_out_of_range_are_refused(
+    seeds: dict[str, bytes], tmp_path: Path, option: str, value: str, message: str
+) -> None:
     path = tmp_path / "model.gguf"
     path.write_bytes(seeds["qwen3moe"])
     assert run_cli("plan", str(path), "--ram", "8GiB", "--vram", "0").returncode == 0

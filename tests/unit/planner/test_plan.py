@@ -42,8 +42,10 @@ def test_cpu_only_verdicts_follow_the_ram_limit() -> None:
     code, roomy, _ = plan_json(model, "--ram", "1GiB", "--vram", "0")
     assert code == 0 and roomy["plan"]["verdict"] == "fits_in_ram_plus_vram"
     assert roomy["plan"]["env"] == {} and "--no-repack" not in roomy["plan"]["args"]
-    assert roomy["plan"]["ram_file"] == size - roomy["accounting"]["header_bytes"] \
-        - roomy["accounting"]["padding_bytes"]
+    assert (
+        roomy["plan"]["ram_file"]
+        == size - roomy["accounting"]["header_bytes"] - roomy["accounting"]["padding_bytes"]
+    )
 
     code, tight, _ = plan_json(model, "--ram", "96MiB", "--vram", "0")
     assert code == 0 and tight["plan"]["verdict"] == "oversubscribed"

@@ -42,7 +42,7 @@ def handler_for(served: Served) -> type[BaseHTTPRequestHandler]:
                     self.send_header("Content-Range", f"bytes */{len(data)}")
                     self.end_headers()
                     return
-                body = data[start:end + 1]
+                body = data[start : end + 1]
                 self.send_response(206)
                 self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
             else:
@@ -92,8 +92,7 @@ def unranged(model: Path) -> Iterator[tuple[str, Served]]:
         yield url, served
 
 
-def test_remote_accounting_reads_only_the_header(model: Path,
-                                                 ranged: tuple[str, Served]) -> None:
+def test_remote_accounting_reads_only_the_header(model: Path, ranged: tuple[str, Served]) -> None:
     url, served = ranged
     source = HttpRangeSource(url)
     remote = account_source(source)
@@ -118,11 +117,13 @@ def test_plan_from_url_matches_plan_from_file(model: Path, ranged: tuple[str, Se
     assert served.bytes_sent <= local_doc["accounting"]["header_bytes"] + CHUNK
 
 
-def test_server_without_ranges_is_refused_with_the_download_offer(
-        unranged: tuple[str, Served]) -> None:
+def test_server_without_ranges_is_refused_with_the_download_offer(unranged: tuple[str, Served]) -> None:
     url, served = unranged
-    with pytest.raises(ApplianceError, match=r"does not support range requests \(answered 200 "
-                                             r"to a Range request\).*download the file "
-                                             r"\(\d+\.\d+ MiB\)"):
+    with pytest.raises(
+        ApplianceError,
+        match=r"does not support range requests \(answered 200 "
+        r"to a Range request\).*download the file "
+        r"\(\d+\.\d+ MiB\)",
+    ):
         account_source(HttpRangeSource(url))
     assert served.requests == 1

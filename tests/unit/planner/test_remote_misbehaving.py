@@ -57,19 +57,21 @@ def test_a_1tb_string_of_unknown_total_stops_at_the_budget(header: bytes) -> Non
     assert remote_server.body_bytes_sent() <= HEADER_BUDGET
 
 
-@pytest.mark.parametrize(("mode", "message"), [
-    (remote_server.WRONG_START, "refusing a wrong range"),
-    (remote_server.LONGER_RANGE, "refusing a wrong range"),
-    (remote_server.BAD_CONTENT_RANGE, "not bytes START-END/TOTAL"),
-    (remote_server.RESET, "cannot fetch"),
-    (remote_server.GARBAGE_STATUS, "cannot fetch"),
-    (remote_server.SHORT_BODY, "the connection was cut"),
-    (remote_server.SERVER_ERROR, "HTTP 500"),
-    (remote_server.REDIRECT_LOOP, "more than 5 redirects"),
-    (remote_server.NO_RANGES, "does not support range requests"),
-])
-def test_misbehaving_server_is_one_line_naming_the_url(header: bytes, mode: int,
-                                                       message: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        (remote_server.WRONG_START, "refusing a wrong range"),
+        (remote_server.LONGER_RANGE, "refusing a wrong range"),
+        (remote_server.BAD_CONTENT_RANGE, "not bytes START-END/TOTAL"),
+        (remote_server.RESET, "cannot fetch"),
+        (remote_server.GARBAGE_STATUS, "cannot fetch"),
+        (remote_server.SHORT_BODY, "the connection was cut"),
+        (remote_server.SERVER_ERROR, "HTTP 500"),
+        (remote_server.REDIRECT_LOOP, "more than 5 redirects"),
+        (remote_server.NO_RANGES, "does not support range requests"),
+    ],
+)
+def test_misbehaving_server_is_one_line_naming_the_url(header: bytes, mode: int, message: str) -> None:
     url = remote_server.serve(mode, header + bytes(2 * CHUNK))
     result = _plan(url)
     _one_line_naming(result, url)
@@ -96,12 +98,15 @@ def test_a_slow_server_meets_the_whole_request_deadline(header: bytes, mode: int
     print(f"gave up after {elapsed:.2f} s")  # figure only: no timing assertion
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("http://", "not a valid URL"),
-    ("http://127.0.0.1:notaport/x.gguf", "not a valid URL"),
-    ("http://127.0.0.1:1/x.gguf", "cannot fetch"),
-    ("https://[::1/x.gguf", "not a valid URL"),
-])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://", "not a valid URL"),
+        ("http://127.0.0.1:notaport/x.gguf", "not a valid URL"),
+        ("http://127.0.0.1:1/x.gguf", "cannot fetch"),
+        ("https://[::1/x.gguf", "not a valid URL"),
+    ],
+)
 def test_bad_urls_are_one_line(url: str, message: str) -> None:
     result = _plan(url)
     _one_line_naming(result, url)

@@ -29,10 +29,13 @@ def git_tree(root: Path, files: dict[str, bytes]) -> Path:
 
 def commit(root: Path, message: str) -> str:
     subprocess.run(["git", "-C", str(root), "add", "-A", "-f", "."], check=True)
-    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t",
-                    "commit", "-q", "-m", message], check=True)
-    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    subprocess.run(
+        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message],
+        check=True,
+    )
+    return subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:
@@ -51,9 +54,17 @@ def test_cli_passes_on_repository_history() -> None:
     report = json.loads(result.stdout)
     assert report["verdict"] == Status.PASS.value
     assert {c["name"]: Status(c["status"]) for c in report["checks"]} == {
-        name: Status.PASS for name in ("no-model-weights", "no-raw-traces", "file-size",
-                                       "no-private-addresses", "no-home-paths",
-                                       "no-credentials", "evidence-valid")}
+        name: Status.PASS
+        for name in (
+            "no-model-weights",
+            "no-raw-traces",
+            "file-size",
+            "no-private-addresses",
+            "no-home-paths",
+            "no-credentials",
+            "evidence-valid",
+        )
+    }
     assert "in any reachable commit" in report["checks"][0]["reason"]
 
 
@@ -63,22 +74,25 @@ def test_committed_credential_edited_away_in_the_working_tree_fails(tmp_path: Pa
     (tree / "config" / "ci.env").write_text("T=read-from-the-environment\n")
     check = by_name(release_check(tree))["no-credentials"]
     assert check.status is Status.FAIL
-    assert check.reason == ("credentials or tokens: config/ci.env:1 (GitHub token, introduced "
-                            f"in {introduced[:12]})")
+    assert check.reason == (
+        f"credentials or tokens: config/ci.env:1 (GitHub token, introduced in {introduced[:12]})"
+    )
     (tree / "config" / "ci.env").unlink()
     assert by_name(release_check(tree))["no-credentials"].status is Status.FAIL
 
 
 def test_history_finds_a_credential_committed_then_deleted(tmp_path: Path) -> None:
-    tree = git_tree(tmp_path / "tree", {"README.md": b"clean\n",
-                                        "leak.txt": f"{FAKE_GITHUB_TOKEN}\n".encode()})
+    tree = git_tree(
+        tmp_path / "tree", {"README.md": b"clean\n", "leak.txt": f"{FAKE_GITHUB_TOKEN}\n".encode()}
+    )
     introduced = commit(tree, "oops")
     (tree / "leak.txt").unlink()
     commit(tree, "remove the leak")
     assert by_name(release_check(tree))["no-credentials"].status is Status.PASS
     check = by_name(release_check(tree, history=True))["no-credentials"]
-    assert check.reason == ("credentials or tokens: leak.txt:1 (GitHub token, introduced in "
-                            f"{introduced[:12]})")
+    assert check.reason == (
+        f"credentials or tokens: leak.txt:1 (GitHub token, introduced in {introduced[:12]})"
+    )
     result = run_cli("release-check", "--root", str(tree), "--history")
     assert result.returncode == 1 and "no-credentials" in result.stderr
 
@@ -87,14 +101,16 @@ def test_binary_files_are_scanned_for_credentials(tmp_path: Path) -> None:
     blob = bytes(100) + f"aws=AKIA{'ABCDEFGHIJKLMNOP'}".encode() + bytes(100)
     tree = git_tree(tmp_path / "tree", {"data/blob.bin": blob})
     assert by_name(release_check(tree))["no-credentials"].reason == (
-        "credentials or tokens: data/blob.bin:1 (AWS access key, staged, not committed)")
+        "credentials or tokens: data/blob.bin:1 (AWS access key, staged, not committed)"
+    )
 
 
 def test_reviewed_file_versions_are_listed_by_blob_id(tmp_path: Path) -> None:
     leak = f"{FAKE_GITHUB_TOKEN}\n".encode()
     tree = git_tree(tmp_path / "tree", {"fixture.txt": leak})
-    oid = subprocess.run(["git", "-C", str(tree), "hash-object", "fixture.txt"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    oid = subprocess.run(
+        ["git", "-C", str(tree), "hash-object", "fixture.txt"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     (tree / ".release-check-allow").write_text(f"{oid} fixture.txt  # a test fixture\n")
     subprocess.run(["git", "-C", str(tree), "add", ".release-check-allow"], check=True)
     assert by_name(release_check(tree))["no-credentials"].status is Status.PASS
@@ -104,22 +120,26 @@ def test_reviewed_file_versions_are_listed_by_blob_id(tmp_path: Path) -> None:
 
 
 def test_tree_with_gguf_home_path_and_token_fails(tmp_path: Path) -> None:
-    tree = git_tree(tmp_path / "tree", {
-        "README.md": b"clean\n",
-        "models/tiny.gguf": b"GGUF\x03\x00\x00\x00" + bytes(64),
-        "docs/setup.md": f"Put the model at {HOME_PATH} first.\n".encode(),
-        "config/ci.env": f"GITHUB_TOKEN={FAKE_GITHUB_TOKEN}\n".encode(),
-    })
+    tree = git_tree(
+        tmp_path / "tree",
+        {
+            "README.md": b"clean\n",
+            "models/tiny.gguf": b"GGUF\x03\x00\x00\x00" + bytes(64),
+            "docs/setup.md": f"Put the model at {HOME_PATH} first.\n".encode(),
+            "config/ci.env": f"GITHUB_TOKEN={FAKE_GITHUB_TOKEN}\n".encode(),
+        },
+    )
     result = run_cli("release-check", "--root", str(tree), "--json")
     assert result.returncode == 1
-    assert "release check failed: no-model-weights, no-home-paths, no-credentials" in \
-        result.stderr
+    assert "release check failed: no-model-weights, no-home-paths, no-credentials" in result.stderr
     report = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert report["no-model-weights"]["files"] == ["models/tiny.gguf"]
     assert report["no-home-paths"]["reason"] == (
-        f"home-directory paths: docs/setup.md:1 ({HOME_PATH[:11]}, staged, not committed)")
+        f"home-directory paths: docs/setup.md:1 ({HOME_PATH[:11]}, staged, not committed)"
+    )
     assert report["no-credentials"]["reason"] == (
-        "credentials or tokens: config/ci.env:1 (GitHub token, staged, not committed)")
+        "credentials or tokens: config/ci.env:1 (GitHub token, staged, not committed)"
+    )
     assert Status(report["no-raw-traces"]["status"]) is Status.PASS
 
 
@@ -129,30 +149,39 @@ def test_gguf_found_by_magic_under_another_name(tmp_path: Path) -> None:
 
 
 def test_traces_size_and_private_addresses(tmp_path: Path) -> None:
-    tree = git_tree(tmp_path / "tree", {
-        "runs/a.moetrace": b"MOETRACE" + bytes(16),
-        "big.txt": b"x" * 2048,
-        "notes.md": f"registry at {PRIVATE_ADDRESS}:5000, loopback 127.0.0.1 is fine, "
-                    "version 10.0.1 is not an address\n".encode(),
-    })
+    tree = git_tree(
+        tmp_path / "tree",
+        {
+            "runs/a.moetrace": b"MOETRACE" + bytes(16),
+            "big.txt": b"x" * 2048,
+            "notes.md": f"registry at {PRIVATE_ADDRESS}:5000, loopback 127.0.0.1 is fine, "
+            "version 10.0.1 is not an address\n".encode(),
+        },
+    )
     checks = by_name(release_check(tree, max_bytes=1024))
     assert checks["no-raw-traces"].files == ["runs/a.moetrace"]
     assert checks["file-size"].reason == (
-        "files over 1024 bytes: big.txt (2048 bytes, staged, not committed)")
+        "files over 1024 bytes: big.txt (2048 bytes, staged, not committed)"
+    )
     assert checks["no-private-addresses"].reason == (
-        f"private network addresses: notes.md:1 ({PRIVATE_ADDRESS}, staged, not committed)")
+        f"private network addresses: notes.md:1 ({PRIVATE_ADDRESS}, staged, not committed)"
+    )
 
 
-@pytest.mark.parametrize("line, kind", [
-    ("-----BEGIN " + "PRIVATE KEY-----", "private key"),
-    ("key = AKIA" + "ABCDEFGHIJKLMNOP", "AWS access key"),
-    ("HF=hf_" + "a" * 34, "Hugging Face token"),
-    ('password: "' + "correct-horse-battery" + '"', "assigned secret"),
-])
+@pytest.mark.parametrize(
+    "line, kind",
+    [
+        ("-----BEGIN " + "PRIVATE KEY-----", "private key"),
+        ("key = AKIA" + "ABCDEFGHIJKLMNOP", "AWS access key"),
+        ("HF=hf_" + "a" * 34, "Hugging Face token"),
+        ('password: "' + "correct-horse-battery" + '"', "assigned secret"),
+    ],
+)
 def test_credential_kinds(tmp_path: Path, line: str, kind: str) -> None:
     tree = git_tree(tmp_path / "tree", {"leak.txt": (line + "\n").encode()})
     assert by_name(release_check(tree))["no-credentials"].reason == (
-        f"credentials or tokens: leak.txt:1 ({kind}, staged, not committed)")
+        f"credentials or tokens: leak.txt:1 ({kind}, staged, not committed)"
+    )
 
 
 def test_invalid_evidence_fails(tmp_path: Path) -> None:

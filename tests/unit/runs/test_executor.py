@@ -25,8 +25,11 @@ def test_local_executor_runs_every_trial_in_order_and_says_where(tmp_path: Path)
         (work_dir / trial.name).mkdir()
         return {"index": trial.index}
 
-    records = list(LocalExecutor().run(one_trial, plan, tmp_path,
-                                       on_start=lambda t, where: started.append((t.name, where))))
+    records = list(
+        LocalExecutor().run(
+            one_trial, plan, tmp_path, on_start=lambda t, where: started.append((t.name, where))
+        )
+    )
     assert [r["index"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert started == [(t.name, "this machine") for t in plan]
     assert sorted(p.name for p in tmp_path.iterdir()) == [t.name for t in plan]
@@ -41,8 +44,9 @@ def incomplete_run(tmp_path: Path, statuses: dict[str, dict[str, Any]]) -> tuple
     (run / "inputs" / "profile.yaml").write_text(profile.source_text)
     (run / "inputs" / "lock.json").write_text(json.dumps(load_lock().raw))
     (run / "inputs" / "schedule.json").write_text(json.dumps(schedule_record(profile, plan)))
-    (run / "run.json").write_text(json.dumps({"status": "incomplete", "run_id": "abc123",
-                                              "started_utc": "2026-01-01T00:00:00.000Z"}))
+    (run / "run.json").write_text(
+        json.dumps({"status": "incomplete", "run_id": "abc123", "started_utc": "2026-01-01T00:00:00.000Z"})
+    )
     for name, record in statuses.items():
         (run / "trials" / name).mkdir(parents=True)
         (run / "trials" / name / "trial.json").write_text(json.dumps(record))
@@ -53,10 +57,13 @@ def incomplete_run(tmp_path: Path, statuses: dict[str, dict[str, Any]]) -> tuple
 
 
 def test_resume_runs_missing_interrupted_and_unscheduled_trials_only(tmp_path: Path) -> None:
-    ctx, plan = incomplete_run(tmp_path, {
-        "001-baseline-r1": {"status": "ok"},
-        "002-demand-mmap-r1": {"status": "interrupted", "interrupted": True},
-    })
+    ctx, plan = incomplete_run(
+        tmp_path,
+        {
+            "001-baseline-r1": {"status": "ok"},
+            "002-demand-mmap-r1": {"status": "interrupted", "interrupted": True},
+        },
+    )
     started, pending = resume_point(ctx, plan, load_lock().raw)
     assert started == "2026-01-01T00:00:00.000Z" and ctx.run_id == "abc123"
     assert [t.name for t in pending] == ["002-demand-mmap-r1", "003-demand-prefetch-r1"]

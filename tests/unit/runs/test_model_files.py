@@ -30,19 +30,23 @@ def _manifest(size: int | None = len(DATA), sha256: str | None = DIGEST) -> Mode
 
 
 def _snapshot(directory: Path) -> list[tuple[str, int, int, str]]:
-    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns,
-                   hashlib.sha256(p.read_bytes()).hexdigest()) for p in directory.iterdir())
+    return sorted(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in directory.iterdir()
+    )
 
 
 def test_a_pinned_file_verifies_and_the_second_check_hashes_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     models = _models(tmp_path)
     before = _snapshot(models)
     first = check_model(_manifest(), models)
     assert (first.digest_status, first.sha256, first.digest_from_cache) == (VERIFIED, DIGEST, False)
     hashed: list[Path] = []
-    monkeypatch.setattr(model_files, "sha256_file",
-                        lambda path, progress=None: hashed.append(path) or "0" * 64)
+    monkeypatch.setattr(
+        model_files, "sha256_file", lambda path, progress=None: hashed.append(path) or "0" * 64
+    )
     second = check_model(_manifest(), models)
     assert (second.sha256, second.digest_from_cache, hashed) == (DIGEST, True, [])
     assert _snapshot(models) == before  # the models directory is never written to
@@ -64,8 +68,7 @@ def test_a_wrong_digest_refuses_with_exit_3(tmp_path: Path) -> None:
     assert DIGEST in str(info.value) and "f" * 64 in str(info.value)
 
 
-def test_a_wrong_size_refuses_before_hashing(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wrong_size_refuses_before_hashing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(model_files, "sha256_file", lambda *a, **k: pytest.fail("hashed"))
     with pytest.raises(IntegrityError, match=f"has {len(DATA):,} bytes, the profile pins 5"):
         check_model(_manifest(size=5), _models(tmp_path))
@@ -90,12 +93,14 @@ def test_unpinned_records_the_digest_and_skip_hashes_nothing(tmp_path: Path) -> 
 
 
 def test_a_missing_synthesized_model_says_how_to_make_it(tmp_path: Path) -> None:
-    manifest = ModelManifest("tiny.gguf", None, None, "synthesized",
-                             {"arch": "qwen3moe", "size": "400MiB", "seed": 1})
+    manifest = ModelManifest(
+        "tiny.gguf", None, None, "synthesized", {"arch": "qwen3moe", "size": "400MiB", "seed": 1}
+    )
     with pytest.raises(ApplianceError) as info:
         check_model(manifest, tmp_path)
-    assert str(info.value).endswith(f"create it with: appliance model synth {tmp_path}/tiny.gguf "
-                                    "--arch qwen3moe --size 400MiB --seed 1")
+    assert str(info.value).endswith(
+        f"create it with: appliance model synth {tmp_path}/tiny.gguf --arch qwen3moe --size 400MiB --seed 1"
+    )
 
 
 def test_hashing_reports_its_bytes_through_the_callback(tmp_path: Path) -> None:

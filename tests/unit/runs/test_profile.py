@@ -52,8 +52,14 @@ def test_tiny_oversub_records_synth_parameters_and_oversubscribes_twice() -> Non
 
 def test_interleaved_plan_alternates_variants_per_round() -> None:
     names = [t.name for t in trial_plan(load_profile("qwen35-8g"))]
-    assert names == ["001-baseline-r1", "002-demand-mmap-r1", "003-baseline-r2",
-                     "004-demand-mmap-r2", "005-baseline-r3", "006-demand-mmap-r3"]
+    assert names == [
+        "001-baseline-r1",
+        "002-demand-mmap-r1",
+        "003-baseline-r2",
+        "004-demand-mmap-r2",
+        "005-baseline-r3",
+        "006-demand-mmap-r3",
+    ]
     assert len(trial_plan(load_profile("qwen35-8g"), repeats=1)) == 2
 
 
@@ -71,24 +77,31 @@ def test_a_user_file_is_accepted_by_path(tmp_path: Path) -> None:
     assert profile.name == "mine" and profile.source_path == path
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda r: r.update(colour="blue"), "/colour: unknown field"),
-    (lambda r: r["model"].update(checksum="x"), "/model/checksum: unknown field"),
-    (lambda r: r["variants"][0].update(extra=1), "/variants/0/extra: unknown field"),
-    (lambda r: r["schedule"].update(warmup=1), "/schedule/warmup: unknown field"),
-    (lambda r: r["model"].update(sha256="ABC"), "/model/sha256"),
-    (lambda r: r["schedule"].update(order="random"), "/schedule/order"),
-    (lambda r: r["schedule"].update(repeats=0), "/schedule/repeats: must be at least 1"),
-    (lambda r: r["schedule"].update(repeats=100000000), "/schedule/repeats: must be at most 1000"),
-    (lambda r: r["schedule"].update(seed=-1), "/schedule/seed: must be at least 0"),
-    (lambda r: r["limits"].update(memory="lots"), "/limits/memory"),
-    (lambda r: r["variants"].append(r["variants"][0]), "appears twice"),
-    (lambda r: r["variants"][1]["env"].update(LLAMA_MMAP_DEMAND=1),
-     "/variants/1/env/LLAMA_MMAP_DEMAND: expected string, got integer"),
-    (lambda r: r.update(gpu="required"), "a cpu target cannot require a GPU"),
-    (lambda r: r["model"].update(file="../escape.gguf"),
-     "/model/file: '../escape.gguf' is not a plain file name"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r.update(colour="blue"), "/colour: unknown field"),
+        (lambda r: r["model"].update(checksum="x"), "/model/checksum: unknown field"),
+        (lambda r: r["variants"][0].update(extra=1), "/variants/0/extra: unknown field"),
+        (lambda r: r["schedule"].update(warmup=1), "/schedule/warmup: unknown field"),
+        (lambda r: r["model"].update(sha256="ABC"), "/model/sha256"),
+        (lambda r: r["schedule"].update(order="random"), "/schedule/order"),
+        (lambda r: r["schedule"].update(repeats=0), "/schedule/repeats: must be at least 1"),
+        (lambda r: r["schedule"].update(repeats=100000000), "/schedule/repeats: must be at most 1000"),
+        (lambda r: r["schedule"].update(seed=-1), "/schedule/seed: must be at least 0"),
+        (lambda r: r["limits"].update(memory="lots"), "/limits/memory"),
+        (lambda r: r["variants"].append(r["variants"][0]), "appears twice"),
+        (
+            lambda r: r["variants"][1]["env"].update(LLAMA_MMAP_DEMAND=1),
+            "/variants/1/env/LLAMA_MMAP_DEMAND: expected string, got integer",
+        ),
+        (lambda r: r.update(gpu="required"), "a cpu target cannot require a GPU"),
+        (
+            lambda r: r["model"].update(file="../escape.gguf"),
+            "/model/file: '../escape.gguf' is not a plain file name",
+        ),
+    ],
+)
 def test_bad_profiles_are_refused_naming_the_field(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError) as info:
         load_profile(str(_write(tmp_path, edit)))
@@ -118,10 +131,17 @@ def test_unknown_profile_name_lists_the_builtins(tmp_path: Path) -> None:
         load_profile("no-such-profile")
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("8GiB", 8 * GIB), ("200MiB", 200 << 20), ("0", 0), (4096, 4096), ("1.5GiB", 3 * GIB // 2),
-    ("2GB", 2_000_000_000),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("8GiB", 8 * GIB),
+        ("200MiB", 200 << 20),
+        ("0", 0),
+        (4096, 4096),
+        ("1.5GiB", 3 * GIB // 2),
+        ("2GB", 2_000_000_000),
+    ],
+)
 def test_sizes_parse(text: object, value: int) -> None:
     assert parse_size(text) == value
 

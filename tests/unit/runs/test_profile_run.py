@@ -38,15 +38,14 @@ def test_empty_models_dir_fails_fast_with_file_size_digest(tmp_path: Path) -> No
     for expected in (QWEN, "17,821,719,168 bytes", QWEN_SHA, "unsloth/Qwen3.5-35B-A3B-GGUF"):
         assert expected in result.stderr
     assert list(tmp_path.iterdir()) == []
-    assert not Path("runs").exists() or all("qwen35-8g" not in p.name
-                                            for p in Path("runs").iterdir())
+    assert not Path("runs").exists() or all("qwen35-8g" not in p.name for p in Path("runs").iterdir())
 
 
-def test_dry_run_shows_limit_readonly_mount_and_gpu_request(fake_qwen: Path,
-                                                           tmp_path: Path) -> None:
+def test_dry_run_shows_limit_readonly_mount_and_gpu_request(fake_qwen: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    result = run_cli("run", "qwen35-8g", "--models", str(fake_qwen), "--dry-run",
-                     "--skip-digest-check", "--out", str(out))
+    result = run_cli(
+        "run", "qwen35-8g", "--models", str(fake_qwen), "--dry-run", "--skip-digest-check", "--out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert "sha256 NOT CHECKED (--skip-digest-check)" in text
@@ -62,8 +61,17 @@ def test_dry_run_shows_limit_readonly_mount_and_gpu_request(fake_qwen: Path,
 
 
 def test_dry_run_json_holds_the_exact_container_parameters(fake_qwen: Path) -> None:
-    result = run_cli("run", "qwen35-8g", "--models", str(fake_qwen), "--dry-run",
-                     "--skip-digest-check", "--json", "--repeats", "1")
+    result = run_cli(
+        "run",
+        "qwen35-8g",
+        "--models",
+        str(fake_qwen),
+        "--dry-run",
+        "--skip-digest-check",
+        "--json",
+        "--repeats",
+        "1",
+    )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["model_digest"] == "skipped"
@@ -84,11 +92,11 @@ def test_wrong_size_is_refused_with_exit_3(tmp_path: Path) -> None:
     assert "has 4 bytes, the profile pins 17,821,719,168" in result.stderr
 
 
-def test_a_gpu_profile_without_a_gpu_points_to_doctor(fake_qwen: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_profile_without_a_gpu_points_to_doctor(
+    fake_qwen: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("appliance.runs.prepare.visible_gpus", lambda: [])
-    result = CliRunner().invoke(cli, ["run", "qwen35-8g", "--models", str(fake_qwen),
-                                      "--skip-digest-check"])
+    result = CliRunner().invoke(cli, ["run", "qwen35-8g", "--models", str(fake_qwen), "--skip-digest-check"])
     assert isinstance(result.exception, ApplianceError)
     assert "needs an NVIDIA GPU and none is visible" in str(result.exception)
     assert "appliance doctor" in str(result.exception)
@@ -102,11 +110,19 @@ def test_docker_down_is_one_line(tmp_path: Path) -> None:
     models = tmp_path / "models"
     models.mkdir()
     (models / "tiny.gguf").write_bytes(os.urandom(4096))
-    result = run_cli("run", str(profile), "--models", str(models), "--out", str(tmp_path / "r"),
-                     env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"})
+    result = run_cli(
+        "run",
+        str(profile),
+        "--models",
+        str(models),
+        "--out",
+        str(tmp_path / "r"),
+        env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"},
+    )
     assert result.returncode == 1
-    assert result.stderr.startswith(f"error: Docker engine at unix://{tmp_path}/no-docker.sock "
-                                    "(DOCKER_HOST) not reachable: ")
+    assert result.stderr.startswith(
+        f"error: Docker engine at unix://{tmp_path}/no-docker.sock (DOCKER_HOST) not reachable: "
+    )
     assert "point DOCKER_HOST at a running engine" in result.stderr
     assert "appliance doctor" in result.stderr and result.stderr.count("\n") == 1
     assert not (tmp_path / "r").exists()

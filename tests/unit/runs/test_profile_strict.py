@@ -12,16 +12,18 @@ TINY = (PROFILES_DIR / "tiny-oversub.yaml").read_text()
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))
+    }
 
 
 def refused(tmp_path: Path, profile: Path) -> str:
     """`run PROFILE --dry-run`: assert exit 2, one error line, no run directory; return it."""
     (tmp_path / "models").mkdir(exist_ok=True)
     before = snapshot(tmp_path)
-    result = run_cli("run", str(profile), "--models", str(tmp_path / "models"),
-                     "--out", str(tmp_path / "out"), "--dry-run")
+    result = run_cli(
+        "run", str(profile), "--models", str(tmp_path / "models"), "--out", str(tmp_path / "out"), "--dry-run"
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"error: {profile}: ") and result.stderr.count("\n") == 1
     assert "Traceback" not in result.stderr and result.stdout == ""
@@ -43,18 +45,19 @@ def line_of(text: str, needle: str) -> int:
 
 
 def test_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
-    data = TINY.replace("prompt: The quick", "prompt: The qu\udce9ick").encode(
-        "utf-8", "surrogateescape")
+    data = TINY.replace("prompt: The quick", "prompt: The qu\udce9ick").encode("utf-8", "surrogateescape")
     offset = data.index(b"\xe9")
     assert refused(tmp_path, write(tmp_path, data)) == (
-        f"line {line_of(TINY, 'prompt:')}: not UTF-8 (byte 0xe9 at offset {offset})")
+        f"line {line_of(TINY, 'prompt:')}: not UTF-8 (byte 0xe9 at offset {offset})"
+    )
 
 
 def test_a_duplicate_key_names_both_lines(tmp_path: Path) -> None:
     text = TINY.replace("  repeats: 3\n", "  repeats: 3\n  repeats: 300\n")
     first = line_of(text, "  repeats: 3\n")
     assert refused(tmp_path, write(tmp_path, text)) == (
-        f"line {first + 1}: duplicate key 'repeats' (first at line {first})")
+        f"line {first + 1}: duplicate key 'repeats' (first at line {first})"
+    )
 
 
 def test_a_profile_path_that_is_a_directory(tmp_path: Path) -> None:
@@ -66,7 +69,8 @@ def test_a_profile_path_that_is_a_directory(tmp_path: Path) -> None:
 def test_a_profile_nested_200k_deep(tmp_path: Path) -> None:
     text = TINY + "extra: " + "[" * 200_000 + "]" * 200_000 + "\n"
     assert refused(tmp_path, write(tmp_path, text)) == (
-        "larger than 65536 bytes, the most this reader accepts")
+        "larger than 65536 bytes, the most this reader accepts"
+    )
 
 
 @pytest.mark.parametrize("nesting", ["flow", "block"])
@@ -79,27 +83,44 @@ def test_a_profile_nested_deeper_than_the_reader_goes(tmp_path: Path, nesting: s
     line = text.count("\n") - extra.count("\n") + 1
     # libyaml refuses deep flow nesting itself; the reader's own bound catches the rest
     assert refused(tmp_path, write(tmp_path, text)).startswith(
-        (f"not valid YAML at line {line}: exceeded maximum nesting depth",
-         f"line {line + (0 if nesting == 'flow' else 64)}: nested deeper than 64 levels"))
+        (
+            f"not valid YAML at line {line}: exceeded maximum nesting depth",
+            f"line {line + (0 if nesting == 'flow' else 64)}: nested deeper than 64 levels",
+        )
+    )
 
 
-@pytest.mark.parametrize(("old", "new", "problem"), [
-    ("  repeats: 3\n", "  repeats: 100000000\n",
-     "/schedule/repeats: must be at most 1000 (got 100000000)"),
-    ("  seed: 7\n", "  seed: -1\n", "/schedule/seed: must be at least 0 (got -1)"),
-    ("  seed: 7\n", "  seed: 7.5\n", "/schedule/seed: expected integer, got number"),
-    ("    skew: 1.0\n", "    skew: .nan\n", "line {line}: .nan is not a finite number"),
-    ("  memory: 200MiB\n", "  memory: " + "9" * 400 + "MiB\n",
-     "/limits/memory: allows at most 40 characters"),
-    ("  memory: 200MiB\n", "  memory: " + "9" * 30 + "TiB\n",
-     "/limits/memory: '" + "9" * 30 + "TiB' is more than 9223372036854775807 bytes"),
-    ("  memory: 200MiB\n", "  memory: 1" + "0" * 30 + "\n",
-     "/limits/memory: must be at most 9223372036854775807"),
-    ("gpu: none\n", "gpu: none\n3: x\n", "line {line}: key 3 is not a string (quote it)"),
-    ("trace: true\n", "trace: yes please\n", "/trace: expected boolean, got string"),
-])
-def test_out_of_range_and_unrepresentable_values(tmp_path: Path, old: str, new: str,
-                                                 problem: str) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        (
+            "  repeats: 3\n",
+            "  repeats: 100000000\n",
+            "/schedule/repeats: must be at most 1000 (got 100000000)",
+        ),
+        ("  seed: 7\n", "  seed: -1\n", "/schedule/seed: must be at least 0 (got -1)"),
+        ("  seed: 7\n", "  seed: 7.5\n", "/schedule/seed: expected integer, got number"),
+        ("    skew: 1.0\n", "    skew: .nan\n", "line {line}: .nan is not a finite number"),
+        (
+            "  memory: 200MiB\n",
+            "  memory: " + "9" * 400 + "MiB\n",
+            "/limits/memory: allows at most 40 characters",
+        ),
+        (
+            "  memory: 200MiB\n",
+            "  memory: " + "9" * 30 + "TiB\n",
+            "/limits/memory: '" + "9" * 30 + "TiB' is more than 9223372036854775807 bytes",
+        ),
+        (
+            "  memory: 200MiB\n",
+            "  memory: 1" + "0" * 30 + "\n",
+            "/limits/memory: must be at most 9223372036854775807",
+        ),
+        ("gpu: none\n", "gpu: none\n3: x\n", "line {line}: key 3 is not a string (quote it)"),
+        ("trace: true\n", "trace: yes please\n", "/trace: expected boolean, got string"),
+    ],
+)
+def test_out_of_range_and_unrepresentable_values(tmp_path: Path, old: str, new: str, problem: str) -> None:
     assert old in TINY
     text = TINY.replace(old, new)
     problem = problem.format(line=line_of(text, new) + new.count("\n") - 1)

@@ -20,16 +20,27 @@ def _run_dir(tmp_path: Path, trials=TRIALS) -> Path:  # type: ignore[no-untyped-
     for index, (variant, repeat, status, wall, decode, text, read) in enumerate(trials, 1):
         d = tmp_path / "trials" / f"{index:03d}-{variant}-r{repeat}"
         d.mkdir(parents=True)
-        record = {"variant": variant, "repeat": repeat, "status": status,
-                  "model_device": "8:0", "engine_wall_s": wall}
+        record = {
+            "variant": variant,
+            "repeat": repeat,
+            "status": status,
+            "model_device": "8:0",
+            "engine_wall_s": wall,
+        }
         (d / "trial.json").write_text(json.dumps(record))
-        (d / "cgroup.json").write_text(json.dumps({"peak_bytes": 100 * index,
-                                                   "block_read_bytes": {"8:0": read, "9:0": 7},
-                                                   "major_faults": index}))
+        (d / "cgroup.json").write_text(
+            json.dumps(
+                {
+                    "peak_bytes": 100 * index,
+                    "block_read_bytes": {"8:0": read, "9:0": 7},
+                    "major_faults": index,
+                }
+            )
+        )
         if decode is not None:
-            (d / "timing.json").write_text(json.dumps({"decode_tokens_per_s": decode,
-                                                       "prefill_tokens_per_s": 50.0,
-                                                       "decode_tokens": 4}))
+            (d / "timing.json").write_text(
+                json.dumps({"decode_tokens_per_s": decode, "prefill_tokens_per_s": 50.0, "decode_tokens": 4})
+            )
         if text is not None:
             (d / "output.txt").write_bytes(text)
     return tmp_path
@@ -38,11 +49,9 @@ def _run_dir(tmp_path: Path, trials=TRIALS) -> Path:  # type: ignore[no-untyped-
 def test_per_variant_statistics_keep_raw_samples_and_skip_failed_trials(tmp_path: Path) -> None:
     results = summarize(_run_dir(tmp_path), ["baseline", "demand-mmap"], n_predict=4)
     base = results["variants"]["baseline"]
-    assert base["counts"] == {"ok": 2, "oom-killed": 1, "failed": 0, "timed-out": 0,
-                              "interrupted": 0}
+    assert base["counts"] == {"ok": 2, "oom-killed": 1, "failed": 0, "timed-out": 0, "interrupted": 0}
     assert base["wall_s"]["samples"] == [10.0, 12.0]
-    assert (base["wall_s"]["median"], base["wall_s"]["min"], base["wall_s"]["max"]) == \
-        (11.0, 10.0, 12.0)
+    assert (base["wall_s"]["median"], base["wall_s"]["min"], base["wall_s"]["max"]) == (11.0, 10.0, 12.0)
     assert base["wall_s"]["spread"] == 2.0
     demand = results["variants"]["demand-mmap"]
     assert demand["decode_tps"]["median"] == 4.5
@@ -71,11 +80,11 @@ def test_texts_agree_at_matched_length(tmp_path: Path) -> None:
 def test_a_differing_text_is_a_finding_with_its_offset(tmp_path: Path) -> None:
     trials = list(TRIALS)
     trials[3] = ("demand-mmap", 2, "ok", 3.0, 4.0, b"the sane words", 300)
-    identity = summarize(_run_dir(tmp_path, trials), ["baseline", "demand-mmap"],
-                         4)["byte_identity"]
+    identity = summarize(_run_dir(tmp_path, trials), ["baseline", "demand-mmap"], 4)["byte_identity"]
     assert identity["all_identical"] is False
-    assert identity["findings"] == ["004-demand-mmap-r2 differs from 001-baseline-r1 at byte 6 "
-                                    "of 14 compared"]
+    assert identity["findings"] == [
+        "004-demand-mmap-r2 differs from 001-baseline-r1 at byte 6 of 14 compared"
+    ]
 
 
 def test_mad_flags_the_one_far_sample_only() -> None:

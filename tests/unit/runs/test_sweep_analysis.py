@@ -17,21 +17,33 @@ from appliance.runs.sweep_analysis import (
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 
 EXPERT = 1_000_000
-EXPERTS = ModelExperts(file_bytes=4 * 32 * EXPERT + 5_000_000,
-                       expert_bytes={layer: EXPERT for layer in range(4)}, n_experts=32, k=4)
+EXPERTS = ModelExperts(
+    file_bytes=4 * 32 * EXPERT + 5_000_000,
+    expert_bytes={layer: EXPERT for layer in range(4)},
+    n_experts=32,
+    k=4,
+)
 
 
 def _io(load: int, prefill: int, decode: int) -> dict[str, Any]:
-    return {"load_end": {"read_bytes": load, "majflt": 10},
-            "prefill_end": {"read_bytes": prefill, "majflt": 15},
-            "decode_end": {"read_bytes": decode, "majflt": 40}}
+    return {
+        "load_end": {"read_bytes": load, "majflt": 10},
+        "prefill_end": {"read_bytes": prefill, "majflt": 15},
+        "decode_end": {"read_bytes": decode, "majflt": 40},
+    }
 
 
 def test_phase_reads_are_differences_of_the_cumulative_counters() -> None:
     phases = phase_reads({"io": _io(100, 350, 1350)})
-    assert phases == {"load": 100, "prefill": 250, "decode": 1000, "total": 1350,
-                      "major_faults_load": 10, "major_faults_prefill": 5,
-                      "major_faults_decode": 25}
+    assert phases == {
+        "load": 100,
+        "prefill": 250,
+        "decode": 1000,
+        "total": 1350,
+        "major_faults_load": 10,
+        "major_faults_prefill": 5,
+        "major_faults_decode": 25,
+    }
     assert phase_reads({}) is None
     assert phase_reads({"io": _io(-1, -1, -1)}) is None  # /proc/self/io was unreadable
 
@@ -49,8 +61,7 @@ def test_replayed_decode_reads_respect_the_bounds() -> None:
     assert belady["decode_misses"] <= lru["decode_misses"]
     for row in small["policies"].values():
         assert row["decode_misses"] >= small["compulsory_decode_misses"]
-        assert row["decode_misses"] - row["decode_capacity_misses"] == \
-            small["compulsory_decode_misses"]
+        assert row["decode_misses"] - row["decode_capacity_misses"] == small["compulsory_decode_misses"]
         assert row["decode_read_bytes"] == row["decode_misses"] * EXPERT
         assert row["decode_misses"] <= row["misses"]
     assert lru["decode_capacity_misses"] > 0
@@ -61,15 +72,44 @@ def test_replayed_decode_reads_respect_the_bounds() -> None:
 
 
 def test_probe_bandwidth_uses_device_bytes() -> None:
-    record = {"file_bytes": 10**9, "advice": "POSIX_FADV_RANDOM", "measurements": [
-        {"block_bytes": 1622016, "queue_depth": 1, "reads": 4, "bytes": 6488064,
-         "device_read_bytes": 6488064, "seconds": 0.5},
-        {"block_bytes": 1622016, "queue_depth": 8, "reads": 4, "bytes": 6488064,
-         "device_read_bytes": 6488064, "seconds": 0.25},
-        {"block_bytes": 4096, "queue_depth": 1, "reads": 10, "bytes": 40960,
-         "device_read_bytes": 20480, "seconds": 0.01},
-        {"block_bytes": 4096, "queue_depth": 8, "reads": 10, "bytes": 40960,
-         "device_read_bytes": -1, "seconds": 0.01}]}
+    record = {
+        "file_bytes": 10**9,
+        "advice": "POSIX_FADV_RANDOM",
+        "measurements": [
+            {
+                "block_bytes": 1622016,
+                "queue_depth": 1,
+                "reads": 4,
+                "bytes": 6488064,
+                "device_read_bytes": 6488064,
+                "seconds": 0.5,
+            },
+            {
+                "block_bytes": 1622016,
+                "queue_depth": 8,
+                "reads": 4,
+                "bytes": 6488064,
+                "device_read_bytes": 6488064,
+                "seconds": 0.25,
+            },
+            {
+                "block_bytes": 4096,
+                "queue_depth": 1,
+                "reads": 10,
+                "bytes": 40960,
+                "device_read_bytes": 20480,
+                "seconds": 0.01,
+            },
+            {
+                "block_bytes": 4096,
+                "queue_depth": 8,
+                "reads": 10,
+                "bytes": 40960,
+                "device_read_bytes": -1,
+                "seconds": 0.01,
+            },
+        ],
+    }
     probe = probe_summary(record)
     assert probe["expert_qd1_bytes_per_s"] == pytest.approx(12976128)
     assert probe["expert_qd8_bytes_per_s"] == pytest.approx(25952256)
@@ -78,15 +118,23 @@ def test_probe_bandwidth_uses_device_bytes() -> None:
     assert probe["page_qd8_bytes_per_s"] == pytest.approx(4096000)  # counter missing: requested
 
 
-def _trial(name: str, limit: int, decode_s: float, decode_read: int, tokens: int = 96
-           ) -> dict[str, Any]:
-    return {"dir": name, "variant": "demand-mmap", "repeat": 1, "memory_limit": limit,
-            "status": "ok", "model_device": "8:0",
-            "cgroup": {"block_read_bytes": {"8:0": 10_000 + decode_read}},
-            "timing": {"n_decode_tokens": tokens, "decode_s": decode_s,
-                       "decode_tokens_per_s": tokens / decode_s,
-                       "residency_at_end": {"anon_bytes": 1_000_000},
-                       "io": _io(4_000, 10_000, 10_000 + decode_read)}}
+def _trial(name: str, limit: int, decode_s: float, decode_read: int, tokens: int = 96) -> dict[str, Any]:
+    return {
+        "dir": name,
+        "variant": "demand-mmap",
+        "repeat": 1,
+        "memory_limit": limit,
+        "status": "ok",
+        "model_device": "8:0",
+        "cgroup": {"block_read_bytes": {"8:0": 10_000 + decode_read}},
+        "timing": {
+            "n_decode_tokens": tokens,
+            "decode_s": decode_s,
+            "decode_tokens_per_s": tokens / decode_s,
+            "residency_at_end": {"anon_bytes": 1_000_000},
+            "io": _io(4_000, 10_000, 10_000 + decode_read),
+        },
+    }
 
 
 def test_trial_rows_ratios_fraction_and_roofline() -> None:
@@ -94,8 +142,10 @@ def test_trial_rows_ratios_fraction_and_roofline() -> None:
     small = 5_000_000 + 1_000_000 + 24 * EXPERT
     large = 5_000_000 + 1_000_000 + 200 * EXPERT
     bps = 100 * EXPERT
-    rows = [trial_row(_trial("001-small", small, 4.0, 150 * EXPERT), trace, EXPERTS, bps),
-            trial_row(_trial("002-large", large, 1.0, 0), trace, EXPERTS, bps)]
+    rows = [
+        trial_row(_trial("001-small", small, 4.0, 150 * EXPERT), trace, EXPERTS, bps),
+        trial_row(_trial("002-large", large, 1.0, 0), trace, EXPERTS, bps),
+    ]
     add_roofline(rows, bps)
     low, high = rows
     assert low["capacity_experts"] == 24 and high["capacity_experts"] == 200

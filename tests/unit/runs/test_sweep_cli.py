@@ -29,12 +29,23 @@ def sweep_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return models, profile
 
 
-def test_dry_run_prints_the_grid_and_the_predicted_time(sweep_setup: tuple[Path, Path],
-                                                        tmp_path: Path) -> None:
+def test_dry_run_prints_the_grid_and_the_predicted_time(
+    sweep_setup: tuple[Path, Path], tmp_path: Path
+) -> None:
     models, profile = sweep_setup
     out = tmp_path / "run"
-    result = run_cli("sweep", str(profile), "--models", str(models), "--dry-run",
-                     "--repeats", "1", "--out", str(out), "--json")
+    result = run_cli(
+        "sweep",
+        str(profile),
+        "--models",
+        str(models),
+        "--dry-run",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     size = (models / "tiny.gguf").stat().st_size
@@ -48,21 +59,35 @@ def test_dry_run_prints_the_grid_and_the_predicted_time(sweep_setup: tuple[Path,
 
 def test_memory_option_overrides_the_profile(sweep_setup: tuple[Path, Path]) -> None:
     models, profile = sweep_setup
-    result = run_cli("sweep", str(profile), "--models", str(models), "--dry-run",
-                     "--memory", "16MiB,20MiB", "--repeats", "2", "--json")
+    result = run_cli(
+        "sweep",
+        str(profile),
+        "--models",
+        str(models),
+        "--dry-run",
+        "--memory",
+        "16MiB,20MiB",
+        "--repeats",
+        "2",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["limits"] == [16 << 20, 20 << 20] and len(plan["trials"]) == 12
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--memory", "4MiB"], "below profile tiny-sweep's engine minimum"),
-    (["--memory", "0.0000000001"], "rounds to zero bytes"),
-    (["--memory", "0.5", "--max-hours", "0.0001"], "more than --max-hours 0.0001"),
-    (["--memory", "half"], "expected a fraction of the model"),
-])
-def test_bad_sweeps_are_refused_in_one_line(sweep_setup: tuple[Path, Path], tmp_path: Path,
-                                            args: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--memory", "4MiB"], "below profile tiny-sweep's engine minimum"),
+        (["--memory", "0.0000000001"], "rounds to zero bytes"),
+        (["--memory", "0.5", "--max-hours", "0.0001"], "more than --max-hours 0.0001"),
+        (["--memory", "half"], "expected a fraction of the model"),
+    ],
+)
+def test_bad_sweeps_are_refused_in_one_line(
+    sweep_setup: tuple[Path, Path], tmp_path: Path, args: list[str], message: str
+) -> None:
     models, profile = sweep_setup
     out = tmp_path / "run"
     result = run_cli("sweep", str(profile), "--models", str(models), "--out", str(out), *args)

@@ -34,26 +34,32 @@ def test_sizes_keep_their_bytes_and_come_back_ascending() -> None:
     assert limit_label(6 << 30) == "6GiB"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("0.000000001", "rounds to zero bytes"),
-    ("32MiB", "below profile tiny's engine minimum of 67108864 bytes"),
-    ("0.5,0.5", "are the same limit"),
-    ("200MiB,209715200B", "are the same limit"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0.000000001", "rounds to zero bytes"),
+        ("32MiB", "below profile tiny's engine minimum of 67108864 bytes"),
+        ("0.5,0.5", "are the same limit"),
+        ("200MiB,209715200B", "are the same limit"),
+    ],
+)
 def test_bad_limits_are_refused_before_anything_starts(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         resolve_limits(parse_memory_list(text), MODEL, 64 << 20, "tiny")
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("0", "must be above 0"),
-    ("-0.5", "must be above 0"),
-    ("8589934592", "write sizes with a unit"),
-    ("lots", "expected a fraction of the model"),
-    ("0.3,,0.5", "comma-separated list"),
-    ("", "comma-separated list"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0", "must be above 0"),
+        ("-0.5", "must be above 0"),
+        ("8589934592", "write sizes with a unit"),
+        ("lots", "expected a fraction of the model"),
+        ("0.3,,0.5", "comma-separated list"),
+        ("", "comma-separated list"),
+    ],
+)
 def test_unreadable_points_say_what_is_expected(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_memory_list(text)
@@ -80,19 +86,20 @@ def test_builtin_profiles_declare_their_sweeps() -> None:
     assert tiny is not None and [p.text for p in tiny.memory] == ["0.25", "0.5", "1.2"]
     assert tiny.n_predict == 64
     qwen = load_profile("qwen35-8g").sweep
-    assert qwen is not None and [p.size for p in qwen.memory] == [6 << 30, 8 << 30, 12 << 30,
-                                                                  16 << 30]
+    assert qwen is not None and [p.size for p in qwen.memory] == [6 << 30, 8 << 30, 12 << 30, 16 << 30]
 
 
-@pytest.mark.parametrize(("sweep", "message"), [
-    ({"memory": []}, "/sweep/memory: needs at least 1 items"),
-    ({"memory": ["lots"]}, "/sweep/memory/0: memory 'lots'"),
-    ({"memory": [0.5], "limits": 1}, "/sweep/limits: unknown field"),
-    ({"memory": [0.5], "n_predict": 0}, "/sweep/n_predict: must be at least 1"),
-    ({"memory": "0.5"}, "/sweep/memory: expected array"),
-])
-def test_bad_sweep_keys_are_refused_naming_the_field(tmp_path: Path, sweep: object,
-                                                     message: str) -> None:
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        ({"memory": []}, "/sweep/memory: needs at least 1 items"),
+        ({"memory": ["lots"]}, "/sweep/memory/0: memory 'lots'"),
+        ({"memory": [0.5], "limits": 1}, "/sweep/limits: unknown field"),
+        ({"memory": [0.5], "n_predict": 0}, "/sweep/n_predict: must be at least 1"),
+        ({"memory": "0.5"}, "/sweep/memory: expected array"),
+    ],
+)
+def test_bad_sweep_keys_are_refused_naming_the_field(tmp_path: Path, sweep: object, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_profile(str(_profile_with(tmp_path, sweep)))
     assert message in str(info.value)
@@ -102,16 +109,26 @@ def test_interleaved_sweep_visits_every_limit_and_variant_in_each_repeat() -> No
     profile = load_profile("tiny-oversub")
     trials = sweep_plan(profile, [100 << 20, 200 << 20], repeats=2)
     assert [t.name for t in trials] == [
-        "001-100MiB-baseline-r1", "002-100MiB-demand-mmap-r1", "003-100MiB-demand-prefetch-r1",
-        "004-200MiB-baseline-r1", "005-200MiB-demand-mmap-r1", "006-200MiB-demand-prefetch-r1",
-        "007-200MiB-baseline-r2", "008-200MiB-demand-mmap-r2", "009-200MiB-demand-prefetch-r2",
-        "010-100MiB-baseline-r2", "011-100MiB-demand-mmap-r2", "012-100MiB-demand-prefetch-r2"]
+        "001-100MiB-baseline-r1",
+        "002-100MiB-demand-mmap-r1",
+        "003-100MiB-demand-prefetch-r1",
+        "004-200MiB-baseline-r1",
+        "005-200MiB-demand-mmap-r1",
+        "006-200MiB-demand-prefetch-r1",
+        "007-200MiB-baseline-r2",
+        "008-200MiB-demand-mmap-r2",
+        "009-200MiB-demand-prefetch-r2",
+        "010-100MiB-baseline-r2",
+        "011-100MiB-demand-mmap-r2",
+        "012-100MiB-demand-prefetch-r2",
+    ]
 
 
 def test_each_trial_container_gets_its_own_limit(tmp_path: Path) -> None:
     profile = load_profile("tiny-oversub")
-    settings = ContainerSettings(models_dir=tmp_path, block_device=BlockDevice(8, 0, "/dev/sda"),
-                                 cgroup_version=1, gpu_device_ids=None)
+    settings = ContainerSettings(
+        models_dir=tmp_path, block_device=BlockDevice(8, 0, "/dev/sda"), cgroup_version=1, gpu_device_ids=None
+    )
     engine = LlamaMoeTraceEngine("img:tag")
     for trial in sweep_plan(profile, [100 << 20, 300 << 20], repeats=1):
         spec = container_spec(profile, engine, trial, settings, tmp_path, "n", {})

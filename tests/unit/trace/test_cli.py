@@ -11,8 +11,22 @@ import pytest
 from appliance.trace.format import read_trace, write_trace
 from tests.conftest import run_cli
 
-SYNTH = ["--layers", "3", "--experts", "16", "--k", "2", "--prompt", "12", "--ubatch", "6",
-         "--decode", "40", "--seed", "4"]
+SYNTH = [
+    "--layers",
+    "3",
+    "--experts",
+    "16",
+    "--k",
+    "2",
+    "--prompt",
+    "12",
+    "--ubatch",
+    "6",
+    "--decode",
+    "40",
+    "--seed",
+    "4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +36,7 @@ def trace_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def write_gguf(path: Path, arch: str, n_layers: int, n_experts: int, k: int,
-               moe_layers: list[int]) -> Path:
+def write_gguf(path: Path, arch: str, n_layers: int, n_experts: int, k: int, moe_layers: list[int]) -> Path:
     """A tiny GGUF whose expert tensors give each layer a known expert size."""
     import gguf
 
@@ -65,8 +78,18 @@ def test_info_json(trace_path: Path) -> None:
 
 
 def test_replay_json_is_byte_identical(trace_path: Path) -> None:
-    args = ("trace", "replay", str(trace_path), "--capacity", "2,5,9", "--scope", "global",
-            "--expert-bytes", "1000", "--json")
+    args = (
+        "trace",
+        "replay",
+        str(trace_path),
+        "--capacity",
+        "2,5,9",
+        "--scope",
+        "global",
+        "--expert-bytes",
+        "1000",
+        "--json",
+    )
     first = run_cli(*args, check=True).stdout
     assert run_cli(*args, check=True).stdout == first
     report = json.loads(first)
@@ -76,20 +99,34 @@ def test_replay_json_is_byte_identical(trace_path: Path) -> None:
         assert total["hits"] + total["misses"] == report["requests"]
         assert total["bytes_moved"] == total["misses"] * 1000
         assert sum(layer["misses"] for layer in result["layers"]) == total["misses"]
-    belady = {r["capacity"]: r["total"]["misses"] for r in report["results"]
-              if r["policy"] == "belady"}
+    belady = {r["capacity"]: r["total"]["misses"] for r in report["results"] if r["policy"] == "belady"}
     assert all(r["total"]["misses"] >= belady[r["capacity"]] for r in report["results"])
 
 
 def test_expert_bytes_auto_from_gguf(tmp_path: Path, trace_path: Path) -> None:
     trace = read_trace(trace_path)
     model = write_gguf(tmp_path / "m.gguf", "qwen3moe", 3, 16, 2, [0, 1, 2])
-    header = dict(trace.header) | {"arch": "qwen3moe", "model_file": "m.gguf",
-                                   "model_bytes": model.stat().st_size}
+    header = dict(trace.header) | {
+        "arch": "qwen3moe",
+        "model_file": "m.gguf",
+        "model_bytes": model.stat().st_size,
+    }
     matched = write_trace(tmp_path / "m.moetrace", header, np.array(trace.rows))
-    report = json.loads(run_cli("trace", "replay", str(matched), "--capacity", "4",
-                                "--policy", "lru", "--model", str(model), "--json",
-                                check=True).stdout)
+    report = json.loads(
+        run_cli(
+            "trace",
+            "replay",
+            str(matched),
+            "--capacity",
+            "4",
+            "--policy",
+            "lru",
+            "--model",
+            str(model),
+            "--json",
+            check=True,
+        ).stdout
+    )
     per_expert = (4 + 4 + 8) * 8 * 4  # rows x 8 floats x 4 bytes, three tensors
     assert report["expert_bytes"] == {"0": per_expert, "1": per_expert, "2": per_expert}
     total = report["results"][0]["total"]
@@ -121,15 +158,24 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, trace_path: Path) -> Non
     assert "capacity 1 is below the 2 experts each token needs" in low.stderr
     bad_policy = run_cli("trace", "replay", str(trace_path), "--capacity", "4", "--policy", "mru")
     assert bad_policy.returncode == 2 and "unknown policy 'mru'" in bad_policy.stderr
-    no_model = run_cli("trace", "replay", str(trace_path), "--capacity", "4",
-                       "--expert-bytes", "auto")
+    no_model = run_cli("trace", "replay", str(trace_path), "--capacity", "4", "--expert-bytes", "auto")
     assert no_model.returncode == 2 and "--model" in no_model.stderr
 
 
 def test_curves_writes_json_and_plots(tmp_path: Path, trace_path: Path) -> None:
     out = tmp_path / "curves"
-    run_cli("trace", "curves", str(trace_path), "--out", str(out), "--policy", "lru,belady,fifo",
-            "--capacity", "2,4,8,16", check=True)
+    run_cli(
+        "trace",
+        "curves",
+        str(trace_path),
+        "--out",
+        str(out),
+        "--policy",
+        "lru,belady,fifo",
+        "--capacity",
+        "2,4,8,16",
+        check=True,
+    )
     report = json.loads((out / "curves.json").read_text())
     assert report["capacities"] == [2, 4, 8, 16]
     lru, belady = report["policies"]["lru"]["hit_rate"], report["policies"]["belady"]["hit_rate"]

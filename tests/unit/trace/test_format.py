@@ -20,18 +20,34 @@ from appliance.trace.format import (
 
 def sample_header(k: int = 2, has_weights: bool = False) -> dict:
     return {
-        "format": "moetrace", "version": 1, "arch": "qwen3moe", "model_file": "tiny.gguf",
-        "model_bytes": 1234, "model_sha256": None, "n_layers": 3, "moe_layers": [0, 2],
-        "n_experts": 8, "n_expert_used": k, "has_weights": has_weights,
+        "format": "moetrace",
+        "version": 1,
+        "arch": "qwen3moe",
+        "model_file": "tiny.gguf",
+        "model_bytes": 1234,
+        "model_sha256": None,
+        "n_layers": 3,
+        "moe_layers": [0, 2],
+        "n_experts": 8,
+        "n_expert_used": k,
+        "has_weights": has_weights,
         "engine": {"tool": "test", "llama_build": "0", "backend": "cpu"},
-        "n_prompt_tokens": 2, "n_predict": 1, "n_ubatch": 2,
+        "n_prompt_tokens": 2,
+        "n_predict": 1,
+        "n_ubatch": 2,
     }
 
 
 def sample_rows(k: int = 2, has_weights: bool = False) -> np.ndarray:
     # step 0: prompt of 2 tokens, step 1: one decode token; layers 0 and 2.
-    spec = [(0, 0, 0, 0, [1, 2]), (0, 0, 0, 1, [2, 3]), (0, 2, 0, 0, [4, 5]),
-            (0, 2, 0, 1, [5, 6]), (1, 0, 1, 2, [7, 1]), (1, 2, 1, 2, [0, 4])]
+    spec = [
+        (0, 0, 0, 0, [1, 2]),
+        (0, 0, 0, 1, [2, 3]),
+        (0, 2, 0, 0, [4, 5]),
+        (0, 2, 0, 1, [5, 6]),
+        (1, 0, 1, 2, [7, 1]),
+        (1, 2, 1, 2, [0, 4]),
+    ]
     rows = np.zeros(len(spec), dtype=row_dtype(k, has_weights))
     for i, (step, layer, kind, pos, ids) in enumerate(spec):
         rows[i]["step"], rows[i]["layer"], rows[i]["kind"], rows[i]["pos"] = step, layer, kind, pos

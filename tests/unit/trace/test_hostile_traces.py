@@ -14,14 +14,19 @@ from tests.conftest import run_cli
 
 
 def _valid_header() -> dict[str, object]:
-    return dict(synth_trace(TraceSynthSpec(n_layers=2, n_experts=8, k=2, n_prompt=0,
-                                      n_decode=4)).header)
+    return dict(synth_trace(TraceSynthSpec(n_layers=2, n_experts=8, k=2, n_prompt=0, n_decode=4)).header)
 
 
 def _raw_trace(header_text: bytes, rows: bytes = b"", n_rows: int = 0) -> bytes:
     header_text += b" " * (-(16 + len(header_text)) % 8)
-    return (b"MOETRACE" + struct.pack("<II", 1, len(header_text)) + header_text + rows
-            + b"MOETEND\0" + struct.pack("<Q", n_rows))
+    return (
+        b"MOETRACE"
+        + struct.pack("<II", 1, len(header_text))
+        + header_text
+        + rows
+        + b"MOETEND\0"
+        + struct.pack("<Q", n_rows)
+    )
 
 
 def _with(**fields: object) -> bytes:
@@ -32,24 +37,33 @@ def _with(**fields: object) -> bytes:
 
 CASES = {
     "header nested 100k deep": (
-        _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "x": '
-                   + b"[" * 100_000 + b"]" * 100_000 + b"}"),
-        "nests deeper than 64 levels"),
+        _raw_trace(
+            json.dumps(_valid_header()).encode()[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        ),
+        "nests deeper than 64 levels",
+    ),
     "an integer of 5000 digits": (
         _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "x": ' + b"7" * 5000 + b"}"),
-        "holds a number too long to read"),
-    "n_expert_used 2^40": (_with(n_expert_used=1 << 40, n_experts=1 << 41),
-                           "header n_experts=2199023255552 is outside 1..4096"),
-    "moe_layers with 10^20": (_with(moe_layers=[0, 10 ** 20]),
-                              "moe_layers must be ascending block indices below n_layers=2"),
+        "holds a number too long to read",
+    ),
+    "n_expert_used 2^40": (
+        _with(n_expert_used=1 << 40, n_experts=1 << 41),
+        "header n_experts=2199023255552 is outside 1..4096",
+    ),
+    "moe_layers with 10^20": (
+        _with(moe_layers=[0, 10**20]),
+        "moe_layers must be ascending block indices below n_layers=2",
+    ),
     "n_experts 2^62": (_with(n_experts=1 << 62), "n_experts=4611686018427387904 is outside"),
     "n_layers 2^40": (_with(n_layers=1 << 40), "n_layers=1099511627776 is outside 1..4096"),
-    "4096 layers of 4096 experts": (_with(n_layers=4096, moe_layers=list(range(4096)),
-                                          n_experts=4096),
-                                    "is over the 1048576 experts a replay can track"),
+    "4096 layers of 4096 experts": (
+        _with(n_layers=4096, moe_layers=list(range(4096)), n_experts=4096),
+        "is over the 1048576 experts a replay can track",
+    ),
     "header length over the limit": (
         b"MOETRACE" + struct.pack("<II", 1, MAX_HEADER_BYTES + 8) + bytes(MAX_HEADER_BYTES + 40),
-        f"header length {MAX_HEADER_BYTES + 8} is over"),
+        f"header length {MAX_HEADER_BYTES + 8} is over",
+    ),
 }
 
 
@@ -59,8 +73,7 @@ def test_hostile_trace_is_one_line(case: str, verb: str, tmp_path: Path) -> None
     data, message = CASES[case]
     path = tmp_path / "hostile.moetrace"
     path.write_bytes(data)
-    args = {"info": [], "replay": ["--capacity", "4"],
-            "curves": ["--out", str(tmp_path / "curves")]}[verb]
+    args = {"info": [], "replay": ["--capacity", "4"], "curves": ["--out", str(tmp_path / "curves")]}[verb]
     result = run_cli("trace", verb, str(path), *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith(f"error: {path}: ") and result.stderr.count("\n") == 1
@@ -68,13 +81,17 @@ def test_hostile_trace_is_one_line(case: str, verb: str, tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.moetrace"]
 
 
-@pytest.mark.parametrize("fields", [
-    {"n_experts": 1 << 62}, {"n_expert_used": 1 << 40, "n_experts": 1 << 41},
-    {"n_layers": 1 << 40}, {"moe_layers": [0, 10 ** 20]},
-    {"note": "x" * (MAX_HEADER_BYTES + 1)},
-])
-def test_write_trace_refuses_what_the_reader_would(fields: dict[str, object],
-                                                   tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"n_experts": 1 << 62},
+        {"n_expert_used": 1 << 40, "n_experts": 1 << 41},
+        {"n_layers": 1 << 40},
+        {"moe_layers": [0, 10**20]},
+        {"note": "x" * (MAX_HEADER_BYTES + 1)},
+    ],
+)
+def test_write_trace_refuses_what_the_reader_would(fields: dict[str, object], tmp_path: Path) -> None:
     header = _valid_header()
     header.update(fields)
     import numpy as np
@@ -87,26 +104,30 @@ def test_write_trace_refuses_what_the_reader_would(fields: dict[str, object],
 def test_replay_text_mode_on_a_trace_without_rows(tmp_path: Path) -> None:
     import numpy as np
 
-    path = write_trace(tmp_path / "empty.moetrace", _valid_header(),
-                       np.zeros(0, dtype=row_dtype(2, False)))
+    path = write_trace(tmp_path / "empty.moetrace", _valid_header(), np.zeros(0, dtype=row_dtype(2, False)))
     result = run_cli("trace", "replay", str(path), "--capacity", "2,4", "--policy", "lru,belady")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "0 requests in 0 events, scope per-layer"
     assert [line.split() for line in lines[2:]] == [
-        ["lru", "2", "0", "0", "-", "-"], ["lru", "4", "0", "0", "-", "-"],
-        ["belady", "2", "0", "0", "-", "-"], ["belady", "4", "0", "0", "-", "-"]]
+        ["lru", "2", "0", "0", "-", "-"],
+        ["lru", "4", "0", "0", "-", "-"],
+        ["belady", "2", "0", "0", "-", "-"],
+        ["belady", "4", "0", "0", "-", "-"],
+    ]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--skew", "nan"], "Invalid value for '--skew': 'nan' is not a finite number"),
-    (["--skew", "-1"], "Invalid value for '--skew': -1.0 is not in the range x>=0"),
-    (["--seed", "-1"], "Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295"),
-    (["--correlation", "nan"], "'nan' is not a finite number"),
-    (["--experts", "0"], "Invalid value for '--experts': 0 is not in the range 1<=x"),
-])
-def test_trace_synth_refuses_out_of_range_options(args: list[str], message: str,
-                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--skew", "nan"], "Invalid value for '--skew': 'nan' is not a finite number"),
+        (["--skew", "-1"], "Invalid value for '--skew': -1.0 is not in the range x>=0"),
+        (["--seed", "-1"], "Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295"),
+        (["--correlation", "nan"], "'nan' is not a finite number"),
+        (["--experts", "0"], "Invalid value for '--experts': 0 is not in the range 1<=x"),
+    ],
+)
+def test_trace_synth_refuses_out_of_range_options(args: list[str], message: str, tmp_path: Path) -> None:
     out = tmp_path / "t.moetrace"
     result = run_cli("trace", "synth", str(out), *args, timeout=60)
     assert result.returncode == 2
@@ -115,12 +136,11 @@ def test_trace_synth_refuses_out_of_range_options(args: list[str], message: str,
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("capacity", ["0", "-3", str(10 ** 30)])
+@pytest.mark.parametrize("capacity", ["0", "-3", str(10**30)])
 def test_replay_capacity_out_of_range_is_one_line(capacity: str, tmp_path: Path) -> None:
     import numpy as np
 
-    path = write_trace(tmp_path / "empty.moetrace", _valid_header(),
-                       np.zeros(0, dtype=row_dtype(2, False)))
+    path = write_trace(tmp_path / "empty.moetrace", _valid_header(), np.zeros(0, dtype=row_dtype(2, False)))
     result = run_cli("trace", "replay", str(path), "--capacity", capacity)
     assert result.returncode == 2
     assert "capacity must be from 1 to 2147483648 experts" in result.stderr

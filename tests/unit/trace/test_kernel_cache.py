@@ -26,8 +26,9 @@ print(json.dumps({"small": small, "compiled": compiled, "numba_after_small": num
 def _probe(cache: Path) -> dict:  # type: ignore[type-arg]
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env.update(APPLIANCE_CACHE=str(cache), PYTHONPATH=str(REPO))
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                            env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     return dict(json.loads(result.stdout))
 

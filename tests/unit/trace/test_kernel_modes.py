@@ -41,7 +41,8 @@ print(json.dumps({"same": plain == compiled, "n": len(plain)}))
 
 def test_plain_python_and_compiled_kernels_agree() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                            env=env, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=600
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"same": True, "n": 12}

@@ -24,16 +24,21 @@ def small_traces(draw: st.DrawFn) -> Trace:
         picks = [draw(st.permutations(range(n_experts)))[:k] for _ in range(n_tok * n_layers)]
         for layer in range(n_layers):
             for t in range(n_tok):
-                rows.append((step, layer, 0 if n_tok > 1 else 1, 0, pos + t,
-                             picks[layer * n_tok + t]))
+                rows.append((step, layer, 0 if n_tok > 1 else 1, 0, pos + t, picks[layer * n_tok + t]))
         pos += n_tok
     arr = np.zeros(len(rows), dtype=row_dtype(k, False))
     for i, (step, layer, kind, _, p, ids) in enumerate(rows):
         arr[i]["step"], arr[i]["layer"], arr[i]["kind"], arr[i]["pos"] = step, layer, kind, p
         arr[i]["ids"] = ids
-    header = {"format": "moetrace", "version": 1, "n_layers": n_layers,
-              "moe_layers": list(range(n_layers)), "n_experts": n_experts,
-              "n_expert_used": k, "has_weights": False}
+    header = {
+        "format": "moetrace",
+        "version": 1,
+        "n_layers": n_layers,
+        "moe_layers": list(range(n_layers)),
+        "n_experts": n_experts,
+        "n_expert_used": k,
+        "has_weights": False,
+    }
     return Trace(header=header, rows=arr)
 
 
@@ -49,5 +54,4 @@ def test_belady_never_worse(trace: Trace) -> None:
                 for policy in kernels.POLICIES:
                     flags = pool_hits(pool, kernels.CODES[policy], capacity, counts, None)
                     misses[policy] = int(len(flags) - flags.sum())
-                assert all(misses["belady"] <= m for m in misses.values()), (scope, capacity,
-                                                                             misses)
+                assert all(misses["belady"] <= m for m in misses.values()), (scope, capacity, misses)

@@ -46,8 +46,17 @@ def crosscheck_trace(path: Path, work: Path, capacities: list[int]) -> int:
 
 @pytest.mark.parametrize("skew", [0.0, 0.9, 1.8])
 def test_synthetic_traces_match_libcachesim(tmp_path: Path, skew: float) -> None:
-    spec = TraceSynthSpec(n_layers=3, n_experts=24, k=4, n_prompt=48, n_ubatch=16, n_decode=300,
-                     skew=skew, correlation=0.25, seed=int(skew * 10) + 5)
+    spec = TraceSynthSpec(
+        n_layers=3,
+        n_experts=24,
+        k=4,
+        n_prompt=48,
+        n_ubatch=16,
+        n_decode=300,
+        skew=skew,
+        correlation=0.25,
+        seed=int(skew * 10) + 5,
+    )
     trace = synth_trace(spec)
     path = write_trace(tmp_path / "t.moetrace", trace.header, trace.rows)
     checks = crosscheck_trace(path, tmp_path, [1, 2, 4, 7, 12, 20, 24, 40])
@@ -57,8 +66,9 @@ def test_synthetic_traces_match_libcachesim(tmp_path: Path, skew: float) -> None
 def test_skews_give_different_traces() -> None:
     distinct = []
     for skew in (0.0, 0.9, 1.8):
-        spec = TraceSynthSpec(n_layers=1, n_experts=64, k=2, n_prompt=0, n_decode=200, skew=skew,
-                         correlation=0.0, seed=1)
+        spec = TraceSynthSpec(
+            n_layers=1, n_experts=64, k=2, n_prompt=0, n_decode=200, skew=skew, correlation=0.0, seed=1
+        )
         ids = synth_trace(spec).rows["ids"].ravel()
         distinct.append(np.bincount(ids, minlength=64).max())
     assert distinct[0] < distinct[1] < distinct[2]

@@ -15,12 +15,18 @@ from appliance.trace.replay import ReplaySetup, pool_hits, replay_one
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 
 
-def reference_hits(policy: str, stream: EventStream, capacity: int,
-                   counts: np.ndarray | None = None) -> list[int]:
+def reference_hits(
+    policy: str, stream: EventStream, capacity: int, counts: np.ndarray | None = None
+) -> list[int]:
     L = stream.n_layers
-    events = [(int(stream.step[e]), int(stream.layer_index[e]),
-               [int(x) for x in stream.items[stream.ptr[e]:stream.ptr[e + 1]]])
-              for e in range(stream.n_events)]
+    events = [
+        (
+            int(stream.step[e]),
+            int(stream.layer_index[e]),
+            [int(x) for x in stream.items[stream.ptr[e] : stream.ptr[e + 1]]],
+        )
+        for e in range(stream.n_events)
+    ]
     next_event: dict[tuple[int, int], float] = {}
     upcoming: dict[int, float] = {}
     for e in range(len(events) - 1, -1, -1):
@@ -36,7 +42,7 @@ def reference_hits(policy: str, stream: EventStream, capacity: int,
         out.extend(1 if x in resident else 0 for x in items)
         todo = items
         if len(items) > capacity:
-            todo = items[len(items) - capacity:]
+            todo = items[len(items) - capacity :]
             for x in [x for x in resident if x not in todo]:
                 del resident[x]
         pinned = set(todo)
@@ -74,10 +80,20 @@ def reference_hits(policy: str, stream: EventStream, capacity: int,
 
 
 SPECS = [
-    TraceSynthSpec(n_layers=3, n_experts=12, k=3, n_prompt=20, n_ubatch=8, n_decode=40,
-              skew=0.8, correlation=0.4, seed=11),
-    TraceSynthSpec(n_layers=2, n_experts=16, k=2, n_prompt=9, n_ubatch=9, n_decode=60,
-              skew=1.6, correlation=0.1, seed=12),
+    TraceSynthSpec(
+        n_layers=3,
+        n_experts=12,
+        k=3,
+        n_prompt=20,
+        n_ubatch=8,
+        n_decode=40,
+        skew=0.8,
+        correlation=0.4,
+        seed=11,
+    ),
+    TraceSynthSpec(
+        n_layers=2, n_experts=16, k=2, n_prompt=9, n_ubatch=9, n_decode=60, skew=1.6, correlation=0.1, seed=12
+    ),
 ]
 
 
@@ -90,9 +106,16 @@ def test_engine_matches_reference(spec: TraceSynthSpec, scope: str, policy: str)
     for pool in events.pools(scope):
         counts = np.bincount(pool.items, minlength=pool.n_objects).astype(np.float64)
         # capacities below, at and above the largest (prefill) event, up to everything
-        for capacity in sorted({spec.k, spec.k + 1, pool.max_event_size() - 1,
-                                pool.max_event_size(), pool.max_event_size() + 3,
-                                pool.n_objects}):
+        for capacity in sorted(
+            {
+                spec.k,
+                spec.k + 1,
+                pool.max_event_size() - 1,
+                pool.max_event_size(),
+                pool.max_event_size() + 3,
+                pool.n_objects,
+            }
+        ):
             if capacity < spec.k:
                 continue
             ours = pool_hits(pool, code, capacity, counts, None).tolist()
@@ -112,10 +135,15 @@ def test_one_pass_lru_curve_equals_replays(scope: str) -> None:
 def test_least_stale_equals_lru_per_layer_but_not_global() -> None:
     setup = ReplaySetup(events=trace_events(synth_trace(SPECS[0])), k=3, expert_bytes=None)
     for capacity in (3, 5, 8):
-        assert (replay_one(setup, "least-stale", capacity, "per-layer")["layers"]
-                == replay_one(setup, "lru", capacity, "per-layer")["layers"])
-    differs = [replay_one(setup, "least-stale", c, "global")["total"]["hits"]
-               != replay_one(setup, "lru", c, "global")["total"]["hits"] for c in (6, 9, 12)]
+        assert (
+            replay_one(setup, "least-stale", capacity, "per-layer")["layers"]
+            == replay_one(setup, "lru", capacity, "per-layer")["layers"]
+        )
+    differs = [
+        replay_one(setup, "least-stale", c, "global")["total"]["hits"]
+        != replay_one(setup, "lru", c, "global")["total"]["hits"]
+        for c in (6, 9, 12)
+    ]
     assert any(differs)
 
 
@@ -125,8 +153,9 @@ def test_event_union_and_order() -> None:
     rows = trace.rows
     # first event = step 0, layer 0: the union of that micro-batch's experts, ascending
     sel = (rows["step"] == 0) & (rows["layer"] == 0)
-    assert events.items[events.ptr[0]:events.ptr[1]].tolist() == sorted(
-        set(rows["ids"][sel].ravel().tolist()))
+    assert events.items[events.ptr[0] : events.ptr[1]].tolist() == sorted(
+        set(rows["ids"][sel].ravel().tolist())
+    )
     assert events.n_events == trace.n_steps * 3
     assert events.step.tolist() == sorted(events.step.tolist())
 
@@ -144,11 +173,16 @@ def test_least_stale_avoids_cyclic_collisions_that_defeat_lru() -> None:
     rows["kind"] = 1
     rows["pos"] = rows["step"]
     rows["ids"][:, 0] = rows["layer"]
-    header = {"format": "moetrace", "version": 1, "n_layers": 3, "moe_layers": [0, 1, 2],
-              "n_experts": 4, "n_expert_used": 1, "has_weights": False}
-    setup = ReplaySetup(events=trace_events(Trace(header=header, rows=rows)), k=1,
-                        expert_bytes=None)
-    hits = {p: replay_one(setup, p, 2, "global")["total"]["hits"]
-            for p in ("lru", "least-stale", "belady")}
+    header = {
+        "format": "moetrace",
+        "version": 1,
+        "n_layers": 3,
+        "moe_layers": [0, 1, 2],
+        "n_experts": 4,
+        "n_expert_used": 1,
+        "has_weights": False,
+    }
+    setup = ReplaySetup(events=trace_events(Trace(header=header, rows=rows)), k=1, expert_bytes=None)
+    hits = {p: replay_one(setup, p, 2, "global")["total"]["hits"] for p in ("lru", "least-stale", "belady")}
     assert hits["lru"] == 0
     assert hits["least-stale"] == hits["belady"] > n_tokens

@@ -37,18 +37,29 @@ def test_same_seed_same_trace_other_seed_differs() -> None:
 
 def test_correlation_raises_reuse_of_previous_token() -> None:
     def reuse(correlation: float) -> float:
-        spec = TraceSynthSpec(n_layers=1, n_experts=64, k=4, n_prompt=0, n_decode=400, skew=0.0,
-                         correlation=correlation, seed=1)
+        spec = TraceSynthSpec(
+            n_layers=1, n_experts=64, k=4, n_prompt=0, n_decode=400, skew=0.0, correlation=correlation, seed=1
+        )
         ids = synth_trace(spec).rows["ids"]
-        return float(np.mean([len(set(a) & set(b)) for a, b in
-                              zip(ids[:-1].tolist(), ids[1:].tolist(), strict=True)]))
+        return float(
+            np.mean([len(set(a) & set(b)) for a, b in zip(ids[:-1].tolist(), ids[1:].tolist(), strict=True)])
+        )
 
     low, high = reuse(0.0), reuse(0.8)
     assert low < 0.6 < 2.5 < high
 
 
-@pytest.mark.parametrize("bad", [dict(k=0), dict(k=40), dict(n_ubatch=0), dict(correlation=1.5),
-                                 dict(n_prompt=0, n_decode=0), dict(skew=-1.0)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(k=0),
+        dict(k=40),
+        dict(n_ubatch=0),
+        dict(correlation=1.5),
+        dict(n_prompt=0, n_decode=0),
+        dict(skew=-1.0),
+    ],
+)
 def test_bad_specs_refused(bad: dict) -> None:
     with pytest.raises(ConfigError):
         synth_trace(TraceSynthSpec(**bad))

@@ -21,21 +21,26 @@ def test_cpu_target_needs_nothing() -> None:
 
 
 def test_gpu_target_without_gpu_fails_with_the_reason() -> None:
-    with pytest.raises(ApplianceError, match="repro-sm120: target sm120 needs an NVIDIA GPU "
-                                             "of compute capability 12.0 and NVML finds no GPU"):
+    with pytest.raises(
+        ApplianceError,
+        match="repro-sm120: target sm120 needs an NVIDIA GPU "
+        "of compute capability 12.0 and NVML finds no GPU",
+    ):
         preflight(load_lock(), "sm120", [], Path("/"), None)
 
 
 def test_wrong_compute_capability_points_to_the_fitting_target() -> None:
-    with pytest.raises(ApplianceError, match=r"needs compute capability 12\.0, found NVIDIA "
-                                             r"GeForce RTX 4090 \(compute capability 8\.9\); "
-                                             "this machine fits repro-sm89"):
+    with pytest.raises(
+        ApplianceError,
+        match=r"needs compute capability 12\.0, found NVIDIA "
+        r"GeForce RTX 4090 \(compute capability 8\.9\); "
+        "this machine fits repro-sm89",
+    ):
         preflight(load_lock(), "sm120", [gpu("8.9", name="NVIDIA GeForce RTX 4090")], Path("/"), None)
 
 
 def test_old_driver_is_refused() -> None:
-    with pytest.raises(ApplianceError, match="needs NVIDIA driver 570.124.06 or newer .* "
-                                             "found 560.35.03"):
+    with pytest.raises(ApplianceError, match="needs NVIDIA driver 570.124.06 or newer .* found 560.35.03"):
         preflight(load_lock(), "sm120", [gpu("12.0", driver="560.35.03")], Path("/"), None)
 
 

@@ -10,8 +10,9 @@ from appliance.attest.trust import trusted_keys
 from appliance.workflows.run import signing_key
 
 
-def test_first_use_makes_and_trusts_a_key_and_says_where(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_first_use_makes_and_trusts_a_key_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("APPLIANCE_TRUSTED_KEYS", str(tmp_path / "trusted"))
     out = io.StringIO()

@@ -19,24 +19,64 @@ def _trial(run: Path, name: str, limit: int, decode_read: int, seed: int) -> Non
     directory.mkdir(parents=True)
     trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=64, k=8, n_decode=48, seed=seed))
     write_trace(directory / "trace.moetrace", trace.header, trace.rows)
-    atomic.write_json(directory / "trial.json", {
-        "index": int(name[:3]), "variant": "demand-mmap", "repeat": 1, "memory_limit": limit,
-        "status": "ok", "model_device": "254:0"})
+    atomic.write_json(
+        directory / "trial.json",
+        {
+            "index": int(name[:3]),
+            "variant": "demand-mmap",
+            "repeat": 1,
+            "memory_limit": limit,
+            "status": "ok",
+            "model_device": "254:0",
+        },
+    )
     atomic.write_json(directory / "cgroup.json", {"block_read_bytes": {"254:0": 3 * MIB + decode_read}})
-    io = {"load_end": {"read_bytes": MIB, "majflt": 1}, "prefill_end": {"read_bytes": 3 * MIB, "majflt": 5},
-          "decode_end": {"read_bytes": 3 * MIB + decode_read, "majflt": 50}}
-    atomic.write_json(directory / "timing.json", {
-        "n_decode_tokens": 48, "decode_s": 2.0, "decode_tokens_per_s": 24.0,
-        "residency_after_load": {"anon_bytes": 2 * MIB}, "residency_at_end": {"anon_bytes": 3 * MIB},
-        "io": io})
+    io = {
+        "load_end": {"read_bytes": MIB, "majflt": 1},
+        "prefill_end": {"read_bytes": 3 * MIB, "majflt": 5},
+        "decode_end": {"read_bytes": 3 * MIB + decode_read, "majflt": 50},
+    }
+    atomic.write_json(
+        directory / "timing.json",
+        {
+            "n_decode_tokens": 48,
+            "decode_s": 2.0,
+            "decode_tokens_per_s": 24.0,
+            "residency_after_load": {"anon_bytes": 2 * MIB},
+            "residency_at_end": {"anon_bytes": 3 * MIB},
+            "io": io,
+        },
+    )
 
 
 def _probe(run: Path) -> dict[str, Any]:
-    record = {"probe": "disk", "file_bytes": 1, "advice": "POSIX_FADV_RANDOM", "measurements": [
-        {"block_bytes": 126976, "queue_depth": d, "reads": 8, "bytes": 8 * 126976,
-         "device_read_bytes": 8 * 126976, "seconds": 0.01 / d} for d in (1, 8)] + [
-        {"block_bytes": 4096, "queue_depth": d, "reads": 8, "bytes": 32768,
-         "device_read_bytes": 32768, "seconds": 0.001} for d in (1, 8)]}
+    record = {
+        "probe": "disk",
+        "file_bytes": 1,
+        "advice": "POSIX_FADV_RANDOM",
+        "measurements": [
+            {
+                "block_bytes": 126976,
+                "queue_depth": d,
+                "reads": 8,
+                "bytes": 8 * 126976,
+                "device_read_bytes": 8 * 126976,
+                "seconds": 0.01 / d,
+            }
+            for d in (1, 8)
+        ]
+        + [
+            {
+                "block_bytes": 4096,
+                "queue_depth": d,
+                "reads": 8,
+                "bytes": 32768,
+                "device_read_bytes": 32768,
+                "seconds": 0.001,
+            }
+            for d in (1, 8)
+        ],
+    }
     directory = run / "probe" / "000-64MiB-disk-probe-r1"
     directory.mkdir(parents=True)
     atomic.write_json(directory / "timing.json", record)
