@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE, finalize_bundle
+from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import KeyPair, envelope_for, load_signer
 from appliance.attest.verify import Verdict
+from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
 
 
 @dataclass(frozen=True)

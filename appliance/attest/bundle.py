@@ -16,17 +16,20 @@ from securesystemslib.signer import Signer
 
 from appliance import __version__
 from appliance.attest.dsse import envelope_for, key_as_dict, load_signer, make_statement
-from appliance.attest.provenance import PROVENANCE_FILE, collect_run_provenance, write_provenance
+from appliance.attest.provenance import collect_run_provenance, write_provenance
 from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
 from appliance.core.errors import ConfigError, IntegrityError
+from appliance.runs.run_dir import (
+    ATTESTATION_FILE,
+    MANIFEST_FILE,
+    PROVENANCE_FILE,
+    RUN_FILE,
+    SEALING_FILES,
+)
+from appliance.runs.status import RunStatus
 
-MANIFEST_FILE = "manifest.json"
-ATTESTATION_FILE = "attestation.dsse.json"
-RUN_FILE = "run.json"
 MANIFEST_VERSION = 1
-RUN_STATUSES = ("complete", "incomplete", "failed")
-SEALING_FILES = (MANIFEST_FILE, ATTESTATION_FILE)
 
 FILE_KINDS = (
     (stat.S_ISLNK, "symbolic link"),
@@ -84,8 +87,8 @@ def read_run_record(run_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
     except (UnicodeDecodeError, RecursionError):
         raise ConfigError(f"{path}: not valid JSON") from None
-    if not isinstance(run, dict) or run.get("status") not in RUN_STATUSES:
-        raise ConfigError(f"{path}: status must be one of {', '.join(RUN_STATUSES)}")
+    if not isinstance(run, dict) or run.get("status") not in tuple(RunStatus):
+        raise ConfigError(f"{path}: status must be one of {', '.join(RunStatus)}")
     return run
 
 

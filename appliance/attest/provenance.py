@@ -28,8 +28,8 @@ from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
 from appliance.host.gpu import visible_gpus
 from appliance.images import labels as L
+from appliance.runs.run_dir import LOCK_INPUT, MODEL_INPUT, PROFILE_INPUT, SCHEDULE_INPUT, RunDir
 
-PROVENANCE_FILE = "provenance.json"
 PROVENANCE_VERSION = 1
 RUN_FIELDS = (
     "status",
@@ -227,21 +227,21 @@ def collect_provenance(
     run_dir: Path, host: dict[str, Any], image: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The provenance record of a run directory, from its inputs, run.json, host and image."""
-    run = _load_json(run_dir / "run.json")
-    inputs = run_dir / "inputs"
-    lock_raw = _load_json(inputs / "lock.json")
+    layout = RunDir(run_dir)
+    run = _load_json(layout.run_file)
+    lock_raw = _load_json(layout.input(LOCK_INPUT))
     try:
-        profile = yaml.safe_load((inputs / "profile.yaml").read_text())
+        profile = yaml.safe_load(layout.input(PROFILE_INPUT).read_text())
     except FileNotFoundError:
-        raise ConfigError(f"profile.yaml: missing from {run_dir.name}/inputs") from None
+        raise ConfigError(f"{PROFILE_INPUT}: missing from {run_dir.name}/{layout.inputs.name}") from None
     record = {
         "provenance_version": PROVENANCE_VERSION,
         "appliance_version": __version__,
         "run": {key: run[key] for key in RUN_FIELDS if key in run},
         "engine": engine_facts(lock_raw, image, run),
         "image": image,
-        "model": _load_json(inputs / "model.json"),
-        "schedule": _load_json(inputs / "schedule.json"),
+        "model": _load_json(layout.input(MODEL_INPUT)),
+        "schedule": _load_json(layout.input(SCHEDULE_INPUT)),
         "profile": {"name": profile.get("name") if isinstance(profile, dict) else None},
         "host": host,
     }
@@ -253,7 +253,7 @@ def collect_run_provenance(
 ) -> dict[str, Any]:
     """collect_provenance with this host's facts and, given a Docker client, the image the
     run used (run.json image_id), its binaries and libraries resolved inside it."""
-    run = _load_json(run_dir / "run.json")
+    run = _load_json(RunDir(run_dir).run_file)
     image = None
     if docker_client is not None and run.get("image_id"):
         requests = None
@@ -266,7 +266,7 @@ def collect_run_provenance(
 
 
 def write_provenance(run_dir: Path, provenance: dict[str, Any]) -> Path:
-    path = run_dir / PROVENANCE_FILE
+    path = RunDir(run_dir).provenance_file
     atomic.write_json(path, provenance)
     return path
 

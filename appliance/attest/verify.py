@@ -24,16 +24,7 @@ from typing import Any
 
 from securesystemslib.signer import SSlibKey
 
-from appliance.attest.bundle import (
-    ATTESTATION_FILE,
-    MANIFEST_FILE,
-    MANIFEST_VERSION,
-    RUN_FILE,
-    RUN_STATUSES,
-    SEALING_FILES,
-    bundle_digest,
-    scan_bundle,
-)
+from appliance.attest.bundle import MANIFEST_VERSION, bundle_digest, scan_bundle
 from appliance.attest.dsse import (
     PREDICATE_TYPE,
     ParsedEnvelope,
@@ -42,15 +33,21 @@ from appliance.attest.dsse import (
     read_envelope,
     signed_by,
 )
-from appliance.attest.provenance import PROVENANCE_FILE
 from appliance.attest.trust import trusted_keys, trusted_keys_dir
 from appliance.core.checks import Check, Status
 from appliance.core.digests import canonical_json, sha256_file
 from appliance.core.errors import ConfigError, IntegrityError
+from appliance.runs.run_dir import (
+    ATTESTATION_FILE,
+    MANIFEST_FILE,
+    PROVENANCE_FILE,
+    RUN_FILE,
+    SEALING_FILES,
+)
+from appliance.runs.status import RunStatus
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 MAX_SEAL_BYTES = 64 << 20
-COMPLETE = "complete"
 RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc")
 
 
@@ -471,8 +468,8 @@ class _Verifier:
         status = run.get("status") if isinstance(run, dict) else None
         attested = _field(self.state.statement["predicate"].get("run"), "status")
         listed = (self.state.manifest or {}).get("run_status")
-        if problem is None and status not in RUN_STATUSES:
-            problem = f"{RUN_FILE} status must be one of {', '.join(RUN_STATUSES)}"
+        if problem is None and status not in tuple(RunStatus):
+            problem = f"{RUN_FILE} status must be one of {', '.join(RunStatus)}"
         if problem is None and not status == attested == listed:
             problem = (
                 f"{RUN_FILE} says {status!r}, the signed predicate {attested!r}, the manifest {listed!r}"
@@ -485,7 +482,7 @@ class _Verifier:
             self.add("run-status", False, problem, [RUN_FILE])
             return
         self.state.run_status = status
-        if status == COMPLETE:
+        if status == RunStatus.COMPLETE:
             self.add("run-status", True, "run completed")
             return
         self.state.incomplete = status

@@ -1,4 +1,6 @@
-"""CLI: `appliance run PROFILE --models DIR`: parse, then delegate to runsetup and runner."""
+"""CLI: `appliance run PROFILE --models DIR`: parse, then delegate to `appliance.runs.prepare`
+(the trial plan and its checks; a dry run stops there) and `appliance.workflows.run` (the
+trials, the statistics and the sealed bundle)."""
 
 import json
 import secrets
@@ -16,7 +18,7 @@ from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.host.docker import docker_client
-from appliance.runs.plan import LlamaMoeTraceEngine
+from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import load_profile
 from appliance.runs.report import planned_specs, print_header, print_plan
@@ -59,7 +61,7 @@ def run_command(
                 profile,
                 models_dir,
                 lock,
-                repeats=repeats,
+                trials=trial_plan(profile, repeats),
                 out=out,
                 dry_run=True,
                 skip_digest=skip_digest_check,

@@ -93,7 +93,7 @@ def sweep_command(
                 json.dumps(
                     {
                         "profile": plan.profile.name,
-                        "limits": plan.limits,
+                        "limits": [limit.bytes for limit in plan.limits],
                         "trials": [t.name for t in plan.prepared.trials],
                         "predicted_seconds": round(plan.estimate_s, 1),
                     },

@@ -24,9 +24,10 @@ from appliance.cluster.connect import alive_nodes, on_node
 from appliance.cluster.node import run_trial_here
 from appliance.cluster.resources import resource_for
 from appliance.core import atomic
-from appliance.runs.execute import TrialJob, utc_now
+from appliance.runs.execute import TrialJob, base_record, utc_now
 from appliance.runs.executor import OneTrial, OnStart
 from appliance.runs.plan import Trial
+from appliance.runs.run_dir import RunDir, TrialDir
 from appliance.runs.status import TrialStatus
 
 WAIT_S = 2.0
@@ -37,15 +38,6 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     lines = [line for line in text.splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[-1][:300] if lines else ''}"
-
-
-def _base_record(job: TrialJob, trial: Trial) -> dict[str, Any]:
-    return {
-        "index": trial.index,
-        "variant": trial.variant.name,
-        "repeat": trial.repeat,
-        "memory_limit": trial.memory_limit(job.profile),
-    }
 
 
 class RayExecutor:
@@ -81,22 +73,24 @@ class RayExecutor:
 
     def _place(self, run_dir: Path, trial: Trial, archive: bytes, extra: dict[str, Any]) -> dict[str, Any]:
         """Unpack a trial directory next to the run and rename it into trials/ whole."""
-        staging = run_dir / ".scratch" / f"{trial.name}.incoming"
+        layout = RunDir(run_dir)
+        staging = layout.scratch_for(f"{trial.name}.incoming")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(staging, filter="data")
-        record: dict[str, Any] = json.loads((staging / "trial.json").read_text())
+        incoming = TrialDir(staging)
+        record: dict[str, Any] = json.loads(incoming.record_file.read_text())
         record.update(extra)
-        atomic.write_json(staging / "trial.json", record)
-        final = run_dir / "trials" / trial.name
+        atomic.write_json(incoming.record_file, record)
+        final = layout.trial(trial.name).path
         final.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(staging, final)
         return record
 
     def _record_only(self, run_dir: Path, trial: Trial, record: dict[str, Any]) -> dict[str, Any]:
-        atomic.write_json(run_dir / "trials" / trial.name / "trial.json", record)
+        atomic.write_json(RunDir(run_dir).trial(trial.name).record_file, record)
         return record
 
     def run(
@@ -145,7 +139,7 @@ class RayExecutor:
                             run_dir,
                             trial,
                             {
-                                **_base_record(job, trial),
+                                **base_record(trial, job.profile),
                                 "status": TrialStatus.FAILED,
                                 "unscheduled": True,
                                 "exit_code": None,
@@ -219,7 +213,7 @@ class RayExecutor:
             run_dir,
             trial,
             {
-                **_base_record(job, trial),
+                **base_record(trial, job.profile),
                 "status": TrialStatus.FAILED,
                 "unscheduled": True,
                 "exit_code": None,
@@ -251,7 +245,7 @@ class RayExecutor:
                 run_dir,
                 trial,
                 {
-                    **_base_record(job, trial),
+                    **base_record(trial, job.profile),
                     "status": TrialStatus.INTERRUPTED,
                     "interrupted": True,
                     "exit_code": None,

@@ -25,6 +25,7 @@ from appliance.images.labels import INPUTS_DIGEST, RUN, RUN_TRIAL, candidate_tag
 from appliance.runs.execute import TrialJob
 from appliance.runs.model_files import cached_sha256
 from appliance.runs.plan import Trial
+from appliance.runs.run_dir import RunDir
 
 
 def node_id() -> str:
@@ -129,6 +130,6 @@ def run_trial_here(
     _remove_leftovers(client, job.run_id, trial)
     with tempfile.TemporaryDirectory(prefix="appliance-trial-") as work:
         record = here(trial, Path(work))
-        archive = pack(Path(work) / "trials" / trial.name)
+        archive = pack(RunDir(Path(work)).trial(trial.name).path)
     where = {**node_identity(client), "image": {"tag": tag, "id": image.id}}
     return {"node": where, "status": record["status"]}, archive

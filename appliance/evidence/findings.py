@@ -21,6 +21,7 @@ from appliance.core.units import size_or_none
 from appliance.core.validation import load_schema as load_named_schema
 from appliance.core.validation import raise_for, schema_errors
 from appliance.evidence import sweep_claims
+from appliance.runs.run_dir import MODEL_INPUT, PROFILE_INPUT, RESULTS_FILE, SCHEDULE_INPUT, RunDir
 
 SCHEMA_NAME = "finding"
 MAX_FINDING_BYTES = 256 << 10  # published findings are under 4 KiB
@@ -183,10 +184,11 @@ class BundleFacts:
 
     @classmethod
     def read(cls, run_dir: Path) -> "BundleFacts":
-        profile = _read_mapping(run_dir / "inputs" / "profile.yaml")
-        schedule = _read_mapping(run_dir / "inputs" / "schedule.json")
-        run = _read_mapping(run_dir / "run.json")
-        provenance = _read_mapping(run_dir / "provenance.json")
+        layout = RunDir(run_dir)
+        profile = _read_mapping(layout.input(PROFILE_INPUT))
+        schedule = _read_mapping(layout.input(SCHEDULE_INPUT))
+        run = _read_mapping(layout.run_file)
+        provenance = _read_mapping(layout.provenance_file)
         limits = _obj(run.get("limits"))
         plimits = _obj(profile.get("limits"))
         memory = size_or_none(limits.get("memory_bytes", plimits.get("memory")))
@@ -201,7 +203,7 @@ class BundleFacts:
         gpus = _obj(provenance.get("host")).get("gpus")
         return cls(
             profile=profile,
-            model=_read_mapping(run_dir / "inputs" / "model.json"),
+            model=_read_mapping(layout.input(MODEL_INPUT)),
             memory_limit_bytes=memory,
             swap_bytes=swap,
             n_predict=n_predict if type(n_predict) is int else None,
@@ -209,7 +211,7 @@ class BundleFacts:
             gpus=[str(g.get("name", "")) for g in gpus if isinstance(g, dict)]
             if isinstance(gpus, list)
             else [],
-            results=_read_mapping(run_dir / "results.json"),
+            results=_read_mapping(layout.results_file),
         )
 
     def median(self, variant: str, metric: str) -> float | None:
@@ -283,7 +285,7 @@ def _check_claim(facts: BundleFacts, claim: dict[str, Any]) -> ClaimResult:
         return ClaimResult(
             label,
             None,
-            f"results.json has no median {claim['metric']} for "
+            f"{RESULTS_FILE} has no median {claim['metric']} for "
             f"{claim['baseline']!r} and {claim['treatment']!r}",
         )
     observed = treat / base
@@ -333,7 +335,7 @@ def _check_identity(facts: BundleFacts, finding: Finding) -> ClaimResult | None:
         return None
     observed = facts.byte_identical()
     if observed is None:
-        return ClaimResult("byte identity", None, "results.json does not record byte identity")
+        return ClaimResult("byte identity", None, f"{RESULTS_FILE} does not record byte identity")
     word = {True: "identical", False: "different"}
     return ClaimResult(
         "byte identity", observed == claimed, f"outputs {word[observed]}, the evidence says {word[claimed]}"
@@ -423,12 +425,12 @@ def draft_finding(
             "verified, complete run can become evidence (see `appliance bundle "
             "verify`)"
         )
-    provenance = _read_mapping(run_dir / "provenance.json")
+    provenance = _read_mapping(RunDir(run_dir).provenance_file)
     facts = BundleFacts.read(run_dir)
     names = sorted(_obj(facts.results.get("variants")).keys())
     if baseline not in names:
         raise ConfigError(
-            f"{run_dir}: results.json has no variant {baseline!r} "
+            f"{run_dir}: {RESULTS_FILE} has no variant {baseline!r} "
             f"(variants: {', '.join(names) or 'none'}); pass --baseline"
         )
     metrics, claims = [], []

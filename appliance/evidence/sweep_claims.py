@@ -9,6 +9,8 @@ the host (the fraction of disk bandwidth) are drafted as directions only: below 
 
 from typing import Any
 
+from appliance.runs.run_dir import RESULTS_FILE
+
 QUANTITIES = (
     "measured_over_lru",
     "measured_over_belady",
@@ -38,7 +40,7 @@ def check_claim(sweep: dict[str, Any], claim: dict[str, Any]) -> tuple[bool | No
     values = [r.get(claim["quantity"]) for r in rows]
     if not rows or any(not isinstance(v, int | float) for v in values):
         return None, (
-            f"results.json sweep has no {claim['quantity']} for "
+            f"{RESULTS_FILE} sweep has no {claim['quantity']} for "
             f"{claim['variant']!r} at the {claim['at']} limit"
         )
     outside = [
@@ -56,7 +58,7 @@ def check_claim(sweep: dict[str, Any], claim: dict[str, Any]) -> tuple[bool | No
 def limits_mismatch(sweep: dict[str, Any] | None, wanted: list[int]) -> str | None:
     """Why a run's sweep cannot be compared with the finding's, or None."""
     if not sweep or "error" in sweep:
-        return "the run is not a sweep (results.json has no sweep analysis)"
+        return f"the run is not a sweep ({RESULTS_FILE} has no sweep analysis)"
     if sorted(sweep.get("limits") or []) != sorted(wanted):
         return f"other sweep limits: the run used {sweep.get('limits')}, the evidence {wanted}"
     return None

@@ -80,14 +80,25 @@ def image_tag(
     return tag
 
 
-def candidate_tags(lock: Lock, target: str) -> list[str]:
-    """Local tags an engine image for `target` of this lock may carry: canonical first, then
-    each stand-in (newest release name first). Runners look for an image in this order."""
+def candidate_images(lock: Lock, target: str) -> list[tuple[str, str | None]]:
+    """(tag, stand-in name; None for the canonical source) of each local engine image for
+    `target` of this lock: canonical first, then each stand-in (newest release name first).
+    Runners look for an image in this order and carry the stand-in with the tag they found."""
     canonical = image_tag(lock, target, {"kind": "canonical"})
-    return [canonical] + [
-        image_tag(lock, target, {"kind": "stand-in", "name": name})
+    return [(canonical, None)] + [
+        (image_tag(lock, target, {"kind": "stand-in", "name": name}), name)
         for name in sorted(lock.stand_ins, reverse=True)
     ]
+
+
+def candidate_tags(lock: Lock, target: str) -> list[str]:
+    """The tags of `candidate_images`, in the same order."""
+    return [tag for tag, _ in candidate_images(lock, target)]
+
+
+def stand_in_of_labels(labels: dict[str, str]) -> str | None:
+    """The stand-in an image's labels say it was built from; None for the canonical source."""
+    return labels.get(SOURCE_NAME) if labels.get(SOURCE_KIND) == "stand-in" else None
 
 
 def source_revision(lock: Lock, identity: dict[str, Any]) -> str:

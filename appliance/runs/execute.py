@@ -1,14 +1,7 @@
 """Run a profile: one container per trial, cold page cache, exact limits, everything recorded.
 
-Run directory (the bundle layout; `appliance.attest.bundle` signs it afterwards):
-
-    RUN/run.json                      status complete|incomplete|failed, profile, times, version,
-                                      executor (local, or the cluster and each trial's node)
-    RUN/inputs/{profile.yaml,lock.json,schedule.json,model.json}
-    RUN/trials/NNN-<variant>-r<repeat>/{trial.json,stdout.txt,stderr.txt,timing.json,
-                                        output.txt,trace.moetrace,cgroup.json}
-    RUN/results.json                  statistics over the trials (appliance.runs.stats)
-    RUN/plots/*.png
+The run directory's layout is `appliance.runs.run_dir` (`appliance.attest.bundle` signs it
+afterwards).
 
 Every file is written under a temporary name and renamed. A trial that is OOM-killed or fails
 is recorded with its logs and the run goes on; Ctrl-C stops the running container, records
@@ -19,7 +12,6 @@ can be resumed, running only the trials it lacks.
 
 import contextlib
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +33,6 @@ from appliance.runs import stats
 from appliance.runs.executor import LocalExecutor, TrialExecutor
 from appliance.runs.model_files import CheckedModel
 from appliance.runs.plan import (
-    ENGINE_OUTPUTS,
     EXIT_FILE,
     ContainerSettings,
     Engine,
@@ -49,6 +40,16 @@ from appliance.runs.plan import (
     container_spec,
 )
 from appliance.runs.profile import Profile
+from appliance.runs.run_dir import (
+    ENGINE_OUTPUTS,
+    LOCK_INPUT,
+    MODEL_INPUT,
+    PROFILE_INPUT,
+    SCHEDULE_INPUT,
+    STREAMS,
+    TRIALS_DIR,
+    RunDir,
+)
 from appliance.runs.status import RunStatus, TrialStatus
 
 POLL_S = 0.05
@@ -74,7 +75,7 @@ class RunContext:
     console: Console
     trial_timeout_s: float | None = None
     trial_records: list[dict[str, Any]] = field(default_factory=list)
-    trials_subdir: str = "trials"  # where run_trial writes: RUN/<trials_subdir>/<trial name>/
+    trials_subdir: str = TRIALS_DIR  # where run_trial writes: RUN/<trials_subdir>/<trial name>/
 
 
 class TrialInterrupted(Exception):
@@ -147,31 +148,43 @@ def _status(record: dict[str, Any]) -> TrialStatus:
 
 def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
     """Outputs and logs into the trial directory, trial.json last; the scratch dir goes."""
-    trial_dir = ctx.run_dir / ctx.trials_subdir / trial.name
-    trial_dir.mkdir(parents=True, exist_ok=True)
+    trial_dir = RunDir(ctx.run_dir).trial(trial.name, ctx.trials_subdir)
+    trial_dir.path.mkdir(parents=True, exist_ok=True)
     files: dict[str, bool] = {}
-    for stream in ("stdout", "stderr"):
+    for stream in STREAMS:
+        path = trial_dir.stream(stream)
         if stream in record:
-            atomic.write_bytes(trial_dir / f"{stream}.txt", record.pop(stream))
-        files[f"{stream}.txt"] = (trial_dir / f"{stream}.txt").exists()
+            atomic.write_bytes(path, record.pop(stream))
+        files[path.name] = path.exists()
     for name in ENGINE_OUTPUTS:
         if (results / name).is_file():
-            atomic.move_into(results / name, trial_dir / name)
-        files[name] = (trial_dir / name).exists()
+            atomic.move_into(results / name, trial_dir.path / name)
+        files[name] = (trial_dir.path / name).exists()
     if "cgroup" in record:
-        atomic.write_json(trial_dir / "cgroup.json", record["cgroup"])
-    files["cgroup.json"] = (trial_dir / "cgroup.json").exists()
+        atomic.write_json(trial_dir.cgroup, record["cgroup"])
+    files[trial_dir.cgroup.name] = trial_dir.cgroup.exists()
     record["files"] = files
     record["status"] = _status(record)
-    atomic.write_json(trial_dir / "trial.json", record)
+    atomic.write_json(trial_dir.record_file, record)
     for leftover in results.iterdir():
         leftover.unlink()
     results.rmdir()
 
 
+def base_record(trial: Trial, profile: Profile) -> dict[str, Any]:
+    """What every trial.json starts with: the trial's name (its directory's), place and limit."""
+    return {
+        "name": trial.name,
+        "index": trial.index,
+        "variant": trial.variant.name,
+        "repeat": trial.repeat,
+        "memory_limit": trial.memory_limit(profile),
+    }
+
+
 def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     """One container from eviction to removal; returns the trial.json record."""
-    results = ctx.run_dir / ".scratch" / trial.name
+    results = RunDir(ctx.run_dir).scratch_for(trial.name)
     results.mkdir(parents=True)  # the container runs as this user, so it can write here
     name = f"appliance-{ctx.run_id}-{trial.index:03d}"
     spec = container_spec(
@@ -184,10 +197,7 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         {L.RUN: ctx.run_id, L.RUN_TRIAL: trial.name},
     )
     record: dict[str, Any] = {
-        "index": trial.index,
-        "variant": trial.variant.name,
-        "repeat": trial.repeat,
-        "memory_limit": spec["mem_limit"],
+        **base_record(trial, ctx.profile),
         "container": {
             k: spec[k]
             for k in (
@@ -312,12 +322,12 @@ class RunOutcome:
 def write_inputs(
     run_dir: Path, profile: Profile, lock_raw: dict[str, Any], schedule: dict[str, Any], model: CheckedModel
 ) -> None:
-    inputs = run_dir / "inputs"
-    atomic.write_text(inputs / "profile.yaml", profile.source_text)
-    atomic.write_json(inputs / "lock.json", lock_raw)
-    atomic.write_json(inputs / "schedule.json", schedule)
+    inputs = RunDir(run_dir)
+    atomic.write_text(inputs.input(PROFILE_INPUT), profile.source_text)
+    atomic.write_json(inputs.input(LOCK_INPUT), lock_raw)
+    atomic.write_json(inputs.input(SCHEDULE_INPUT), schedule)
     atomic.write_json(
-        inputs / "model.json",
+        inputs.input(MODEL_INPUT),
         {
             **model.manifest(),
             "pinned_bytes": profile.model.bytes,
@@ -349,6 +359,25 @@ def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
     }
 
 
+def limits_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
+    """run.json `limits`: every (memory, memory+swap) limit the trials ran under, ascending,
+    with the sweep point that asked for it; `memory_bytes` and `memswap_bytes` name the one
+    limit every trial shares, and are null when the trials ran under several (a sweep)."""
+    used = sorted(
+        {(t.memory_limit(profile), t.memswap_limit(profile), t.point) for t in trials},
+        key=lambda limit: limit[0],
+    )
+    shared = used[0] if len(used) == 1 else (None, None, None)
+    return {
+        "memory_bytes": shared[0],
+        "memswap_bytes": shared[1],
+        "trials": [
+            {"memory_bytes": memory, "memswap_bytes": memswap, **({"point": point} if point else {})}
+            for memory, memswap, point in used
+        ],
+    }
+
+
 def _run_record(
     ctx: RunContext, status: str, started: str, trials: list[Trial], extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -359,11 +388,11 @@ def _run_record(
         "ended_utc": utc_now(),
         "appliance_version": __version__,
         "trial_count": len(trials),
-        "trials_recorded": len(list((ctx.run_dir / "trials").glob("*/trial.json"))),
+        "trials_recorded": len(list(RunDir(ctx.run_dir).recorded())),
         "run_id": ctx.run_id,
         "engine": ctx.engine.identity(),
         "model_digest_status": ctx.model.digest_status,
-        "limits": {"memory_bytes": ctx.profile.limits.memory, "memswap_bytes": ctx.profile.limits.memswap},
+        "limits": limits_record(ctx.profile, trials),
         "cgroup_version": ctx.settings.cgroup_version,
         "trial_timeout_s": ctx.trial_timeout_s,
         **extra,
@@ -378,11 +407,7 @@ def needs_rerun(record: dict[str, Any] | None) -> bool:
     )
 
 
-# Written when a run directory is sealed (appliance.attest); a resumed run is sealed afresh.
-SEALING_FILES = ("manifest.json", "attestation.dsse.json", "provenance.json")
-
-
-def _read_json(path: Path) -> Any:
+def _json_or_none(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
@@ -392,32 +417,32 @@ def _read_json(path: Path) -> Any:
 def resume_point(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any]) -> tuple[str, list[Trial]]:
     """(the run's original start time, the trials it still lacks) for an incomplete run
     directory of the same profile, lock and trial plan; refuses anything else in one line."""
-    run_dir = ctx.run_dir
-    run = _read_json(run_dir / "run.json")
-    if not isinstance(run, dict) or "run_id" not in run:
-        raise ConfigError(f"{run_dir}: no run.json with a run id: not a run directory to resume")
+    run_dir = RunDir(ctx.run_dir)
+    run = run_dir.read_run()
+    if run is None or "run_id" not in run:
+        raise ConfigError(
+            f"{run_dir.path}: no {run_dir.run_file.name} with a run id: not a run directory to resume"
+        )
     if run.get("status") == RunStatus.COMPLETE:
-        raise ConfigError(f"{run_dir} is complete: nothing to resume")
-    inputs = run_dir / "inputs"
-    schedule = _read_json(inputs / "schedule.json") or {}
+        raise ConfigError(f"{run_dir.path} is complete: nothing to resume")
+    profile_input = run_dir.input(PROFILE_INPUT)
+    schedule = _json_or_none(run_dir.input(SCHEDULE_INPUT)) or {}
     same = (
-        (inputs / "profile.yaml").is_file()
-        and (inputs / "profile.yaml").read_text() == ctx.profile.source_text
-        and _read_json(inputs / "lock.json") == lock_raw
+        profile_input.is_file()
+        and profile_input.read_text() == ctx.profile.source_text
+        and _json_or_none(run_dir.input(LOCK_INPUT)) == lock_raw
         and schedule.get("trials") == [t.name for t in trials]
     )
     if not same:
         raise ConfigError(
-            f"{run_dir} was started with another profile, lock or trial plan "
+            f"{run_dir.path} was started with another profile, lock or trial plan "
             "(--repeats): resume it with the same ones, or start a new run"
         )
     ctx.run_id = str(run["run_id"])
-    pending = [t for t in trials if needs_rerun(_read_json(run_dir / "trials" / t.name / "trial.json"))]
+    pending = [t for t in trials if needs_rerun(run_dir.trial(t.name).read_record())]
     for trial in pending:
-        shutil.rmtree(run_dir / "trials" / trial.name, ignore_errors=True)
-        shutil.rmtree(run_dir / ".scratch" / trial.name, ignore_errors=True)
-    for name in SEALING_FILES:
-        (run_dir / name).unlink(missing_ok=True)
+        run_dir.discard_trial(trial.name)
+    run_dir.unseal()
     return str(run.get("started_utc") or utc_now()), pending
 
 
@@ -453,9 +478,8 @@ def execute_run(
         ctx.run_dir.mkdir(parents=True)
         write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials), ctx.model)
     job = TrialJob.of(ctx)
-    atomic.write_json(
-        ctx.run_dir / "run.json", _run_record(ctx, RunStatus.INCOMPLETE, started, trials, extra)
-    )
+    layout = RunDir(ctx.run_dir)
+    atomic.write_json(layout.run_file, _run_record(ctx, RunStatus.INCOMPLETE, started, trials, extra))
 
     def starting(trial: Trial, where: str) -> None:
         ctx.console.print(f"trial {trial.name} on {where}: evicting model, starting container")
@@ -474,12 +498,12 @@ def execute_run(
         status = RunStatus.INCOMPLETE
     except BaseException:
         atomic.write_json(
-            ctx.run_dir / "run.json",
+            layout.run_file,
             _run_record(ctx, RunStatus.FAILED, started, trials, {**extra, "executor": executor.describe()}),
         )
         raise
     finally:
-        scratch = ctx.run_dir / ".scratch"
+        scratch = layout.scratch
         if scratch.is_dir() and not any(scratch.iterdir()):
             scratch.rmdir()
     if status == RunStatus.INCOMPLETE:
@@ -490,11 +514,11 @@ def execute_run(
     results = stats.summarize(
         ctx.run_dir, [v.name for v in ctx.profile.variants], ctx.profile.schedule.n_predict
     )
-    atomic.write_json(ctx.run_dir / "results.json", results)
+    atomic.write_json(layout.results_file, results)
     from appliance.runs import plots as run_plots  # matplotlib loads only when a run has plots to draw
 
     plots = run_plots.write_plots(ctx.run_dir, results, ctx.profile.limits.memory)
-    atomic.write_json(ctx.run_dir / "run.json", _run_record(ctx, status, started, trials, extra))
+    atomic.write_json(layout.run_file, _run_record(ctx, status, started, trials, extra))
     if finalize is not None:
         finalize(ctx.run_dir)
     return RunOutcome(ctx.run_dir, status, ctx.trial_records, results, plots)
@@ -512,8 +536,7 @@ def _trial_line(record: dict[str, Any]) -> str:
         if isinstance(record.get("node"), dict)
         else ""
     )
-    name = f"{record.get('index', 0):03d}-{record.get('variant')}-r{record.get('repeat')}"
-    parts = [f"  trial {name}{where}: [{colour}]{status}[/{colour}] exit {record.get('exit_code')}"]
+    parts = [f"  trial {record['name']}{where}: [{colour}]{status}[/{colour}] exit {record.get('exit_code')}"]
     if wall is not None:
         parts.append(f"wall {wall:.3f} s")
     if peak is not None:

@@ -75,10 +75,19 @@ def parse_memory_list(text: str) -> tuple[MemoryPoint, ...]:
     return tuple(parse_memory_point(item) for item in items)
 
 
+@dataclass(frozen=True, order=True)
+class SweepLimit:
+    """One resolved limit of a sweep: its bytes and the point, as written, that asked for it.
+    Resolved once (`resolve_limits`); trials, the grid and run.json carry the pair."""
+
+    bytes: int
+    point: str
+
+
 def resolve_limits(
     points: tuple[MemoryPoint, ...], model_bytes: int, floor: int, profile_name: str
-) -> list[int]:
-    """Bytes per point, ascending; refuses a limit below floor and duplicates."""
+) -> list[SweepLimit]:
+    """The limit of each point, ascending; refuses a limit below floor and duplicates."""
     limits: dict[int, str] = {}
     for point in points:
         limit = point.resolve(model_bytes)
@@ -93,7 +102,7 @@ def resolve_limits(
                 f"({limit} bytes): list each limit once"
             )
         limits[limit] = point.text
-    return sorted(limits)
+    return sorted(SweepLimit(limit, text) for limit, text in limits.items())
 
 
 def limit_label(limit: int) -> str:

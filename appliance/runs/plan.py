@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from appliance.core.errors import ConfigError
+from appliance.core.limits import MAX_REPEATS
 from appliance.host.cgroups import BLKIO_UNLIMITED_BPS, BlockDevice
-from appliance.runs.memory_points import limit_label
+from appliance.runs.memory_points import SweepLimit, limit_label
 from appliance.runs.profile import Profile, Variant
+from appliance.runs.run_dir import OUTPUT_FILE, TIMING_FILE, TRACE_FILE
 
 MODELS_MOUNT = "/models"
 RESULTS_MOUNT = "/results"
@@ -27,8 +30,6 @@ WRAPPER = (
     f'echo "$rc $s $e" > {RESULTS_MOUNT}/{EXIT_FILE}.tmp && '
     f"mv {RESULTS_MOUNT}/{EXIT_FILE}.tmp {RESULTS_MOUNT}/{EXIT_FILE}; exec sleep 86400"
 )
-# Files the engine writes under RESULTS_MOUNT, kept in the trial directory under these names.
-ENGINE_OUTPUTS = ("timing.json", "output.txt", "trace.moetrace")
 
 
 class Engine(Protocol):
@@ -64,14 +65,14 @@ class LlamaMoeTraceEngine:
             str(s.n_predict),
             "--ignore-eos",
             "--timings",
-            f"{RESULTS_MOUNT}/timing.json",
+            f"{RESULTS_MOUNT}/{TIMING_FILE}",
             "--text",
-            f"{RESULTS_MOUNT}/output.txt",
+            f"{RESULTS_MOUNT}/{OUTPUT_FILE}",
         ]
         if profile.model.sha256:
             argv += ["--model-sha256", profile.model.sha256]
         if profile.trace:
-            argv += ["-o", f"{RESULTS_MOUNT}/trace.moetrace"]
+            argv += ["-o", f"{RESULTS_MOUNT}/{TRACE_FILE}"]
         else:
             argv += ["--no-trace"]
         return argv + list(profile.engine_args) + list(variant.args)
@@ -120,7 +121,7 @@ class DiskProbeEngine:
             "--probe-reads",
             str(self.reads),
             "--timings",
-            f"{RESULTS_MOUNT}/timing.json",
+            f"{RESULTS_MOUNT}/{TIMING_FILE}",
         ]
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
@@ -141,6 +142,7 @@ class Trial:
     variant: Variant
     repeat: int  # 1-based
     memory: int | None = None  # a sweep's limit for this trial; None: the profile's
+    point: str | None = None  # the sweep point, as written, that asked for `memory`
 
     @property
     def name(self) -> str:
@@ -151,10 +153,23 @@ class Trial:
     def memory_limit(self, profile: Profile) -> int:
         return profile.limits.memory if self.memory is None else self.memory
 
+    def memswap_limit(self, profile: Profile) -> int:
+        """Docker's memswap_limit for this trial: its memory limit plus the profile's swap."""
+        return self.memory_limit(profile) + profile.limits.swap
+
+
+def repeat_count(profile: Profile, repeats: int | None) -> int:
+    """--repeats, checked (the one place), or the schedule's."""
+    if repeats is None:
+        return profile.schedule.repeats
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise ConfigError(f"--repeats must be from 1 to {MAX_REPEATS}")
+    return repeats
+
 
 def trial_plan(profile: Profile, repeats: int | None = None) -> list[Trial]:
     """Variants x repeats; interleaved runs every variant once per round (A B A B ...)."""
-    count = repeats if repeats is not None else profile.schedule.repeats
+    count = repeat_count(profile, repeats)
     if profile.schedule.order == "interleaved":
         pairs = [(r, v) for r in range(1, count + 1) for v in profile.variants]
     else:
@@ -162,12 +177,12 @@ def trial_plan(profile: Profile, repeats: int | None = None) -> list[Trial]:
     return [Trial(i, v, r) for i, (r, v) in enumerate(pairs, start=1)]
 
 
-def sweep_plan(profile: Profile, limits: list[int], repeats: int | None = None) -> list[Trial]:
+def sweep_plan(profile: Profile, limits: list[SweepLimit], repeats: int | None = None) -> list[Trial]:
     """Every variant at every limit within each repeat. Interleaved: within a repeat the limits
     go round in turn, every variant at each (L1 A B, L2 A B, ...), and each later repeat starts
     one limit further on, so no limit always runs first after the probe. Blocked: all repeats of
     one (limit, variant) pair together."""
-    count = repeats if repeats is not None else profile.schedule.repeats
+    count = repeat_count(profile, repeats)
     if profile.schedule.order == "interleaved":
         triples = [
             (r, limits[(i + r - 1) % len(limits)], v)
@@ -177,7 +192,7 @@ def sweep_plan(profile: Profile, limits: list[int], repeats: int | None = None) 
         ]
     else:
         triples = [(r, m, v) for m in limits for v in profile.variants for r in range(1, count + 1)]
-    return [Trial(i, v, r, m) for i, (r, m, v) in enumerate(triples, start=1)]
+    return [Trial(i, v, r, m.bytes, m.point) for i, (r, m, v) in enumerate(triples, start=1)]
 
 
 @dataclass(frozen=True)
@@ -201,8 +216,6 @@ def container_spec(
     labels: dict[str, str],
 ) -> dict[str, Any]:
     """Keyword arguments for docker-py's `containers.run` for one trial (detached)."""
-    limits = profile.limits
-    memory = trial.memory_limit(profile)
     spec: dict[str, Any] = {
         "image": engine.image,
         "command": ["/bin/sh", "-c", WRAPPER, "engine", *engine.argv(profile, trial.variant)],
@@ -211,8 +224,8 @@ def container_spec(
         "labels": labels,
         "detach": True,
         "user": settings.user,
-        "mem_limit": memory,
-        "memswap_limit": memory + limits.swap,
+        "mem_limit": trial.memory_limit(profile),
+        "memswap_limit": trial.memswap_limit(profile),
         "network_mode": "none",
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],

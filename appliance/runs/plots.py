@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
 from appliance.core import atomic  # noqa: E402
-from appliance.runs.stats import load_trials  # noqa: E402
+from appliance.runs.run_dir import RunDir  # noqa: E402
 from appliance.runs.status import TrialStatus  # noqa: E402
 
 MIB = 1 << 20
@@ -47,9 +47,16 @@ def decode_plot(results: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def trial_limits(trials: list[dict[str, Any]], memory_limit: int) -> list[int]:
+    """The memory limit each trial ran under (trial.json `memory_limit`), in run order;
+    memory_limit (the profile's) for a record that has none."""
+    return [int(t.get("memory_limit") or memory_limit) for t in trials]
+
+
 def trial_resources_plot(run_dir: Path, path: Path, memory_limit: int) -> bool:
-    """Per trial in run order: cgroup peak memory against the limit, and bytes read."""
-    trials = load_trials(run_dir)
+    """Per trial in run order: cgroup peak memory against the limit that trial ran under (its
+    trial.json `memory_limit`; memory_limit for records without one), and bytes read."""
+    trials = RunDir(run_dir).load_trials()
     if not trials:
         return False
     labels = [t["dir"] for t in trials]
@@ -58,7 +65,14 @@ def trial_resources_plot(run_dir: Path, path: Path, memory_limit: int) -> bool:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, len(trials) * 0.8), 6), sharex=True)
     colours = ["#c44e52" if t.get("status") != TrialStatus.OK else "#4c72b0" for t in trials]
     top.bar(range(len(trials)), peaks, color=colours)
-    top.axhline(memory_limit / MIB, color="black", linestyle="--", label="memory limit")
+    top.hlines(
+        [limit / MIB for limit in trial_limits(trials, memory_limit)],
+        [x - 0.45 for x in range(len(trials))],
+        [x + 0.45 for x in range(len(trials))],
+        color="black",
+        linestyle="--",
+        label="memory limit (each trial's)",
+    )
     top.set_ylabel("peak memory (MiB)")
     top.legend(loc="lower right")
     bottom.bar(range(len(trials)), reads, color=colours)
@@ -72,7 +86,7 @@ def trial_resources_plot(run_dir: Path, path: Path, memory_limit: int) -> bool:
 
 def write_plots(run_dir: Path, results: dict[str, Any], memory_limit: int) -> list[Path]:
     """Writes RUN/plots/*.png; returns the files written (none when there is nothing to plot)."""
-    plots = run_dir / "plots"
+    plots = RunDir(run_dir).plots
     written = []
     if decode_plot(results, plots / "decode_tps.png"):
         written.append(plots / "decode_tps.png")

@@ -13,16 +13,16 @@ import docker
 import docker.errors
 
 from appliance.core.errors import ApplianceError, ConfigError
-from appliance.core.limits import MAX_REPEATS
 from appliance.core.progress import ProgressFn
 from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.host.cgroups import block_device_for, cgroup_version
 from appliance.host.gpu import Gpu, target_for_capability, visible_gpus
-from appliance.images.labels import IMAGE_REPOSITORY, candidate_tags
+from appliance.images.labels import IMAGE_REPOSITORY, candidate_images, stand_in_of_labels
 from appliance.runs.model_files import CheckedModel, check_model, locate_model
-from appliance.runs.plan import ContainerSettings, Trial, trial_plan
+from appliance.runs.plan import ContainerSettings, Trial
 from appliance.runs.profile import Profile
+from appliance.runs.run_dir import RUN_FILE, RunDir
 
 
 @dataclass(frozen=True)
@@ -64,22 +64,20 @@ def choose_target(
     return TargetChoice(target, (str(gpu.index),), None)
 
 
-def image_candidates(target: str, lock: Lock) -> list[str]:
-    """Engine image tags for a target: canonical source first, then each stand-in."""
-    return candidate_tags(lock, target)
-
-
-def find_image(client: docker.DockerClient, candidates: list[str]) -> str:
-    for tag in candidates:
+def find_image(
+    client: docker.DockerClient, candidates: list[tuple[str, str | None]]
+) -> tuple[str, str | None]:
+    """The first (tag, stand-in) whose image exists here."""
+    for tag, stand_in in candidates:
         try:
             client.images.get(tag)
         except docker.errors.ImageNotFound:
             continue
-        return tag
-    target = candidates[0].split(":", 1)[1].split("-", 1)[0]
+        return tag, stand_in
+    target = candidates[0][0].split(":", 1)[1].split("-", 1)[0]
     raise ApplianceError(
         f"no engine image for target {target} (looked for "
-        f"{', '.join(candidates)}): build it with `make image-{target}`"
+        f"{', '.join(tag for tag, _ in candidates)}): build it with `make image-{target}`"
     )
 
 
@@ -90,14 +88,21 @@ def host_memory_bytes() -> int:
     raise ApplianceError("cannot read MemTotal from /proc/meminfo")
 
 
-def check_limit_fits_host(profile: Profile) -> None:
+def check_limit_fits_host(profile: Profile, trials: list[Trial]) -> None:
+    """The largest limit a trial runs under must be below this host's RAM, or it cannot bind."""
     total = host_memory_bytes()
-    if profile.limits.memory > total:
-        raise ConfigError(
-            f"profile {profile.name}: limits.memory "
-            f"{format_size(profile.limits.memory, trim=True)} exceeds this host's "
-            f"{format_size(total, trim=True)} of RAM, so the limit would not bind"
-        )
+    largest = max(trials, key=lambda t: t.memory_limit(profile), default=None)
+    if largest is None or largest.memory_limit(profile) <= total:
+        return
+    what = (
+        f"limits.memory {format_size(profile.limits.memory, trim=True)}"
+        if largest.memory is None
+        else f"the sweep limit {largest.point} ({format_size(largest.memory, trim=True)})"
+    )
+    raise ConfigError(
+        f"profile {profile.name}: {what} exceeds this host's "
+        f"{format_size(total, trim=True)} of RAM, so the limit would not bind"
+    )
 
 
 def default_run_dir(profile: Profile) -> Path:
@@ -115,6 +120,7 @@ class PreparedRun:
     settings: ContainerSettings
     trials: list[Trial]
     run_dir: Path
+    stand_in: str | None = None  # the stand-in source the image was built from; None: canonical
 
 
 def prepare_run(
@@ -122,7 +128,7 @@ def prepare_run(
     models_dir: Path,
     lock: Lock,
     *,
-    repeats: int | None,
+    trials: list[Trial],
     out: Path | None,
     dry_run: bool,
     skip_digest: bool,
@@ -132,16 +138,15 @@ def prepare_run(
     progress: ProgressFn | None = None,
     resume: bool = False,
 ) -> tuple[PreparedRun, Any]:
-    """All checks, cheapest first. Returns the prepared run and a Docker client (None in a
-    dry run); `client_factory()` connects (or raises the "Docker down" error). With resume,
-    `out` must be an existing run directory (its trials so far are kept)."""
-    if repeats is not None and not 1 <= repeats <= MAX_REPEATS:
-        raise ConfigError(f"--repeats must be from 1 to {MAX_REPEATS}")
+    """All checks, cheapest first, for the trials given (`trial_plan` or `sweep_plan`).
+    Returns the prepared run and a Docker client (None in a dry run); `client_factory()`
+    connects (or raises the "Docker down" error). With resume, `out` must be an existing run
+    directory (its trials so far are kept)."""
     run_dir = out if out is not None else default_run_dir(profile)
     if resume:
-        if out is None or not (run_dir / "run.json").is_file():
+        if out is None or not RunDir(run_dir).run_file.is_file():
             raise ApplianceError(
-                "--resume needs --out naming the run directory to resume (one with a run.json)"
+                f"--resume needs --out naming the run directory to resume (one with a {RUN_FILE})"
             )
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise ApplianceError(
@@ -155,15 +160,17 @@ def prepare_run(
     choice = choose_target(profile, visible_gpus(), lock, dry_run, gpu_index)
     client = None
     if not dry_run:
-        check_limit_fits_host(profile)
+        check_limit_fits_host(profile, trials)
         client = client_factory()
+    stand_in = None
     if image is None and choice.target is not None:
-        candidates = image_candidates(choice.target, lock)
-        image = candidates[0] if dry_run else find_image(client, candidates)
+        candidates = candidate_images(lock, choice.target)
+        image, stand_in = candidates[0] if dry_run else find_image(client, candidates)
     elif image is None:
         image = f"{IMAGE_REPOSITORY}:<sm89|sm120>-{lock.digest[:12]}"
     elif client is not None:
-        find_image(client, [image])
+        find_image(client, [(image, None)])
+        stand_in = stand_in_of_labels(client.images.get(image).labels or {})
     model = check_model(profile.model, models_dir, skip_digest=skip_digest, progress=progress)
     settings = ContainerSettings(
         models_dir=models_dir,
@@ -172,12 +179,6 @@ def prepare_run(
         gpu_device_ids=choice.gpu_ids,
     )
     prepared = PreparedRun(
-        profile, model, choice, image, not dry_run, settings, trial_plan(profile, repeats), run_dir
+        profile, model, choice, image, not dry_run, settings, list(trials), run_dir, stand_in
     )
     return prepared, client
-
-
-def stand_in_of(image: str, lock: Lock) -> str | None:
-    """The stand-in an image tag names (its last dash-separated part), if any."""
-    suffix = image.rsplit("-", 1)[-1]
-    return suffix if suffix in lock.stand_ins else None

@@ -11,7 +11,7 @@ from appliance.engine.lock import Lock
 from appliance.images import labels as L
 from appliance.runs.model_files import SKIPPED, UNPINNED
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
-from appliance.runs.prepare import PreparedRun, stand_in_of
+from appliance.runs.prepare import PreparedRun
 from appliance.runs.status import TrialStatus
 
 MIB = 1 << 20
@@ -48,7 +48,7 @@ def digest_line(prepared: PreparedRun) -> str:
 
 def print_stand_in(console: Console, prepared: PreparedRun, lock: Lock) -> str | None:
     """Say loudly when the run's image is built from a stand-in; returns its name, or None."""
-    stand_in = stand_in_of(prepared.image, lock)
+    stand_in = prepared.stand_in
     if stand_in is not None:
         console.print(
             f"[bold yellow]engine built from the {stand_in} STAND-IN source, not the "
@@ -59,7 +59,11 @@ def print_stand_in(console: Console, prepared: PreparedRun, lock: Lock) -> str |
 
 def print_header(console: Console, prepared: PreparedRun) -> None:
     p, limits = prepared.profile, prepared.profile.limits
-    console.print(f"[bold]profile[/bold] {p.name}: {p.description}")
+    swept = sorted({t.memory for t in prepared.trials if t.memory is not None})
+    if swept:  # the profile's description names its own limit, which a sweep replaces
+        console.print(f"[bold]profile[/bold] {p.name}, swept over {len(swept)} memory limits")
+    else:
+        console.print(f"[bold]profile[/bold] {p.name}: {p.description}")
     console.print(f"model       {prepared.model.path} ({prepared.model.bytes:,} bytes)")
     style = "bold red" if prepared.model.digest_status != "verified" else "green"
     console.print(f"            [{style}]{digest_line(prepared)}[/{style}]", highlight=False)
@@ -69,10 +73,14 @@ def print_header(console: Console, prepared: PreparedRun) -> None:
         f"{'' if prepared.image_checked else ' (not checked in a dry run)'}"
     )
     swap = "no swap" if limits.swap == 0 else f"swap {format_size(limits.swap, trim=True)}"
-    console.print(
-        f"memory      limit {format_size(limits.memory, trim=True)} ({limits.memory} bytes), "
-        f"memory+swap {format_size(limits.memswap, trim=True)} ({swap})"
-    )
+    if swept:
+        sizes = ", ".join(format_size(m, trim=True) for m in swept)
+        console.print(f"memory      limits {sizes}, one per trial ({swap})")
+    else:
+        console.print(
+            f"memory      limit {format_size(limits.memory, trim=True)} ({limits.memory} bytes), "
+            f"memory+swap {format_size(limits.memswap, trim=True)} ({swap})"
+        )
     console.print(f"model mount {prepared.settings.models_dir} -> /models (read-only)")
     gpu = prepared.settings.gpu_device_ids
     console.print(

@@ -8,11 +8,11 @@ the denominator of its comparisons) are taken pair by pair within each round of 
 interleaved order, then summarized. Generated texts are compared byte for byte at matched length.
 """
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from appliance.runs.run_dir import RunDir
 from appliance.runs.status import TrialStatus
 
 SCHEMA_VERSION = 1
@@ -69,22 +69,6 @@ def _timing_value(timing: dict[str, Any], metric: str) -> float | None:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
     return None
-
-
-def load_trials(run_dir: Path) -> list[dict[str, Any]]:
-    """Each trial.json with its timing.json and output.txt (bytes) attached, in run order."""
-    trials = []
-    for trial_json in sorted((run_dir / "trials").glob("*/trial.json")):
-        record = json.loads(trial_json.read_text())
-        record["dir"] = trial_json.parent.name
-        timing_path = trial_json.parent / "timing.json"
-        record["timing"] = json.loads(timing_path.read_text()) if timing_path.is_file() else {}
-        text_path = trial_json.parent / "output.txt"
-        record["text"] = text_path.read_bytes() if text_path.is_file() else None
-        cgroup_path = trial_json.parent / "cgroup.json"
-        record["cgroup"] = json.loads(cgroup_path.read_text()) if cgroup_path.is_file() else {}
-        trials.append(record)
-    return trials
 
 
 def trial_metrics(trial: dict[str, Any], n_predict: int) -> dict[str, float | None]:
@@ -189,7 +173,7 @@ def per_variant_stats(
 def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, Any]:
     """results.json: per-variant statistics, pairwise ratios and the byte-identity check; for
     a run over several memory limits also the per-variant statistics of each limit."""
-    trials = load_trials(run_dir)
+    trials = RunDir(run_dir).load_trials()
     by_round: dict[int, dict[str, dict[str, float | None]]] = {}
     limits = sorted({t["memory_limit"] for t in trials if t.get("memory_limit") is not None})
     if len(limits) > 1:

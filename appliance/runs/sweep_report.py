@@ -8,6 +8,7 @@ from rich.table import Table
 
 from appliance.runs.memory_points import limit_label
 from appliance.runs.report import print_outcome
+from appliance.runs.run_dir import RunDir
 
 MIB = 1 << 20
 
@@ -76,5 +77,5 @@ def print_sweep_outcome(
 ) -> None:
     """Byte identity, trials that did not finish, where the run and its pictures are."""
     print_outcome(console, results, run_dir, status, comparisons_scope=", all limits")
-    for plot in sorted({*plots, *(run_dir / "plots").glob("sweep_*.png")}):
+    for plot in sorted({*plots, *RunDir(run_dir).plots.glob("sweep_*.png")}):
         console.print(f"plot: {plot}")

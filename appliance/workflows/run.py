@@ -32,11 +32,12 @@ from appliance.models.shapes import ModelSynthSpec
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunContext, RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
-from appliance.runs.plan import LlamaMoeTraceEngine
+from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import Profile
 from appliance.runs.report import print_header, print_stand_in, print_summary
-from appliance.runs.stats import load_trials, trial_metrics
+from appliance.runs.run_dir import RunDir
+from appliance.runs.stats import trial_metrics
 
 FALLBACK_STAND_IN = "b10229"
 
@@ -87,7 +88,7 @@ def execute_profile(
         profile,
         models_dir,
         lock,
-        repeats=repeats,
+        trials=trial_plan(profile, repeats),
         out=out,
         dry_run=False,
         skip_digest=skip_digest,
@@ -197,8 +198,9 @@ def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: i
     from appliance.runs.paging import predicted_cold_read  # numba loads only for this analysis
 
     rows = []
-    for trial in load_trials(run_dir):
-        trace = run_dir / "trials" / trial["dir"] / "trace.moetrace"
+    layout = RunDir(run_dir)
+    for trial in layout.load_trials():
+        trace = layout.trial(trial["dir"]).trace
         measured = trial_metrics(trial, n_predict)["block_read_bytes"]
         if not trace.exists() or not measured:
             continue

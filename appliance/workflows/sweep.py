@@ -3,12 +3,11 @@
 The plan is the run's plan with one limit per trial (`sweep_plan`); trials run through the
 same `run_trial` as `appliance run`, preceded by one disk probe in the same image under the
 largest limit. Before sealing, every trial's own route trace is replayed at the capacity its
-limit leaves (`appliance.runs.sweep_analysis`) and the result lands in results.json.
+limit leaves (`appliance.runs.sweep_analysis`) and the result lands in the run's results.
 """
 
 import dataclasses
 import functools
-import json
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,19 +19,24 @@ from rich.table import Table
 from appliance.attest.bundle import finalize_bundle
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError
-from appliance.core.limits import MAX_REPEATS
 from appliance.core.progress import ProgressFn
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
 from appliance.runs.execute import RunContext, RunOutcome, TrialInterrupted, execute_run, run_trial
 from appliance.runs.executor import ExecutorFactory
-from appliance.runs.memory_points import MemoryPoint, limit_label, parse_memory_list, resolve_limits
+from appliance.runs.memory_points import (
+    MemoryPoint,
+    SweepLimit,
+    limit_label,
+    parse_memory_list,
+    resolve_limits,
+)
 from appliance.runs.model_files import locate_model
 from appliance.runs.plan import DiskProbeEngine, LlamaMoeTraceEngine, Trial, sweep_plan
-from appliance.runs.prepare import PreparedRun, check_limit_fits_host, prepare_run
+from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
 from appliance.runs.report import print_header, print_stand_in
-from appliance.runs.stats import load_trials
+from appliance.runs.run_dir import PROBE_DIR, RunDir
 from appliance.runs.sweep_report import print_sweep, print_sweep_outcome
 from appliance.trace.expert_bytes import gguf_expert_layout
 
@@ -42,7 +46,6 @@ DEFAULT_MAX_HOURS = 6.0
 ASSUMED_READ_BPS = 200 * (1 << 20)
 TRIAL_OVERHEAD_S = 10.0
 PROBE_READS = 64
-PROBE_DIR = "probe"
 PROBE_VARIANT = Variant(name="disk-probe", env={}, args=())
 
 
@@ -50,13 +53,14 @@ PROBE_VARIANT = Variant(name="disk-probe", env={}, args=())
 class SweepPlan:
     profile: Profile  # the sweep's n_predict applied
     prepared: PreparedRun  # its trials are the sweep's
-    points: tuple[MemoryPoint, ...]
-    limits: list[int]
+    points: tuple[MemoryPoint, ...]  # as requested, in the order written
+    limits: list[SweepLimit]  # resolved once, ascending; every trial carries its own
     expert_bytes: int
     estimate_s: float
 
     def probe_trial(self) -> Trial:
-        return Trial(0, PROBE_VARIANT, 1, max(self.limits))
+        largest = max(self.limits)
+        return Trial(0, PROBE_VARIANT, 1, largest.bytes, largest.point)
 
 
 def sweep_profile(profile: Profile) -> Profile:
@@ -103,8 +107,6 @@ def plan_sweep(
     """Every check before anything starts, cheapest first: limits, length, then the run's."""
     profile = sweep_profile(profile)
     points = memory_points(profile, memory)
-    if repeats is not None and not 1 <= repeats <= MAX_REPEATS:
-        raise ConfigError("--repeats must be at least 1")
     if max_hours <= 0:
         raise ConfigError("--max-hours must be above zero")
     path, model_bytes = locate_model(profile.model, models_dir)
@@ -119,14 +121,11 @@ def plan_sweep(
             f"{estimate / 3600:.1f} h, more than --max-hours {max_hours:g}: "
             "sweep fewer limits or repeats, or raise --max-hours"
         )
-    if not dry_run:
-        largest = dataclasses.replace(profile.limits, memory=max(limits))
-        check_limit_fits_host(dataclasses.replace(profile, limits=largest))
     prepared, client = prepare_run(
         profile,
         models_dir,
         lock,
-        repeats=repeats,
+        trials=trials,
         out=out,
         dry_run=dry_run,
         skip_digest=skip_digest,
@@ -136,7 +135,6 @@ def plan_sweep(
         progress=progress,
         resume=resume,
     )
-    prepared = dataclasses.replace(prepared, trials=trials)
     return SweepPlan(profile, prepared, points, limits, max(per_layer.values()), estimate), client
 
 
@@ -153,27 +151,21 @@ def print_grid(console: Console, plan: SweepPlan) -> None:
     for trial in plan.prepared.trials:
         assert trial.memory is not None
         by_limit.setdefault(trial.memory, {}).setdefault(trial.variant.name, []).append(str(trial.index))
-    for limit, point in zip(plan.limits, _points_by_limit(plan), strict=True):
+    for limit in plan.limits:
         table.add_row(
-            f"{format_size(limit)} ({limit} B)",
-            point,
-            *[", ".join(by_limit[limit].get(v.name, [])) for v in plan.profile.variants],
+            f"{format_size(limit.bytes)} ({limit.bytes} B)",
+            limit.point,
+            *[", ".join(by_limit[limit.bytes].get(v.name, [])) for v in plan.profile.variants],
         )
     console.print(table)
     console.print(
         f"disk probe: {plan.expert_bytes}-byte reads (one expert) and 4096-byte reads, "
-        f"queue depth 1 and 8, under {format_size(max(plan.limits))}"
+        f"queue depth 1 and 8, under {format_size(max(plan.limits).bytes)}"
     )
     console.print(
         f"predicted time: about {plan.estimate_s / 60:.0f} min (at most; assumes "
         f"{ASSUMED_READ_BPS >> 20} MiB/s and no expert reuse)"
     )
-
-
-def _points_by_limit(plan: SweepPlan) -> list[str]:
-    model_bytes = plan.prepared.model.bytes
-    text = {point.resolve(model_bytes): point.text for point in plan.points}
-    return [text[limit] for limit in plan.limits]
 
 
 def run_disk_probe(ctx: RunContext, plan: SweepPlan) -> None:
@@ -192,33 +184,21 @@ def run_disk_probe(ctx: RunContext, plan: SweepPlan) -> None:
     ctx.console.print(f"  probe {record['status']}")
 
 
-def read_probe(run_dir: Path) -> dict[str, Any] | None:
-    for timing in sorted((run_dir / PROBE_DIR).glob("*/timing.json")):
-        return dict(json.loads(timing.read_text()))
-    return None
-
-
 def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:
     """results.json gains `sweep`; plots/ gains the sweep's three pictures."""
     from appliance.runs.sweep_analysis import analyze_sweep  # numba loads only for analysis
     from appliance.runs.sweep_plots import write_sweep_plots  # and matplotlib
 
-    trials = load_trials(run_dir)
-    traces = {
-        t["dir"]: run_dir / "trials" / t["dir"] / "trace.moetrace"
-        for t in trials
-        if (run_dir / "trials" / t["dir"] / "trace.moetrace").is_file()
-    }
+    layout = RunDir(run_dir)
     try:
-        sweep = analyze_sweep(trials, traces, model_path, read_probe(run_dir))
+        sweep = analyze_sweep(layout.load_trials(), layout.traces(), model_path, layout.read_probe())
     except ApplianceError as exc:  # an analysis that cannot run must not block the seal
         sweep = {"error": str(exc)}
-    results_path = run_dir / "results.json"
-    results = json.loads(results_path.read_text())
+    results = layout.read_results()
     results["sweep"] = sweep
-    atomic.write_json(results_path, results)
+    atomic.write_json(layout.results_file, results)
     if "error" not in sweep:
-        write_sweep_plots(sweep, run_dir / "plots")
+        write_sweep_plots(sweep, layout.plots)
     return sweep
 
 
@@ -264,13 +244,13 @@ def execute_sweep(
         "image_id": client.images.get(prepared.image).id,
         "sweep": {
             "memory": [p.text for p in plan.points],
-            "limits": plan.limits,
-            "labels": [limit_label(m) for m in plan.limits],
+            "limits": [limit.bytes for limit in plan.limits],
+            "labels": [limit_label(limit.bytes) for limit in plan.limits],
             "n_predict": plan.profile.schedule.n_predict,
             "probe_block_bytes": plan.expert_bytes,
         },
     }
-    probed = resume and read_probe(prepared.run_dir) is not None
+    probed = resume and RunDir(prepared.run_dir).read_probe() is not None
     outcome = execute_run(
         ctx,
         prepared.trials,
@@ -281,7 +261,7 @@ def execute_sweep(
         executor=trial_executor,
         resume=resume,
     )
-    sweep = json.loads((outcome.run_dir / "results.json").read_text()).get("sweep", {})
+    sweep = RunDir(outcome.run_dir).read_results().get("sweep", {})
     print_sweep(console, sweep)
     print_sweep_outcome(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     return outcome, sweep

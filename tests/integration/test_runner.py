@@ -22,7 +22,7 @@ import yaml
 from appliance.engine.lock import load_lock
 from appliance.images.labels import RUN as LABEL
 from appliance.runs.execute import RunContext, RunOutcome, execute_run
-from appliance.runs.plan import CommandEngine
+from appliance.runs.plan import CommandEngine, trial_plan
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import load_profile
 from tests.conftest import REPO
@@ -120,7 +120,7 @@ def _run(
         profile,
         models,
         lock,
-        repeats=None,
+        trials=trial_plan(profile),
         out=out,
         dry_run=False,
         skip_digest=False,
@@ -252,9 +252,10 @@ DRIVER = textwrap.dedent("""
     from appliance.runs.execute import RunContext, execute_run
     from appliance.runs.plan import CommandEngine
     from appliance.runs.prepare import prepare_run
+    from appliance.runs.plan import trial_plan
     profile_path, models, out, run_id, image = sys.argv[1:]
     profile, lock = load_profile(profile_path), load_lock()
-    prepared, client = prepare_run(profile, Path(models), lock, repeats=None, out=Path(out),
+    prepared, client = prepare_run(profile, Path(models), lock, trials=trial_plan(profile), out=Path(out),
         dry_run=False, skip_digest=False, image=image, gpu_index=None,
         client_factory=docker_client)
     engine = CommandEngine(image, {"baseline": ["sh", "-c", "echo waiting; sleep 300"],

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE, finalize_bundle
+from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import load_public_key
 from appliance.core.errors import ConfigError, IntegrityError
+from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
 from tests.conftest import run_cli
 from tests.fake_run import make_run
 from tests.tamper import Keys

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE, finalize_bundle
+from appliance.attest.bundle import finalize_bundle
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Status
 from appliance.core.errors import ConfigError
+from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
 from tests.conftest import run_cli
 from tests.fake_run import make_run
 from tests.tamper import Keys, another_genuine_bundle, cases, sign_statement, snapshot

@@ -41,6 +41,23 @@ HOMES = {
     "Limits": None,
     "PlanLimits": "appliance/planner/plan.py",
     "MemoryLimits": "appliance/runs/profile.py",
+    # the run directory's layout and what seals it
+    "SEALING_FILES": "appliance/runs/run_dir.py",
+    "WRITTEN_AT_SEALING": "appliance/runs/run_dir.py",
+    "ENGINE_OUTPUTS": "appliance/runs/run_dir.py",
+    "RUN_FILE": "appliance/runs/run_dir.py",
+    "RESULTS_FILE": "appliance/runs/run_dir.py",
+    "PROVENANCE_FILE": "appliance/runs/run_dir.py",
+    "MANIFEST_FILE": "appliance/runs/run_dir.py",
+    "ATTESTATION_FILE": "appliance/runs/run_dir.py",
+    "PROBE_DIR": "appliance/runs/run_dir.py",
+    "load_trials": "appliance/runs/run_dir.py",
+    "read_probe": "appliance/runs/run_dir.py",
+    # trial and run statuses: the enums, never a tuple of their values beside them
+    "TrialStatus": "appliance/runs/status.py",
+    "RunStatus": "appliance/runs/status.py",
+    "RUN_STATUSES": None,
+    "TRIAL_STATUSES": None,
 }
 
 
@@ -106,3 +123,57 @@ def test_one_engine_tool_list_for_dockerfile_image_build_provenance_and_local_bu
     assert LOCAL_TOOLS[: len(IMAGE_TOOLS)] == IMAGE_TOOLS and "llama-simple" in LOCAL_TOOLS
     default_binaries = inspect.signature(collect_run_provenance).parameters["binaries"].default
     assert default_binaries == IMAGE_TOOL_PATHS
+
+
+# The run directory's file names: spelled only in appliance/runs/run_dir.py (docstrings may
+# describe the layout; code names the files through RunDir, TrialDir and its constants).
+RUN_DIR_MODULE = "appliance/runs/run_dir.py"
+RUN_DIR_NAMES = (
+    "trace.moetrace",
+    "trial.json",
+    "timing.json",
+    "results.json",
+    "run.json",
+    "provenance.json",
+    "attestation.dsse.json",
+    "cgroup.json",
+)
+
+
+def spelled_names(path: Path, names: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, name) of every string in the module's code, docstrings excepted, holding a name."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        for name in names
+        if name in node.value
+    ]
+
+
+def test_the_run_directory_layout_is_spelled_only_in_its_module() -> None:
+    problems = [
+        f"{path.relative_to(REPO).as_posix()}:{line} spells {name} (name it through {RUN_DIR_MODULE})"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(REPO).as_posix() != RUN_DIR_MODULE
+        for line, name in spelled_names(path, RUN_DIR_NAMES)
+    ]
+    assert problems == []
+
+
+def test_the_spelling_walker_sees_code_and_fstrings_but_not_docstrings(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text(
+        '"""Writes trial.json."""\nX = "trial.json"\ndef f(d):\n    """reads timing.json"""\n'
+        '    return f"{d}/trace.moetrace"\n'
+    )
+    assert spelled_names(sample, RUN_DIR_NAMES) == [(2, "trial.json"), (5, "trace.moetrace")]

@@ -54,6 +54,10 @@ def test_dry_run_prints_the_grid_and_the_predicted_time(
     assert plan["trials"][0].startswith("001-") and "-baseline-r1" in plan["trials"][0]
     assert plan["predicted_seconds"] > 0
     assert "predicted time: about" in result.stderr and "disk probe:" in result.stderr
+    # the header names the sweep's limits, not the profile's 200 MiB (nor its description's)
+    assert "profile tiny-sweep, swept over 3 memory limits" in result.stderr
+    assert "under a 200 MiB limit" not in result.stderr and "limit 200 MiB" not in result.stderr
+    assert "memory      limits " in result.stderr and "24 MiB" in result.stderr
     assert not out.exists()
 
 

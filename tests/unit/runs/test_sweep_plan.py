@@ -8,6 +8,7 @@ import yaml
 from appliance.core.errors import ConfigError
 from appliance.host.cgroups import BlockDevice
 from appliance.runs.memory_points import (
+    SweepLimit,
     limit_label,
     parse_memory_list,
     parse_memory_point,
@@ -21,15 +22,22 @@ MODEL = 417_356_704
 
 def test_fractions_become_whole_pages_of_the_model_file() -> None:
     points = parse_memory_list("0.25, 0.5,1.2")
-    limits = resolve_limits(points, MODEL, 64 << 20, "tiny")
+    resolved = resolve_limits(points, MODEL, 64 << 20, "tiny")
+    assert [limit.point for limit in resolved] == ["0.25", "0.5", "1.2"]
+    limits = [limit.bytes for limit in resolved]
     assert limits == [104_337_408, 208_674_816, 500_826_112]
     assert all(limit % 4096 == 0 for limit in limits)
     assert limits[0] <= 0.25 * MODEL < limits[0] + 4096
 
 
 def test_sizes_keep_their_bytes_and_come_back_ascending() -> None:
-    limits = resolve_limits(parse_memory_list("600MiB,150MiB,0.5"), MODEL, 64 << 20, "tiny")
-    assert limits == [150 << 20, 208_674_816, 600 << 20]
+    resolved = resolve_limits(parse_memory_list("600MiB,150MiB,0.5"), MODEL, 64 << 20, "tiny")
+    assert resolved == [
+        SweepLimit(150 << 20, "150MiB"),
+        SweepLimit(208_674_816, "0.5"),
+        SweepLimit(600 << 20, "600MiB"),
+    ]
+    limits = [limit.bytes for limit in resolved]
     assert [limit_label(m) for m in limits] == ["150MiB", "199MiB", "600MiB"]
     assert limit_label(6 << 30) == "6GiB"
 
@@ -107,7 +115,9 @@ def test_bad_sweep_keys_are_refused_naming_the_field(tmp_path: Path, sweep: obje
 
 def test_interleaved_sweep_visits_every_limit_and_variant_in_each_repeat() -> None:
     profile = load_profile("tiny-oversub")
-    trials = sweep_plan(profile, [100 << 20, 200 << 20], repeats=2)
+    trials = sweep_plan(
+        profile, [SweepLimit(100 << 20, "100MiB"), SweepLimit(200 << 20, "200MiB")], repeats=2
+    )
     assert [t.name for t in trials] == [
         "001-100MiB-baseline-r1",
         "002-100MiB-demand-mmap-r1",
@@ -130,6 +140,8 @@ def test_each_trial_container_gets_its_own_limit(tmp_path: Path) -> None:
         models_dir=tmp_path, block_device=BlockDevice(8, 0, "/dev/sda"), cgroup_version=1, gpu_device_ids=None
     )
     engine = LlamaMoeTraceEngine("img:tag")
-    for trial in sweep_plan(profile, [100 << 20, 300 << 20], repeats=1):
+    for trial in sweep_plan(
+        profile, [SweepLimit(100 << 20, "0.25"), SweepLimit(300 << 20, "300MiB")], repeats=1
+    ):
         spec = container_spec(profile, engine, trial, settings, tmp_path, "n", {})
         assert spec["mem_limit"] == spec["memswap_limit"] == trial.memory

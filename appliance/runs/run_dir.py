@@ -1,0 +1,197 @@
+"""The layout of a run directory, in one place: every file name a run writes, reads or seals.
+
+    RUN/run.json                      status complete|incomplete|failed, profile, times, version,
+                                      limits, executor (local, or the cluster and each trial's node)
+    RUN/inputs/{profile.yaml,lock.json,schedule.json,model.json}
+    RUN/trials/<trial name>/{trial.json,stdout.txt,stderr.txt,timing.json,
+                             output.txt,trace.moetrace,cgroup.json}
+    RUN/probe/<probe name>/...        a sweep's disk probe, laid out as a trial
+    RUN/results.json                  statistics over the trials (appliance.runs.stats)
+    RUN/plots/*.png
+    RUN/provenance.json               collected when the run is sealed (appliance.attest)
+    RUN/manifest.json, RUN/attestation.dsse.json   the seal; not part of the bundle's contents
+    RUN/.scratch/                     outputs in flight, empty once a run ends
+
+Readers and writers of run directories, in every package, name files through `RunDir` and
+`TrialDir` (or the constants below), never by spelling them.
+"""
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RUN_FILE = "run.json"
+RESULTS_FILE = "results.json"
+PROVENANCE_FILE = "provenance.json"
+MANIFEST_FILE = "manifest.json"
+ATTESTATION_FILE = "attestation.dsse.json"
+# Seal a bundle: written last, and not part of the contents they seal.
+SEALING_FILES = (MANIFEST_FILE, ATTESTATION_FILE)
+# Written when a run directory is sealed; a resumed run removes them and is sealed afresh.
+WRITTEN_AT_SEALING = (*SEALING_FILES, PROVENANCE_FILE)
+
+INPUTS_DIR = "inputs"
+PROFILE_INPUT = "profile.yaml"
+LOCK_INPUT = "lock.json"
+SCHEDULE_INPUT = "schedule.json"
+MODEL_INPUT = "model.json"
+TRIALS_DIR = "trials"
+PROBE_DIR = "probe"
+PLOTS_DIR = "plots"
+SCRATCH_DIR = ".scratch"
+
+TRIAL_FILE = "trial.json"
+TIMING_FILE = "timing.json"
+OUTPUT_FILE = "output.txt"
+TRACE_FILE = "trace.moetrace"
+CGROUP_FILE = "cgroup.json"
+STREAMS = ("stdout", "stderr")
+# Files the engine writes under its results mount, kept in the trial directory by these names.
+ENGINE_OUTPUTS = (TIMING_FILE, OUTPUT_FILE, TRACE_FILE)
+
+
+def _json_or(path: Path, default: Any) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return default
+
+
+@dataclass(frozen=True)
+class TrialDir:
+    """One trial's directory: RUN/trials/<name>/ (or RUN/probe/<name>/)."""
+
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def record_file(self) -> Path:
+        return self.path / TRIAL_FILE
+
+    @property
+    def timing(self) -> Path:
+        return self.path / TIMING_FILE
+
+    @property
+    def output(self) -> Path:
+        return self.path / OUTPUT_FILE
+
+    @property
+    def trace(self) -> Path:
+        return self.path / TRACE_FILE
+
+    @property
+    def cgroup(self) -> Path:
+        return self.path / CGROUP_FILE
+
+    def stream(self, stream: str) -> Path:
+        """stdout.txt or stderr.txt."""
+        return self.path / f"{stream}.txt"
+
+    def read_record(self) -> dict[str, Any] | None:
+        """trial.json, or None when it is missing or not JSON."""
+        record = _json_or(self.record_file, None)
+        return record if isinstance(record, dict) else None
+
+    def load(self) -> dict[str, Any]:
+        """trial.json with its directory name (`dir`), timing.json, output.txt (bytes) and
+        cgroup.json attached."""
+        record: dict[str, Any] = json.loads(self.record_file.read_text())
+        record["dir"] = self.name
+        record["timing"] = json.loads(self.timing.read_text()) if self.timing.is_file() else {}
+        record["text"] = self.output.read_bytes() if self.output.is_file() else None
+        record["cgroup"] = json.loads(self.cgroup.read_text()) if self.cgroup.is_file() else {}
+        return record
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory: where each of its files lives, and its trials loaded."""
+
+    path: Path
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def results_file(self) -> Path:
+        return self.path / RESULTS_FILE
+
+    @property
+    def provenance_file(self) -> Path:
+        return self.path / PROVENANCE_FILE
+
+    @property
+    def manifest_file(self) -> Path:
+        return self.path / MANIFEST_FILE
+
+    @property
+    def attestation_file(self) -> Path:
+        return self.path / ATTESTATION_FILE
+
+    @property
+    def inputs(self) -> Path:
+        return self.path / INPUTS_DIR
+
+    def input(self, name: str) -> Path:
+        """inputs/profile.yaml, lock.json, schedule.json or model.json."""
+        return self.inputs / name
+
+    @property
+    def plots(self) -> Path:
+        return self.path / PLOTS_DIR
+
+    @property
+    def scratch(self) -> Path:
+        return self.path / SCRATCH_DIR
+
+    def trial(self, name: str, subdir: str = TRIALS_DIR) -> TrialDir:
+        return TrialDir(self.path / subdir / name)
+
+    def scratch_for(self, name: str) -> Path:
+        """Where a trial's outputs land while its container runs."""
+        return self.scratch / name
+
+    def recorded(self, subdir: str = TRIALS_DIR) -> Iterator[TrialDir]:
+        """Trial directories holding a trial.json, in run order (their names sort so)."""
+        for record in sorted((self.path / subdir).glob(f"*/{TRIAL_FILE}")):
+            yield TrialDir(record.parent)
+
+    def load_trials(self) -> list[dict[str, Any]]:
+        """Each trial.json with its timing, output and cgroup attached, in run order."""
+        return [trial.load() for trial in self.recorded()]
+
+    def traces(self) -> dict[str, Path]:
+        """Trial directory name -> its route trace, for the trials that recorded one."""
+        return {t.name: t.trace for t in self.recorded() if t.trace.is_file()}
+
+    def read_probe(self) -> dict[str, Any] | None:
+        """The sweep's disk probe figures (its timing.json), or None when it has none."""
+        for timing in sorted((self.path / PROBE_DIR).glob(f"*/{TIMING_FILE}")):
+            return dict(json.loads(timing.read_text()))
+        return None
+
+    def read_run(self) -> dict[str, Any] | None:
+        """run.json, or None when it is missing or not a JSON object."""
+        run = _json_or(self.run_file, None)
+        return run if isinstance(run, dict) else None
+
+    def read_results(self) -> dict[str, Any]:
+        return dict(json.loads(self.results_file.read_text()))
+
+    def discard_trial(self, name: str) -> None:
+        """A trial's directory and its scratch outputs, before it runs again."""
+        shutil.rmtree(self.path / TRIALS_DIR / name, ignore_errors=True)
+        shutil.rmtree(self.scratch_for(name), ignore_errors=True)
+
+    def unseal(self) -> None:
+        """Remove what sealing wrote, so the run can be sealed afresh."""
+        for name in WRITTEN_AT_SEALING:
+            (self.path / name).unlink(missing_ok=True)

@@ -1,0 +1,70 @@
+"""What run.json, trial.json, the console and trial_resources.png record of a run's limits
+and trial names: a sweep's own limits, never the profile's."""
+
+from pathlib import Path
+
+from PIL import Image
+
+from appliance.core import atomic
+from appliance.runs.execute import _trial_line, base_record, limits_record
+from appliance.runs.memory_points import SweepLimit
+from appliance.runs.plan import sweep_plan, trial_plan
+from appliance.runs.plots import trial_limits, trial_resources_plot
+from appliance.runs.profile import load_profile
+from appliance.runs.run_dir import RunDir
+
+MIB = 1 << 20
+# the demo's limits: 0.25, 0.5 and 1.2 times the 400 MiB model file
+SWEEP = [SweepLimit(104_333_312, "0.25"), SweepLimit(208_670_720, "0.5"), SweepLimit(500_805_632, "1.2")]
+
+
+def test_a_sweeps_run_record_lists_every_limit_its_trials_ran_under() -> None:
+    profile = load_profile("tiny-oversub")
+    limits = limits_record(profile, sweep_plan(profile, SWEEP, repeats=2))
+    assert limits == {
+        "memory_bytes": None,
+        "memswap_bytes": None,
+        "trials": [
+            {"memory_bytes": limit.bytes, "memswap_bytes": limit.bytes, "point": limit.point}
+            for limit in SWEEP
+        ],
+    }
+    assert profile.limits.memory == 200 * MIB  # the profile's limit, which no sweep trial used
+
+
+def test_a_plain_runs_record_names_the_profiles_limit() -> None:
+    profile = load_profile("tiny-oversub")
+    assert limits_record(profile, trial_plan(profile, 1)) == {
+        "memory_bytes": 200 * MIB,
+        "memswap_bytes": 200 * MIB,
+        "trials": [{"memory_bytes": 200 * MIB, "memswap_bytes": 200 * MIB}],
+    }
+
+
+def test_the_console_names_each_trial_as_its_directory() -> None:
+    profile = load_profile("tiny-oversub")
+    trial = sweep_plan(profile, SWEEP, repeats=1)[0]
+    record = {**base_record(trial, profile), "status": "ok", "exit_code": 0, "engine_wall_s": 1.5}
+    assert record["name"] == trial.name == "001-99.5MiB-baseline-r1"
+    assert record["memory_limit"] == SWEEP[0].bytes
+    assert _trial_line(record).startswith("  trial 001-99.5MiB-baseline-r1: [green]ok[/green] exit 0")
+
+
+def _trial(run: Path, name: str, limit: int, peak: int) -> None:
+    trial = RunDir(run).trial(name)
+    atomic.write_json(trial.record_file, {"name": name, "status": "ok", "memory_limit": limit})
+    atomic.write_json(trial.cgroup, {"peak_bytes": peak, "block_read_bytes": {"8:0": 3 * MIB}})
+
+
+def test_trial_resources_draws_each_trials_own_limit(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    profile_limit = 200 * MIB
+    _trial(run, "001-99.5MiB-baseline-r1", SWEEP[0].bytes, 90 * MIB)
+    _trial(run, "002-477.6MiB-baseline-r1", SWEEP[2].bytes, 400 * MIB)
+    atomic.write_json(RunDir(run).trial("003-baseline-r1").record_file, {"status": "ok"})  # older record
+    trials = RunDir(run).load_trials()
+    assert trial_limits(trials, profile_limit) == [SWEEP[0].bytes, SWEEP[2].bytes, profile_limit]
+    png = tmp_path / "trial_resources.png"
+    assert trial_resources_plot(run, png, profile_limit)
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.size[0] >= 600
