@@ -1,18 +1,25 @@
-# User-facing verbs. `make demo` runs the whole pipeline at miniature scale; `make test` runs
-# every test (Docker tests included when an engine is reachable). Both first run the bootstrap
-# (host packages, Docker engine); `BOOTSTRAP=:` skips it.
+# User-facing verbs. `make` alone prints them (`make help`) and installs nothing. `make demo`
+# runs the whole pipeline at miniature scale; `make test` runs every test (Docker tests included
+# when an engine is reachable). Both first run the bootstrap (host packages, Docker engine);
+# `BOOTSTRAP=:` skips it. A target's `## text` is its line in `make help`.
+.DEFAULT_GOAL := help
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APPLIANCE := $(PY) -m appliance
 BOOTSTRAP ?= scripts/bootstrap.sh
+# The trees `make lint` and tests/unit/test_lint.py check with ruff and the formatter.
+LINT_TREES := appliance tests fuzz bench
 
-.PHONY: bootstrap venv test lint demo bench fuzz
+.PHONY: help bootstrap venv test lint format demo bench fuzz
 
-bootstrap:
+help: ## this list
+	@awk -F ':.*## ' '/^[a-zA-Z0-9_ %-]+:.*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+bootstrap: ## host packages and the Docker engine (may install packages as root)
 	@$(BOOTSTRAP)
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed ## .venv with the package and its test extras
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,97 +27,100 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
-test: bootstrap
+test: bootstrap ## bootstrap, then unit, integration (Docker) and e2e tests
 	@$(MAKE) --no-print-directory venv
 	$(PY) -m pytest
 
-lint: venv
-	$(VENV)/bin/ruff check appliance tests fuzz
+lint: venv ## ruff, the formatter's check and mypy
+	$(VENV)/bin/ruff check $(LINT_TREES)
+	$(VENV)/bin/ruff format --check $(LINT_TREES)
 	$(VENV)/bin/mypy appliance fuzz
+
+format: venv ## rewrite the lint trees with the formatter
+	$(VENV)/bin/ruff format $(LINT_TREES)
 
 # Every reader (GGUF header, remote GGUF, trace, lock, profile, bundle) fed FUZZ_CASES mutated
 # inputs each, in workers limited to 2 GiB and 2 s per case; a short run is part of `make test`.
 FUZZ_CASES ?= 100000
 FUZZ_SEED ?= 0
-fuzz: venv
+fuzz: venv ## every reader fed FUZZ_CASES mutated inputs
 	$(PY) -m fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 
-demo: bootstrap
+demo: bootstrap ## the whole pipeline at miniature scale (bootstrap first)
 	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo $(DEMO_ARGS)
 
 # Reproductions: preflight (fails fast without the GPU or MODELS a target needs), engine image,
 # the target's profiles, signed bundles, verification, verdicts against evidence/.
 # GPU targets: make repro-sm120 MODELS=/path/to/ggufs
-KEY_DIR := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/appliance/keys
 .PHONY: repro-cpu repro-sm89 repro-sm120 signing-key
-signing-key: venv
-	@test -f $(KEY_DIR)/appliance-ed25519.key || $(APPLIANCE) keys init
+signing-key: venv ## the bundle signing key, made once (appliance keys init --if-missing)
+	@$(APPLIANCE) keys init --if-missing
 
-repro-cpu: venv signing-key
+repro-cpu: venv signing-key ## reproduce the cpu target's evidence
 	$(APPLIANCE) repro run cpu $(REPRO_ARGS)
 
-repro-sm89 repro-sm120: repro-%: venv
+repro-sm89 repro-sm120: repro-%: venv ## reproduce a GPU target's evidence (MODELS=DIR)
 	$(APPLIANCE) repro preflight $* $(if $(MODELS),--models $(MODELS),)
 	$(MAKE) signing-key
 	$(APPLIANCE) repro run $* $(if $(MODELS),--models $(MODELS),) $(REPRO_ARGS)
 
 .PHONY: notices
-notices: venv
+notices: venv ## rewrite THIRD_PARTY_NOTICES.md
 	$(PY) -m appliance.release.notices --write
 
 .PHONY: reference-plans
 # Rebuild the header-only GGUFs of evidence/plans/*.input.json (under build/skeletons) and
 # rewrite the unverified reference plans next to them.
-reference-plans: venv
+reference-plans: venv ## rebuild the reference plans of evidence/plans
 	$(PY) -m appliance.planner.reference_plans
 
 # Attestation and evidence: what git tracks may be published; keys for signing bundles.
 .PHONY: release-check
-release-check: venv
+release-check: venv ## what git tracks may be published (history included)
 	$(APPLIANCE) release-check --history
 	$(APPLIANCE) evidence list
 
 # Route replay speed against libCacheSim on the same requests (one core), and the
 # one-pass LRU curve against 50 libCacheSim runs.
 .PHONY: bench-replay
-bench-replay: venv
+bench-replay: venv ## route replay speed against libCacheSim
 	PYTHONPATH=. $(PY) -m bench.replay_bench
 
 # Wall time of --help, engine show and the trace verbs against `python -c pass`.
 .PHONY: bench-cli
-bench-cli: venv
+bench-cli: venv ## wall time of the CLI's quick verbs
 	PYTHONPATH=. $(PY) -m bench.cli_bench
 
 # The cpu image's cold or reused build, a cache-hit rebuild, and a rebuild after a one-line
 # patch change (ccache in a BuildKit cache mount).
 .PHONY: bench-build
-bench-build: venv
+bench-build: venv ## the cpu image's build times
 	PYTHONPATH=. $(PY) -m bench.build_bench
 
-bench: bench-replay bench-cli
+bench: bench-replay bench-cli ## bench-replay and bench-cli
 
 # The miniature sweep through --cluster on one Ray node and on two, both on this machine
 # (a network namespace with only lo; needs root, Docker and the cpu engine image).
 .PHONY: bench-cluster
-bench-cluster: venv
+bench-cluster: venv ## the miniature sweep on one and two local Ray nodes (root)
 	PYTHONPATH=. $(PY) -m bench.cluster_sweep --out $$(mktemp -d) $(BENCH_CLUSTER_ARGS)
 
 # The llama.cpp patch series: bracket check, local engine build, cross-bracket trace equality,
 # and the route-aware prefetch measurement (root, cgroup v1 memory controller).
 .PHONY: patches-check engine-local bracket-trace prefetch-experiment
-patches-check: venv
+patches-check: venv ## the patch series against both bracket stand-ins
 	$(APPLIANCE) patches check
 
-engine-local: venv
+engine-local: venv ## a local engine build from stand-in b10229
 	$(APPLIANCE) engine build --local --source b10229
 
-bracket-trace: venv
+bracket-trace: venv ## route traces equal across the bracket
 	PYTHONPATH=. $(PY) -m tests.e2e.tracer_bracket
 
 PREFETCH_LIMIT_MIB ?= 200
 PREFETCH_REPEATS ?= 5
-prefetch-experiment: venv
+prefetch-experiment: venv ## the route-aware prefetch measurement (root, cgroup v1)
 	bin=$$($(APPLIANCE) engine build --local --source b10229 --json | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["bin_dir"])') && \
 	model=$$(PYTHONPATH=. $(PY) -c 'from tests.models import tiny_model; print(tiny_model("qwen3moe", size="400MiB"))') && \
 	patches/llama.cpp/measure-prefetch.sh $$bin $$model $(PREFETCH_LIMIT_MIB) $(PREFETCH_REPEATS) .cache/prefetch-experiment
@@ -120,12 +130,12 @@ ENGINE_SOURCE ?= canonical
 JOBS ?= 2
 .PHONY: image-base image-cpu image-sm89 image-sm120 check-cuda-sm89 check-cuda-sm120
 
-image-base: venv
+image-base: venv ## the base image
 	$(APPLIANCE) image base
 
-image-cpu image-sm89 image-sm120: image-%: venv
+image-cpu image-sm89 image-sm120: image-%: venv ## an engine image (ENGINE_SOURCE, JOBS)
 	$(APPLIANCE) image build --target $* --source $(ENGINE_SOURCE) --jobs $(JOBS)
 
-check-cuda-sm89 check-cuda-sm120: check-cuda-%: venv
+check-cuda-sm89 check-cuda-sm120: check-cuda-%: venv ## the CUDA build check of a GPU target
 	PYTHON=$(PY) SOURCE=$(if $(filter canonical,$(ENGINE_SOURCE)),b10229,$(ENGINE_SOURCE)) \
 		JOBS=$(JOBS) containers/check-cuda.sh $*

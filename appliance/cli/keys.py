@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from appliance.attest.dsse import default_key_dir
+from appliance.attest.dsse import PRIVATE_KEY_FILE, default_key_dir
 from appliance.attest.trust import (
     init_trusted_keys,
     store_entries,
@@ -28,9 +28,18 @@ def keys_group() -> None:
     help="Where to keep the key pair (default ~/.config/appliance/keys).",
 )
 @click.option("--force", is_flag=True, help="Replace an existing key pair.")
-def keys_init(directory: Path | None, force: bool) -> None:
+@click.option(
+    "--if-missing", is_flag=True, help="Keep an existing key pair (and say so) instead of refusing."
+)
+def keys_init(directory: Path | None, force: bool, if_missing: bool) -> None:
     """Make an ed25519 key pair for signing bundles and trust its public key."""
-    pair, stored = init_trusted_keys(directory or default_key_dir(), force=force)
+    if force and if_missing:
+        raise click.UsageError("--force replaces the key pair, --if-missing keeps it: pass one")
+    directory = directory or default_key_dir()
+    if if_missing and (directory / PRIVATE_KEY_FILE).exists():
+        click.echo(f"private key: {directory / PRIVATE_KEY_FILE} (kept: it exists)")
+        return
+    pair, stored = init_trusted_keys(directory, force=force)
     click.echo(f"private key: {pair.private} (mode 0600, never share or commit it)")
     click.echo(f"public key:  {pair.public}")
     click.echo(f"key id:      {pair.keyid}")

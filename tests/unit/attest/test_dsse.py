@@ -165,3 +165,18 @@ def test_cli_incomplete_run_and_missing_key(tmp_path: Path) -> None:
     result = run_cli("bundle", "verify", str(run), "--allow-unsigned", env=env)
     assert result.returncode == 6
     assert result.stdout.splitlines()[-1].startswith("verdict: INCOMPLETE: run-status: ")
+
+
+def test_keys_init_if_missing_makes_the_key_once_and_then_keeps_it(tmp_path: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "APPLIANCE_TRUSTED_KEYS": str(tmp_path / "trusted")}
+    private = tmp_path / "config" / "appliance" / "keys" / "appliance-ed25519.key"
+    made = run_cli("keys", "init", "--if-missing", env=env, check=True)
+    assert "key id:" in made.stdout and private.is_file()
+    first = private.read_bytes()
+    kept = run_cli("keys", "init", "--if-missing", env=env, check=True)
+    assert kept.stdout == f"private key: {private} (kept: it exists)\n"
+    assert private.read_bytes() == first
+    refused = run_cli("keys", "init", env=env)
+    assert refused.returncode != 0 and "already exists: pass --force" in refused.stderr
+    both = run_cli("keys", "init", "--if-missing", "--force", env=env)
+    assert both.returncode == 2 and "pass one" in both.stderr
