@@ -2,7 +2,7 @@
 
 run.json, inputs/{profile.yaml,lock.json,schedule.json,model.json},
 trials/NNN-<variant>-r<repeat>/{trial.json,stdout.txt,stderr.txt,timing.json,output.txt,
-trace.moetrace,cgroup.json}, results.json (appliance.runs.stats's shape), plots/*.png.
+trace.moetrace,cgroup.json}, results.json (appliance.analysis.stats's shape), plots/*.png.
 """
 
 import json
@@ -63,7 +63,7 @@ def _describe(value: float) -> dict[str, Any]:
 
 
 def results(baseline: dict[str, float], demand: dict[str, float], identical: bool = True) -> dict[str, Any]:
-    """results.json as appliance.runs.stats.summarize writes it, with constant samples."""
+    """results.json as appliance.analysis.stats.summarize writes it, with constant samples."""
     per_variant = {"baseline": baseline, "demand-mmap": demand}
     return {
         "schema_version": 1,

@@ -61,20 +61,21 @@ def size_or_none(value: Any) -> int | None:
         return None
 
 
-def format_size(n: int, trim: bool = False) -> str:
+def format_size(n: int, trim: bool = False, digits: int = 2, sep: str = " ") -> str:
     """Binary units with two decimals: 8.00 GiB, 400.00 MiB, 512 B (columns line up).
 
-    With trim, trailing zeros go: 8 GiB, 16.6 GiB (for sizes inside sentences).
+    With trim, trailing zeros go: 8 GiB, 16.6 GiB (for sizes inside sentences). `digits` and
+    `sep` make short names: format_size(n, True, 1, "") is 99.5MiB (sweep trial directories).
     """
     value = float(abs(n))
     sign = "-" if n < 0 else ""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":
             if unit == "B":
-                return f"{sign}{value:.0f} {unit}"
-            text = f"{value:.2f}"
+                return f"{sign}{value:.0f}{sep}{unit}"
+            text = f"{value:.{digits}f}"
             if trim:
                 text = text.rstrip("0").rstrip(".")
-            return f"{sign}{text} {unit}"
+            return f"{sign}{text}{sep}{unit}"
         value /= 1024
     raise AssertionError("unreachable")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFWriter
+from gguf import GGUFWriter, Keys
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from appliance.core.errors import ConfigError
@@ -142,25 +142,29 @@ def write_skeleton(input_path: Path, out: Path) -> int:
     a = doc["arch"]
     writer = GGUFWriter(None, a)
     writer.add_name(str(doc.get("model", "reference model")))
-    writer.add_uint32(f"{a}.context_length", cfg["max_position_embeddings"])
-    writer.add_uint32(f"{a}.embedding_length", cfg["hidden_size"])
-    writer.add_uint32(f"{a}.block_count", cfg["num_hidden_layers"])
-    writer.add_uint32(f"{a}.feed_forward_length", cfg["moe_intermediate_size"])
-    writer.add_uint32(f"{a}.expert_feed_forward_length", cfg["moe_intermediate_size"])
-    writer.add_uint32(f"{a}.expert_shared_feed_forward_length", cfg["shared_expert_intermediate_size"])
-    writer.add_uint32(f"{a}.expert_count", cfg["num_experts"])
-    writer.add_uint32(f"{a}.expert_used_count", cfg["num_experts_per_tok"])
-    writer.add_uint32(f"{a}.attention.head_count", cfg["num_attention_heads"])
-    writer.add_uint32(f"{a}.attention.head_count_kv", cfg["num_key_value_heads"])
-    writer.add_uint32(f"{a}.attention.key_length", cfg["head_dim"])
-    writer.add_uint32(f"{a}.attention.value_length", cfg["head_dim"])
-    writer.add_uint32(f"{a}.full_attention_interval", cfg["full_attention_interval"])
-    writer.add_uint32(f"{a}.ssm.conv_kernel", cfg["linear_conv_kernel_dim"])
-    writer.add_uint32(f"{a}.ssm.inner_size", cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"])
-    writer.add_uint32(f"{a}.ssm.state_size", cfg["linear_key_head_dim"])
-    writer.add_uint32(f"{a}.ssm.time_step_rank", cfg["linear_num_value_heads"])
-    writer.add_uint32(f"{a}.ssm.group_count", cfg["linear_num_key_heads"])
-    writer.add_uint32(f"{a}.vocab_size", cfg["vocab_size"])
+    writer.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), cfg["max_position_embeddings"])
+    writer.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), cfg["hidden_size"])
+    writer.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), cfg["num_hidden_layers"])
+    writer.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), cfg["moe_intermediate_size"])
+    writer.add_uint32(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH.format(arch=a), cfg["moe_intermediate_size"])
+    writer.add_uint32(
+        Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH.format(arch=a), cfg["shared_expert_intermediate_size"]
+    )
+    writer.add_uint32(Keys.LLM.EXPERT_COUNT.format(arch=a), cfg["num_experts"])
+    writer.add_uint32(Keys.LLM.EXPERT_USED_COUNT.format(arch=a), cfg["num_experts_per_tok"])
+    writer.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), cfg["num_attention_heads"])
+    writer.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=a), cfg["num_key_value_heads"])
+    writer.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=a), cfg["head_dim"])
+    writer.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=a), cfg["head_dim"])
+    writer.add_uint32(Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=a), cfg["full_attention_interval"])
+    writer.add_uint32(Keys.SSM.CONV_KERNEL.format(arch=a), cfg["linear_conv_kernel_dim"])
+    writer.add_uint32(
+        Keys.SSM.INNER_SIZE.format(arch=a), cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"]
+    )
+    writer.add_uint32(Keys.SSM.STATE_SIZE.format(arch=a), cfg["linear_key_head_dim"])
+    writer.add_uint32(Keys.SSM.TIME_STEP_RANK.format(arch=a), cfg["linear_num_value_heads"])
+    writer.add_uint32(Keys.SSM.GROUP_COUNT.format(arch=a), cfg["linear_num_key_heads"])
+    writer.add_uint32(Keys.LLM.VOCAB_SIZE.format(arch=a), cfg["vocab_size"])
     writer.add_string(
         "appliance.skeleton.note", "header only: tensor infos without data; not a loadable model"
     )

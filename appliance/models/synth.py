@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter
+from gguf import GGUFWriter, Keys
 from gguf.constants import LlamaFileType
 
 from appliance.core import atomic
@@ -39,42 +39,43 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
     w.add_name(f"appliance tiny {a} {spec.experts}x{spec.used} skew {spec.skew:g}")
     w.add_file_type(int(FILE_TYPES[spec.expert_type]))
     w.add_quantization_version(2)
-    w.add_uint32(f"{a}.context_length", d.context)
-    w.add_uint32(f"{a}.embedding_length", d.embd)
-    w.add_uint32(f"{a}.block_count", spec.layers)
-    w.add_uint32(f"{a}.feed_forward_length", layout.ff_exp)
-    w.add_uint32(f"{a}.expert_feed_forward_length", layout.ff_exp)
-    w.add_uint32(f"{a}.expert_count", spec.experts)
-    w.add_uint32(f"{a}.expert_used_count", spec.used)
-    w.add_uint32(f"{a}.attention.head_count", d.heads)
-    w.add_uint32(f"{a}.attention.head_count_kv", d.heads_kv)
-    w.add_uint32(f"{a}.attention.key_length", d.head_dim)
-    w.add_uint32(f"{a}.attention.value_length", d.head_dim)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
-    w.add_float32(f"{a}.rope.freq_base", 1e6)
+    w.add_uint32(Keys.LLM.CONTEXT_LENGTH.format(arch=a), d.context)
+    w.add_uint32(Keys.LLM.EMBEDDING_LENGTH.format(arch=a), d.embd)
+    w.add_uint32(Keys.LLM.BLOCK_COUNT.format(arch=a), spec.layers)
+    w.add_uint32(Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a), layout.ff_exp)
+    w.add_uint32(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH.format(arch=a), layout.ff_exp)
+    w.add_uint32(Keys.LLM.EXPERT_COUNT.format(arch=a), spec.experts)
+    w.add_uint32(Keys.LLM.EXPERT_USED_COUNT.format(arch=a), spec.used)
+    w.add_uint32(Keys.Attention.HEAD_COUNT.format(arch=a), d.heads)
+    w.add_uint32(Keys.Attention.HEAD_COUNT_KV.format(arch=a), d.heads_kv)
+    w.add_uint32(Keys.Attention.KEY_LENGTH.format(arch=a), d.head_dim)
+    w.add_uint32(Keys.Attention.VALUE_LENGTH.format(arch=a), d.head_dim)
+    w.add_float32(Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a), 1e-6)
+    w.add_float32(Keys.Rope.FREQ_BASE.format(arch=a), 1e6)
     if a == "qwen35moe":
-        w.add_uint32(f"{a}.rope.dimension_count", d.rope_dim_qwen35)
+        w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), d.rope_dim_qwen35)
         quarter = d.rope_dim_qwen35 // 2
         w.add_array(
-            f"{a}.rope.dimension_sections", [quarter - 2 * (quarter // 3), quarter // 3, quarter // 3, 0]
+            Keys.Rope.DIMENSION_SECTIONS.format(arch=a),
+            [quarter - 2 * (quarter // 3), quarter // 3, quarter // 3, 0],
         )
-        w.add_uint32(f"{a}.expert_shared_feed_forward_length", d.shexp_ff)
-        w.add_uint32(f"{a}.ssm.conv_kernel", d.ssm_conv)
-        w.add_uint32(f"{a}.ssm.inner_size", d.ssm_inner)
-        w.add_uint32(f"{a}.ssm.state_size", d.ssm_state)
-        w.add_uint32(f"{a}.ssm.time_step_rank", d.ssm_v_heads)
-        w.add_uint32(f"{a}.ssm.group_count", d.ssm_groups)
-        w.add_uint32(f"{a}.full_attention_interval", layout.full_attention_interval)
+        w.add_uint32(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH.format(arch=a), d.shexp_ff)
+        w.add_uint32(Keys.SSM.CONV_KERNEL.format(arch=a), d.ssm_conv)
+        w.add_uint32(Keys.SSM.INNER_SIZE.format(arch=a), d.ssm_inner)
+        w.add_uint32(Keys.SSM.STATE_SIZE.format(arch=a), d.ssm_state)
+        w.add_uint32(Keys.SSM.TIME_STEP_RANK.format(arch=a), d.ssm_v_heads)
+        w.add_uint32(Keys.SSM.GROUP_COUNT.format(arch=a), d.ssm_groups)
+        w.add_uint32(Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=a), layout.full_attention_interval)
     else:
-        w.add_uint32(f"{a}.rope.dimension_count", d.head_dim)
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "qwen2")
-    w.add_array("tokenizer.ggml.tokens", vocab.tokens)
-    w.add_array("tokenizer.ggml.token_type", vocab.token_types)
-    w.add_array("tokenizer.ggml.merges", vocab.merges)
-    w.add_uint32("tokenizer.ggml.eos_token_id", vocab.eos_id)
-    w.add_uint32("tokenizer.ggml.padding_token_id", vocab.eos_id)
-    w.add_bool("tokenizer.ggml.add_bos_token", False)
+        w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), d.head_dim)
+    w.add_string(Keys.Tokenizer.MODEL, "gpt2")
+    w.add_string(Keys.Tokenizer.PRE, "qwen2")
+    w.add_array(Keys.Tokenizer.LIST, vocab.tokens)
+    w.add_array(Keys.Tokenizer.TOKEN_TYPE, vocab.token_types)
+    w.add_array(Keys.Tokenizer.MERGES, vocab.merges)
+    w.add_uint32(Keys.Tokenizer.EOS_ID, vocab.eos_id)
+    w.add_uint32(Keys.Tokenizer.PAD_ID, vocab.eos_id)
+    w.add_bool(Keys.Tokenizer.ADD_BOS, False)
     w.add_uint32("appliance.synth.format", SYNTH_FORMAT)
     w.add_uint32("appliance.synth.seed", spec.seed)
     w.add_float32("appliance.synth.skew", spec.skew)

@@ -29,7 +29,6 @@ from appliance.core.errors import ConfigError
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
 from appliance.images import labels as L
-from appliance.runs import stats
 from appliance.runs.executor import LocalExecutor, TrialExecutor
 from appliance.runs.model_files import CheckedModel
 from appliance.runs.plan import (
@@ -54,6 +53,9 @@ from appliance.runs.status import RunStatus, TrialStatus
 
 POLL_S = 0.05
 Finalizer = Callable[[Path], None]
+# After the trials: writes results.json and plots, returns (results, plots written);
+# appliance.analysis.results.analyze_run.
+Analyzer = Callable[[Path], tuple[dict[str, Any], list[Path]]]
 Prelude = Callable[["RunContext"], None]
 
 
@@ -453,11 +455,12 @@ def execute_run(
     extra: dict[str, Any],
     finalize: Finalizer | None = None,
     before_trials: Prelude | None = None,
+    analyze: Analyzer | None = None,
     executor: TrialExecutor | None = None,
     resume: bool = False,
 ) -> RunOutcome:
-    """Every trial through the executor (this machine by default), then statistics, plots and
-    the optional finalize hook.
+    """Every trial through the executor (this machine by default), then the analyze hook
+    (statistics and plots: `appliance.analysis.results.analyze_run`) and the finalize hook.
 
     `before_trials(ctx)` runs once after the inputs are written and before the first trial
     (a sweep's disk probe); Ctrl-C there ends the run as incomplete, like during a trial.
@@ -511,13 +514,7 @@ def execute_run(
             "[red]interrupted[/red]: running trials stopped, queued trials not started, run marked incomplete"
         )
     extra = {**extra, "executor": executor.describe()}
-    results = stats.summarize(
-        ctx.run_dir, [v.name for v in ctx.profile.variants], ctx.profile.schedule.n_predict
-    )
-    atomic.write_json(layout.results_file, results)
-    from appliance.runs import plots as run_plots  # matplotlib loads only when a run has plots to draw
-
-    plots = run_plots.write_plots(ctx.run_dir, results, ctx.profile.limits.memory)
+    results, plots = analyze(ctx.run_dir) if analyze is not None else ({}, [])
     atomic.write_json(layout.run_file, _run_record(ctx, status, started, trials, extra))
     if finalize is not None:
         finalize(ctx.run_dir)

@@ -106,9 +106,6 @@ def resolve_limits(
 
 
 def limit_label(limit: int) -> str:
-    """A short name for a limit in trial directory names: 200MiB, 119.4MiB, 6GiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if limit >= scale:
-            text = f"{limit / scale:.1f}".removesuffix(".0")
-            return f"{text}{unit}"
-    return f"{limit}B"
+    """A short name for a limit in trial directory names: 200MiB, 119.4MiB, 6GiB (the unit
+    table of core.units, one decimal, no space)."""
+    return units.format_size(limit, trim=True, digits=1, sep="")

@@ -6,7 +6,7 @@
     RUN/trials/<trial name>/{trial.json,stdout.txt,stderr.txt,timing.json,
                              output.txt,trace.moetrace,cgroup.json}
     RUN/probe/<probe name>/...        a sweep's disk probe, laid out as a trial
-    RUN/results.json                  statistics over the trials (appliance.runs.stats)
+    RUN/results.json                  statistics over the trials (appliance.analysis.stats)
     RUN/plots/*.png
     RUN/provenance.json               collected when the run is sealed (appliance.attest)
     RUN/manifest.json, RUN/attestation.dsse.json   the seal; not part of the bundle's contents

@@ -26,15 +26,15 @@ def _field(reader: Any, key: str) -> Any:
 def _expert_tensors(path: Path) -> tuple[Any, Any, Any, dict[int, int]]:
     """(architecture, expert count, experts used, bytes of all expert tensors per MoE layer) as
     the GGUF states them (None where a key is missing)."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader, Keys
 
     try:
         reader = GGUFReader(str(path))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot read GGUF ({exc})") from None
-    arch = _field(reader, "general.architecture")
-    n_experts = _field(reader, f"{arch}.expert_count")
-    n_used = _field(reader, f"{arch}.expert_used_count")
+    arch = _field(reader, Keys.General.ARCHITECTURE)
+    n_experts = _field(reader, Keys.LLM.EXPERT_COUNT.format(arch=arch))
+    n_used = _field(reader, Keys.LLM.EXPERT_USED_COUNT.format(arch=arch))
     per_layer: dict[int, int] = {}
     for tensor in reader.tensors:
         match = EXPERT_TENSOR.match(tensor.name)

@@ -15,6 +15,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from appliance.analysis.report import print_summary
+from appliance.analysis.results import analyze_run
+from appliance.analysis.stats import trial_metrics
 from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
 from appliance.attest.trust import init_trusted_keys
@@ -35,9 +38,8 @@ from appliance.runs.executor import ExecutorFactory
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import Profile
-from appliance.runs.report import print_header, print_stand_in, print_summary
+from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.run_dir import RunDir
-from appliance.runs.stats import trial_metrics
 
 FALLBACK_STAND_IN = "b10229"
 
@@ -128,6 +130,7 @@ def execute_profile(
             "image_id": client.images.get(prepared.image).id,
         },
         finalize=finalize,
+        analyze=functools.partial(analyze_run, profile=profile),
         executor=trial_executor,
         resume=resume,
     )
@@ -195,7 +198,8 @@ def ensure_synth_model(
 
 def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: int) -> list[dict[str, Any]]:
     """Per trial with a trace and a block-read count: bytes read against the LRU prediction."""
-    from appliance.runs.paging import predicted_cold_read  # numba loads only for this analysis
+    from appliance.analysis.capacity import anon_bytes
+    from appliance.analysis.paging import predicted_cold_read  # numba loads only for this analysis
 
     rows = []
     layout = RunDir(run_dir)
@@ -204,8 +208,7 @@ def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: i
         measured = trial_metrics(trial, n_predict)["block_read_bytes"]
         if not trace.exists() or not measured:
             continue
-        anon = int(trial["cgroup"].get("anon_bytes") or 0)
-        prediction = predicted_cold_read(trace, model_path, memory_limit, anon)
+        prediction = predicted_cold_read(trace, model_path, memory_limit, anon_bytes(trial))
         rows.append(
             {
                 "trial": trial["dir"],

@@ -3,7 +3,7 @@
 The plan is the run's plan with one limit per trial (`sweep_plan`); trials run through the
 same `run_trial` as `appliance run`, preceded by one disk probe in the same image under the
 largest limit. Before sealing, every trial's own route trace is replayed at the capacity its
-limit leaves (`appliance.runs.sweep_analysis`) and the result lands in the run's results.
+limit leaves (`appliance.analysis.sweep_analysis`) and the result lands in the run's results.
 """
 
 import dataclasses
@@ -16,6 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from appliance.analysis.results import analyze_run
+from appliance.analysis.sweep_report import print_sweep, print_sweep_outcome
 from appliance.attest.bundle import finalize_bundle
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError
@@ -37,7 +39,6 @@ from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
 from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.run_dir import PROBE_DIR, RunDir
-from appliance.runs.sweep_report import print_sweep, print_sweep_outcome
 from appliance.trace.expert_bytes import gguf_expert_layout
 
 DEFAULT_MAX_HOURS = 6.0
@@ -186,8 +187,8 @@ def run_disk_probe(ctx: RunContext, plan: SweepPlan) -> None:
 
 def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:
     """results.json gains `sweep`; plots/ gains the sweep's three pictures."""
-    from appliance.runs.sweep_analysis import analyze_sweep  # numba loads only for analysis
-    from appliance.runs.sweep_plots import write_sweep_plots  # and matplotlib
+    from appliance.analysis.sweep_analysis import analyze_sweep  # numba loads only for analysis
+    from appliance.analysis.sweep_plots import write_sweep_plots  # and matplotlib
 
     layout = RunDir(run_dir)
     try:
@@ -257,6 +258,7 @@ def execute_sweep(
         lock.raw,
         extra,
         finalize=finalize,
+        analyze=functools.partial(analyze_run, profile=plan.profile),
         before_trials=None if probed else functools.partial(run_disk_probe, plan=plan),
         executor=trial_executor,
         resume=resume,

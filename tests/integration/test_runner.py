@@ -5,6 +5,7 @@ container's confinement, allocate past the limit (OOM) or wait to be interrupted
 of the runner except llama-moe-trace itself.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from appliance.analysis.results import analyze_run
 from appliance.engine.lock import load_lock
 from appliance.images.labels import RUN as LABEL
 from appliance.runs.execute import RunContext, RunOutcome, execute_run
@@ -139,7 +141,8 @@ def _run(
         Console(quiet=True),
         trial_timeout_s=timeout_s,
     )
-    return execute_run(ctx, prepared.trials, lock.raw, {}, finalize=finalize)
+    analyze = functools.partial(analyze_run, profile=profile)
+    return execute_run(ctx, prepared.trials, lock.raw, {}, finalize=finalize, analyze=analyze)
 
 
 def _leftover_containers(docker_client: Any, run_id: str) -> list[str]:
@@ -253,6 +256,8 @@ DRIVER = textwrap.dedent("""
     from appliance.runs.plan import CommandEngine
     from appliance.runs.prepare import prepare_run
     from appliance.runs.plan import trial_plan
+    from appliance.analysis.results import analyze_run
+    import functools
     profile_path, models, out, run_id, image = sys.argv[1:]
     profile, lock = load_profile(profile_path), load_lock()
     prepared, client = prepare_run(profile, Path(models), lock, trials=trial_plan(profile), out=Path(out),
@@ -262,7 +267,8 @@ DRIVER = textwrap.dedent("""
                                    "demand-mmap": ["true"]})
     ctx = RunContext(client, profile, engine, prepared.model, prepared.settings,
                      prepared.run_dir, run_id, Console())
-    print("STATUS", execute_run(ctx, prepared.trials, lock.raw, {}).status, flush=True)
+    analyze = functools.partial(analyze_run, profile=profile)
+    print("STATUS", execute_run(ctx, prepared.trials, lock.raw, {}, analyze=analyze).status, flush=True)
 """)
 
 

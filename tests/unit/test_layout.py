@@ -16,6 +16,7 @@ STAGES = [
     "images",
     "planner",
     "runs",
+    "analysis",
     "attest",
     "evidence",
     "release",
@@ -113,5 +114,39 @@ def test_the_checker_sees_violations(tmp_path: Path) -> None:
     assert imports_of(sample) == set()
     deps = graph()
     assert "appliance.engine.lock" in deps["appliance.engine.source"]
-    assert "appliance.runs.plots" in deps["appliance.runs.execute"]  # imported inside a function
+    assert "appliance.analysis.plots" in deps["appliance.analysis.results"]  # imported inside a function
     assert stage_of("appliance.cli.plan") == "cli"
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The top-level package of every import in a file, at any depth (lazy imports count)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def module_path(module: str) -> Path:
+    rel = REPO / Path(*module.split("."))
+    return rel.with_suffix(".py") if rel.with_suffix(".py").is_file() else rel / "__init__.py"
+
+
+def test_analysis_imports_neither_docker_nor_ray_even_through_other_modules() -> None:
+    """The analysis stage reads run directories; it must run where no engine or cluster is."""
+    deps = graph()
+    problems = []
+    for module in sorted(m for m in deps if stage_of(m) == "analysis"):
+        seen, pending = set(), [module]
+        while pending:
+            current = pending.pop()
+            if current in seen or current not in deps:
+                continue
+            seen.add(current)
+            for banned in sorted(top_level_imports(module_path(current)) & {"docker", "ray"}):
+                problems.append(f"{module} imports {banned} (through {current})")
+            pending.extend(deps[current])
+    assert problems == []
+    assert "docker" in top_level_imports(module_path("appliance.runs.execute"))  # the walker sees it

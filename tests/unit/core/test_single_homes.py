@@ -58,6 +58,11 @@ HOMES = {
     "RunStatus": "appliance/runs/status.py",
     "RUN_STATUSES": None,
     "TRIAL_STATUSES": None,
+    # the capacity model and which device's reads count (appliance.analysis)
+    "capacity_for": "appliance/analysis/capacity.py",
+    "ModelExperts": "appliance/analysis/capacity.py",
+    "anon_bytes": "appliance/analysis/capacity.py",
+    "model_read_bytes": "appliance/analysis/stats.py",
 }
 
 
@@ -177,3 +182,25 @@ def test_the_spelling_walker_sees_code_and_fstrings_but_not_docstrings(tmp_path:
         '    return f"{d}/trace.moetrace"\n'
     )
     assert spelled_names(sample, RUN_DIR_NAMES) == [(2, "trial.json"), (5, "trace.moetrace")]
+
+
+def test_gguf_keys_come_from_gguf_keys_not_spelled_by_hand() -> None:
+    """The synthesized models and skeletons name GGUF metadata keys through gguf.Keys."""
+    spelled = []
+    for rel in (
+        "appliance/models/synth.py",
+        "appliance/models/skeleton.py",
+        "appliance/trace/expert_bytes.py",
+    ):
+        for node in ast.walk(ast.parse((REPO / rel).read_text())):
+            if isinstance(node, ast.JoinedStr):
+                parts = [v.value for v in node.values if isinstance(v, ast.Constant)]
+                if any(re.match(r"^\.[a-z_]+(\.[a-z_]+)*$", str(p)) for p in parts):
+                    spelled.append(f"{rel}:{node.lineno}")
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.match(r"^(general|tokenizer\.ggml)\.[a-z_]+$", node.value)
+            ):
+                spelled.append(f"{rel}:{node.lineno} {node.value}")
+    assert spelled == []

@@ -112,6 +112,16 @@ def test_candidate_tags_put_the_canonical_source_first() -> None:
     ]
 
 
+def test_each_candidate_image_carries_its_stand_in() -> None:
+    lock = load_lock()
+    pairs = L.candidate_images(lock, "cpu")
+    assert [tag for tag, _ in pairs] == L.candidate_tags(lock, "cpu")
+    assert [stand_in for _, stand_in in pairs] == [None, "b10229", "b10068"]
+    assert L.stand_in_of_labels({L.SOURCE_KIND: "stand-in", L.SOURCE_NAME: "b10068"}) == "b10068"
+    assert L.stand_in_of_labels({L.SOURCE_KIND: "canonical", L.SOURCE_NAME: "None"}) is None
+    assert L.stand_in_of_labels({}) is None
+
+
 def _label_values() -> set[str]:
     return {
         v

@@ -5,11 +5,11 @@ from pathlib import Path
 
 from PIL import Image
 
+from appliance.analysis.plots import trial_limits, trial_resources_plot
 from appliance.core import atomic
 from appliance.runs.execute import _trial_line, base_record, limits_record
 from appliance.runs.memory_points import SweepLimit
 from appliance.runs.plan import sweep_plan, trial_plan
-from appliance.runs.plots import trial_limits, trial_resources_plot
 from appliance.runs.profile import load_profile
 from appliance.runs.run_dir import RunDir
 

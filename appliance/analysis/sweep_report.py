@@ -6,8 +6,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from appliance.analysis.report import print_outcome
 from appliance.runs.memory_points import limit_label
-from appliance.runs.report import print_outcome
 from appliance.runs.run_dir import RunDir
 
 MIB = 1 << 20

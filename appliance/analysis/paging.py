@@ -2,7 +2,8 @@
 
 The model's non-expert tensors are read once; routed experts are paged like a cache of
 whole experts whose capacity is what the memory limit leaves after the non-expert bytes and
-the engine's anonymous memory. An LRU replay of the trial's trace at that capacity (one
+the engine's anonymous memory (`appliance.analysis.capacity`, shared with the sweep). An LRU
+replay of the trial's trace at that capacity (one
 global pool, MoE atomic events) gives the expert misses; each miss reads one expert. The
 ratio measured/predicted then says how far the kernel's paging (4 KiB faults, readahead,
 page-cache reclaim that is not LRU over experts) is from that idealized cache.
@@ -13,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from appliance.analysis.capacity import capacity_for, model_experts
 from appliance.trace.events import trace_events
-from appliance.trace.expert_bytes import expert_bytes_from_gguf
 from appliance.trace.format import read_trace
 from appliance.trace.replay import ReplaySetup, replay_one
 
@@ -23,14 +24,10 @@ def predicted_cold_read(
     trace_path: Path, model_path: Path, memory_limit: int, anon_bytes: int
 ) -> dict[str, Any]:
     trace = read_trace(trace_path)
-    per_expert = expert_bytes_from_gguf(model_path, trace.header)
-    n_experts = int(trace.header["n_experts"])
-    expert_total = sum(per_expert.values()) * n_experts
-    non_expert = model_path.stat().st_size - expert_total
-    one_expert = max(per_expert.values())
-    room = memory_limit - non_expert - anon_bytes
-    capacity = max(trace.k, room // one_expert)
-    setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=per_expert)
+    experts = model_experts(model_path, trace)
+    non_expert, one_expert, n_experts = experts.non_expert_bytes, experts.one_expert, experts.n_experts
+    capacity, _ = capacity_for(memory_limit, anon_bytes, experts)
+    setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=experts.expert_bytes)
     lru = replay_one(setup, "lru", int(capacity), "global")
     predicted = non_expert + int(lru["total"]["bytes_moved"])
     return {

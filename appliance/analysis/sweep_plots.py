@@ -4,7 +4,7 @@ fraction of the probed disk bandwidth, each against the memory limit, one line p
 from pathlib import Path
 from typing import Any
 
-from appliance.runs.plots import MIB, plt, save_png
+from appliance.analysis.plots import MIB, plt, save_png
 
 SWEEP_PLOTS = ("sweep_decode_tps.png", "sweep_reads_per_token.png", "sweep_disk_fraction.png")
 

@@ -4,10 +4,9 @@ from typing import Any
 
 import pytest
 
-from appliance.runs.sweep_analysis import (
-    ModelExperts,
+from appliance.analysis.capacity import ModelExperts, capacity_for
+from appliance.analysis.sweep_analysis import (
     add_roofline,
-    capacity_for,
     phase_reads,
     predicted_reads,
     probe_summary,

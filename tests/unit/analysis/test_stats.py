@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.runs.stats import describe, mad_outliers, summarize
+from appliance.analysis.stats import describe, mad_outliers, summarize
 
 # (variant, repeat, status, wall s, decode tok/s, text, bytes read)
 TRIALS = [

@@ -8,61 +8,22 @@ decode tokens/s. The model behind the numbers is written down in docs/sweeps.md.
 """
 
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for, model_experts
+from appliance.analysis.stats import model_read_bytes
 from appliance.runs.status import TrialStatus
 from appliance.trace import kernels
 from appliance.trace.events import trace_events
-from appliance.trace.expert_bytes import expert_bytes_from_gguf
 from appliance.trace.format import Trace, read_trace
 from appliance.trace.replay import pool_hits
 
 POLICIES = ("lru", "fifo", "least-stale", "belady")
 DECODE_KIND = 1  # trace row kind of a decode step (0: prompt)
 PHASE_TOLERANCE = 0.10  # phase reads must sum to within this of the cgroup's block reads
-
-
-@dataclass(frozen=True)
-class ModelExperts:
-    """What of the model file is routed experts: bytes of one expert per MoE layer."""
-
-    file_bytes: int
-    expert_bytes: dict[int, int]
-    n_experts: int
-    k: int
-
-    @property
-    def one_expert(self) -> int:
-        return max(self.expert_bytes.values())
-
-    @property
-    def non_expert_bytes(self) -> int:
-        return self.file_bytes - sum(self.expert_bytes.values()) * self.n_experts
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "file_bytes": self.file_bytes,
-            "n_experts": self.n_experts,
-            "k": self.k,
-            "moe_layers": sorted(self.expert_bytes),
-            "expert_bytes": self.one_expert,
-            "expert_bytes_per_layer": {str(k): v for k, v in sorted(self.expert_bytes.items())},
-            "non_expert_bytes": self.non_expert_bytes,
-        }
-
-
-def model_experts(model_path: Path, trace: Trace) -> ModelExperts:
-    """Read once per sweep: checks that the GGUF is the traced model (sha256 included)."""
-    return ModelExperts(
-        file_bytes=model_path.stat().st_size,
-        expert_bytes=expert_bytes_from_gguf(model_path, trace.header),
-        n_experts=trace.n_experts,
-        k=trace.k,
-    )
 
 
 def phase_reads(timing: dict[str, Any]) -> dict[str, int] | None:
@@ -117,14 +78,6 @@ def probe_summary(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def capacity_for(limit: int, anon_bytes: int, experts: ModelExperts) -> tuple[int, bool]:
-    """Experts the limit leaves after anonymous memory and non-expert bytes; at least k (the
-    experts one token needs at once), with a flag when the limit left fewer."""
-    room = limit - anon_bytes - experts.non_expert_bytes
-    capacity = room // experts.one_expert
-    return max(int(capacity), experts.k), capacity < experts.k
-
-
 def predicted_reads(trace: Trace, capacity: int, experts: ModelExperts) -> dict[str, Any]:
     """Per policy, misses (whole trace and decode steps) and decode bytes at capacity, one global
     pool of (layer, expert) objects; plus the decode steps' compulsory (first-touch) misses."""
@@ -168,12 +121,8 @@ def trial_row(
     tokens = timing.get("n_decode_tokens")
     decode_s = timing.get("decode_s")
     phases = phase_reads(timing)
-    reads = (trial.get("cgroup") or {}).get("block_read_bytes") or {}
-    device = trial.get("model_device")
-    cgroup_total = reads.get(device) if device in reads else (sum(reads.values()) if reads else None)
-    anon = max(
-        (timing.get(k) or {}).get("anon_bytes") or 0 for k in ("residency_after_load", "residency_at_end")
-    )
+    cgroup_total = model_read_bytes(trial)
+    anon = anon_bytes(trial)
     limit = int(trial["memory_limit"])
     row: dict[str, Any] = {
         "trial": trial["dir"],

@@ -71,12 +71,21 @@ def _timing_value(timing: dict[str, Any], metric: str) -> float | None:
     return None
 
 
+def model_read_bytes(trial: dict[str, Any]) -> int | None:
+    """The block reads that count for a trial: those of the model's device (trial.json
+    `model_device`) when the cgroup counted it, else the sum over every device; None when the
+    cgroup counted no reads."""
+    reads = (trial.get("cgroup") or {}).get("block_read_bytes") or {}
+    device = trial.get("model_device")
+    if device in reads:
+        return int(reads[device])
+    return sum(reads.values()) if reads else None
+
+
 def trial_metrics(trial: dict[str, Any], n_predict: int) -> dict[str, float | None]:
     """The per-trial figures the statistics are taken over."""
     cgroup = trial.get("cgroup") or {}
-    reads = cgroup.get("block_read_bytes") or {}
-    device = trial.get("model_device")
-    read = reads.get(device) if device in reads else (sum(reads.values()) if reads else None)
+    read = model_read_bytes(trial)
     tokens = _timing_value(trial["timing"], "generated_tokens") or float(n_predict)
     return {
         "wall_s": trial.get("engine_wall_s"),

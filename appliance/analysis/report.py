@@ -1,0 +1,84 @@
+"""What a run prints after its trials: the statistics table, the ratios, byte identity and
+the trials that did not finish."""
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from appliance.runs.run_dir import TRIALS_DIR
+from appliance.runs.status import TrialStatus
+
+MIB = 1 << 20
+
+
+def _cell(stat: dict[str, Any], scale: float = 1.0, digits: int = 3) -> str:
+    if not stat.get("n"):
+        return "-"
+    flag = " !" if stat["outliers"] else ""
+    return (
+        f"{stat['median'] / scale:.{digits}f} "
+        f"[{stat['min'] / scale:.{digits}f}-{stat['max'] / scale:.{digits}f}]{flag}"
+    )
+
+
+def print_summary(
+    console: Console, results: dict[str, Any], run_dir: Path, status: str, plots: list[Path]
+) -> None:
+    table = Table(title="median [min-max] per variant (! = MAD outlier among the samples)")
+    for column in (
+        "variant",
+        "ok/trials",
+        "wall s",
+        "prefill tok/s",
+        "decode tok/s",
+        "peak MiB",
+        "read MiB",
+        "read B/token",
+    ):
+        table.add_column(column)
+    for name, v in results["variants"].items():
+        table.add_row(
+            name,
+            f"{v['counts']['ok']}/{len(v['trials'])}",
+            _cell(v["wall_s"]),
+            _cell(v["prefill_tps"], digits=2),
+            _cell(v["decode_tps"], digits=2),
+            _cell(v["peak_bytes"], MIB, 1),
+            _cell(v["block_read_bytes"], MIB, 1),
+            _cell(v["bytes_read_per_token"], 1, 0),
+        )
+    console.print(table)
+    for ratio in results["ratios"]:
+        parts = [
+            f"{metric} {m['median']:.3f}x [{m['min']:.3f}-{m['max']:.3f}]"
+            for metric, m in ratio["metrics"].items()
+            if metric in ("wall_s", "decode_tps", "block_read_bytes")
+        ]
+        console.print(
+            f"{ratio['numerator']} / {ratio['denominator']} (pairwise, by round): "
+            + (", ".join(parts) or "no complete pairs")
+        )
+    print_outcome(console, results, run_dir, status)
+    for plot in plots:
+        console.print(f"plot: {plot}")
+
+
+def print_outcome(
+    console: Console, results: dict[str, Any], run_dir: Path, status: str, comparisons_scope: str = ""
+) -> None:
+    """Byte identity of the generated texts, the trials that did not finish, the run's status."""
+    identity = results["byte_identity"]
+    if identity["all_identical"]:
+        console.print(
+            f"[green]generated texts byte-identical at matched length[/green] "
+            f"({len(identity['comparisons'])} comparisons{comparisons_scope})"
+        )
+    else:
+        for finding in identity["findings"]:
+            console.print(f"[bold red]finding:[/bold red] {finding}")
+    for trial, trial_status in results["statuses"].items():
+        if trial_status != TrialStatus.OK:
+            console.print(f"[red]{trial}: {trial_status}[/red] (logs in {TRIALS_DIR}/{trial}/)")
+    console.print(f"run {status}: {run_dir}")
