@@ -61,8 +61,9 @@ def sweep_command(
     from appliance.runs.profile import load_profile
     from appliance.runs.report import print_header
     from appliance.runs.status import RunStatus
+    from appliance.runs.sweep import plan_sweep, print_grid
     from appliance.workflows.run import signing_key
-    from appliance.workflows.sweep import execute_sweep, plan_sweep, print_grid
+    from appliance.workflows.sweep import execute_sweep
 
     refuse_key_with_unsigned(key, unsigned)
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)

@@ -11,6 +11,7 @@ from appliance.engine.lock import Lock
 from appliance.evidence.findings import claimed_evidence
 from appliance.runs.profile import load_profile
 from appliance.runs.status import RunStatus
+from appliance.runs.sweep import DEFAULT_MAX_HOURS, plan_sweep
 from appliance.workflows.run import (
     PipelineReport,
     choose_source,
@@ -20,7 +21,7 @@ from appliance.workflows.run import (
     signing_key,
     verify_and_compare,
 )
-from appliance.workflows.sweep import DEFAULT_MAX_HOURS, execute_sweep, plan_sweep
+from appliance.workflows.sweep import execute_sweep
 
 DEMO_REPEATS = 1  # the demo sweeps 3 limits x 3 variants; one round keeps it within minutes
 
