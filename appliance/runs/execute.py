@@ -114,26 +114,50 @@ def _wait_for_engine(container: Any, results: Path, timeout_s: float | None) -> 
     return True
 
 
-def _collect(container: Any, record: dict[str, Any]) -> None:
-    """cgroup (while the container lives), then stop it, then state and logs."""
-    container.reload()
-    pid = container.attrs["State"]["Pid"]
-    if container.status == "running" and pid:
+class TrialContainer:
+    """One trial's container, from `start` to its removal, which `__exit__` always does (after
+    success, an error or Ctrl-C alike). `collect` is the one collect step for every ending: the
+    cgroup while the container lives, then stop it, then its state and logs."""
+
+    def __init__(self, client: docker.DockerClient, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def __enter__(self) -> "TrialContainer":
+        return self
+
+    def start(self, spec: dict[str, Any]) -> Any:
+        return self.client.containers.run(**spec)
+
+    def collect(self, record: dict[str, Any]) -> None:
+        """Into record: cgroup accounting (or cgroup_error), container_exit_code, oom_killed,
+        stdout and stderr. A container that never started leaves oom_killed False."""
         try:
-            record["cgroup"] = read_accounting(pid)
-        except (FileNotFoundError, ProcessLookupError, KeyError) as exc:
-            record["cgroup_error"] = f"cgroup unreadable: {exc}"
-    else:
-        record["cgroup_error"] = "container exited before its cgroup could be read"
-    if container.status == "running":
-        container.kill()
-    container.wait()
-    container.reload()
-    state = container.attrs["State"]
-    record["container_exit_code"] = state["ExitCode"]
-    record["oom_killed"] = bool(state["OOMKilled"]) or bool(record.get("cgroup", {}).get("oom_kills"))
-    record["stdout"] = container.logs(stdout=True, stderr=False)
-    record["stderr"] = container.logs(stdout=False, stderr=True)
+            container = self.client.containers.get(self.name)
+        except docker.errors.NotFound:
+            record["oom_killed"] = False
+            return
+        pid = container.attrs["State"]["Pid"]
+        if container.status == "running" and pid:
+            try:
+                record["cgroup"] = read_accounting(pid)
+            except (FileNotFoundError, ProcessLookupError, KeyError) as exc:
+                record["cgroup_error"] = f"cgroup unreadable: {exc}"
+        else:
+            record["cgroup_error"] = "container exited before its cgroup could be read"
+        if container.status == "running":
+            container.kill()
+        container.wait()
+        container.reload()
+        state = container.attrs["State"]
+        record["container_exit_code"] = state["ExitCode"]
+        record["oom_killed"] = bool(state["OOMKilled"]) or bool(record.get("cgroup", {}).get("oom_kills"))
+        record["stdout"] = container.logs(stdout=True, stderr=False)
+        record["stderr"] = container.logs(stdout=False, stderr=True)
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.containers.get(self.name).remove(force=True)
 
 
 def _status(record: dict[str, Any]) -> TrialStatus:
@@ -215,36 +239,34 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         "image": ctx.engine.image,
         "model_device": ctx.settings.block_device.key if ctx.settings.block_device else None,
     }
-    container = None
-    try:
-        if ctx.profile.schedule.cold_cache:
-            record["residency_before_evict"] = pagecache.residency(ctx.model.path).as_dict()
-            record["residency_at_start"] = pagecache.evict_and_measure(ctx.model.path).as_dict()
-        record["started_utc"] = utc_now()
-        started = time.monotonic()
-        container = ctx.client.containers.run(**spec)
-        if not _wait_for_engine(container, results, ctx.trial_timeout_s):
-            record["timed_out_after_s"] = ctx.trial_timeout_s
-        record["host_wall_s"] = round(time.monotonic() - started, 6)
-        record["ended_utc"] = utc_now()
-        exited = _read_exit_file(results)
-        if exited is not None:
-            record["exit_code"], record["engine_wall_s"] = exited
-        _collect(container, record)
-        if exited is None:
-            record["exit_code"] = record["container_exit_code"]
-    except docker.errors.DockerException as exc:
-        record["error"] = str(exc).splitlines()[0]
-        record.setdefault("oom_killed", False)
-        record.setdefault("exit_code", None)
-    except KeyboardInterrupt:
-        record["interrupted"] = True
-        record.setdefault("ended_utc", utc_now())
-        _stop_after_interrupt(ctx, name, record)
-        _write_trial(ctx, trial, results, record)
-        raise TrialInterrupted(record) from None
-    finally:
-        _remove(ctx.client, name)
+    with TrialContainer(ctx.client, name) as box:
+        try:
+            if ctx.profile.schedule.cold_cache:
+                record["residency_before_evict"] = pagecache.residency(ctx.model.path).as_dict()
+                record["residency_at_start"] = pagecache.evict_and_measure(ctx.model.path).as_dict()
+            record["started_utc"] = utc_now()
+            started = time.monotonic()
+            container = box.start(spec)
+            if not _wait_for_engine(container, results, ctx.trial_timeout_s):
+                record["timed_out_after_s"] = ctx.trial_timeout_s
+            record["host_wall_s"] = round(time.monotonic() - started, 6)
+            record["ended_utc"] = utc_now()
+            exited = _read_exit_file(results)
+            if exited is not None:
+                record["exit_code"], record["engine_wall_s"] = exited
+            box.collect(record)
+            if exited is None:
+                record["exit_code"] = record["container_exit_code"]
+        except docker.errors.DockerException as exc:
+            record["error"] = str(exc).splitlines()[0]
+            record.setdefault("oom_killed", False)
+            record.setdefault("exit_code", None)
+        except KeyboardInterrupt:
+            record["interrupted"] = True
+            record.setdefault("ended_utc", utc_now())
+            box.collect(record)
+            _write_trial(ctx, trial, results, record)
+            raise TrialInterrupted(record) from None
     _write_trial(ctx, trial, results, record)
     return record
 
@@ -285,31 +307,6 @@ class TrialJob:
             trial_timeout_s=self.trial_timeout_s,
         )
         return run_trial(ctx, trial)
-
-
-def _stop_after_interrupt(ctx: RunContext, name: str, record: dict[str, Any]) -> None:
-    try:
-        container = ctx.client.containers.get(name)
-    except docker.errors.NotFound:
-        record["oom_killed"] = False
-        return
-    pid = container.attrs["State"]["Pid"]
-    if container.status == "running" and pid:
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError, KeyError):
-            record["cgroup"] = read_accounting(pid)
-    if container.status == "running":
-        container.kill()
-    container.wait()
-    container.reload()
-    record["container_exit_code"] = container.attrs["State"]["ExitCode"]
-    record["oom_killed"] = bool(container.attrs["State"]["OOMKilled"])
-    record["stdout"] = container.logs(stdout=True, stderr=False)
-    record["stderr"] = container.logs(stdout=False, stderr=True)
-
-
-def _remove(client: docker.DockerClient, name: str) -> None:
-    with contextlib.suppress(docker.errors.NotFound):
-        client.containers.get(name).remove(force=True)
 
 
 @dataclass(frozen=True)
