@@ -17,54 +17,51 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def sweep_table(sweep: dict[str, Any]) -> Table:
+def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
+    """Two tables that each fit 100 columns, one row per limit and variant: what was read
+    against the predictions, and how fast decoding went against the disk and the roofline.
+    Everything else is in results.json's `sweep`."""
     probe = sweep.get("probe") or {}
     bps = probe.get("expert_qd1_bytes_per_s")
-    title = (
-        "sweep: medians per limit and variant; decode reads per token measured / LRU / "
-        "Belady (MiB); disk = decode read bandwidth / probe "
+    reads = Table(title="sweep reads: medians; decode MiB per token measured / LRU / Belady")
+    speed = Table(
+        title="sweep speed: medians; disk = decode read bandwidth / probe "
         f"({_num(bps and bps / MIB, '.1f')} MiB/s, expert-size reads, QD1)"
     )
-    table = Table(title=title)
-    for column in (
-        "limit",
-        "variant",
-        "n",
-        "capacity",
-        "decode tok/s",
-        "reads/token",
-        "meas/LRU",
-        "meas/Belady",
-        "disk",
-        "roofline tok/s (err)",
-        "roofline@page (err)",
-    ):
-        table.add_column(column)
+    for column in ("limit", "variant", "n", "capacity", "MiB/token", "meas/LRU", "meas/Belady"):
+        reads.add_column(column, no_wrap=True)
+    for column in ("limit", "variant", "tok/s", "disk", "roofline (err)", "roofline@page (err)"):
+        speed.add_column(column, no_wrap=True)
     for row in sweep.get("summary") or []:
         per = row["reads_per_token"]
-        error = row["roofline_error"]
-        table.add_row(
-            limit_label(row["memory_limit"]),
+        limit = limit_label(row["memory_limit"])
+        reads.add_row(
+            limit,
             row["variant"],
             str(row["n"]),
             _num(row["capacity_experts"], ".0f"),
-            _num(row["decode_tps"], ".2f"),
             " / ".join(_num(per[k] and per[k] / MIB, ".3f") for k in ("measured", "lru", "belady")),
             _num(row["measured_over_lru"], ".2f"),
             _num(row["measured_over_belady"], ".2f"),
+        )
+        speed.add_row(
+            limit,
+            row["variant"],
+            _num(row["decode_tps"], ".2f"),
             _num(row["disk_fraction"], ".3f"),
-            f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(error, '+.0%')})",
+            f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(row['roofline_error'], '+.0%')})",
             f"{_num(row.get('roofline_page_predicted_tps'), '.2f')} "
             f"({_num(row.get('roofline_page_error'), '+.0%')})",
         )
-    return table
+    return [reads, speed]
 
 
 def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
     if "error" in sweep:
         console.print(f"[red]sweep analysis: {sweep['error']}[/red]")
         return
-    console.print(sweep_table(sweep))
+    for table in sweep_tables(sweep):
+        console.print(table)
     if not sweep.get("phase_sums_within_tolerance"):
         console.print(
             "[yellow]phase reads do not all sum to within "
