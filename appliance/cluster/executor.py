@@ -24,11 +24,11 @@ from appliance.cluster.connect import alive_nodes, on_node
 from appliance.cluster.node import run_trial_here
 from appliance.cluster.resources import resource_for
 from appliance.core import atomic
-from appliance.runs.execute import TrialJob, base_record, utc_now
 from appliance.runs.executor import OneTrial, OnStart
 from appliance.runs.plan import Trial
 from appliance.runs.run_dir import RunDir, TrialDir
 from appliance.runs.status import TrialStatus
+from appliance.runs.trial import TrialJob, base_record, utc_now
 
 WAIT_S = 2.0
 CANCEL_WAIT_S = 30.0

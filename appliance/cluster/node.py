@@ -22,10 +22,10 @@ from appliance.engine.lock import load_lock
 from appliance.host.cgroups import block_device_for, cgroup_version
 from appliance.host.docker import docker_client
 from appliance.images.labels import INPUTS_DIGEST, RUN, RUN_TRIAL, candidate_tags
-from appliance.runs.execute import TrialJob
 from appliance.runs.model_files import cached_sha256
 from appliance.runs.plan import Trial
 from appliance.runs.run_dir import RunDir
+from appliance.runs.trial import TrialJob
 
 
 def node_id() -> str:

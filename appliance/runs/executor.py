@@ -1,6 +1,6 @@
 """Where trials run: the executor interface, and the local executor (one trial after another).
 
-An executor takes the one-trial callable (`appliance.runs.execute.TrialJob`: picklable, so it
+An executor takes the one-trial callable (`appliance.runs.trial.TrialJob`: picklable, so it
 can travel to another machine) and the trials still to run, and yields each trial's record
 once the trial's directory is in place under `RUN/trials/`. The Ray executor
 (`appliance.cluster`, an optional extra) implements the same interface; the run loop

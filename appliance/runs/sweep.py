@@ -15,13 +15,13 @@ from appliance.core.errors import ConfigError
 from appliance.core.progress import ProgressFn
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
-from appliance.runs.execute import RunContext, TrialInterrupted, run_trial
 from appliance.runs.memory_points import MemoryPoint, SweepLimit, parse_memory_list, resolve_limits
 from appliance.runs.model_files import locate_model
 from appliance.runs.plan import DiskProbeEngine, Trial, sweep_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
 from appliance.runs.run_dir import PROBE_DIR
+from appliance.runs.trial import RunContext, TrialInterrupted, run_trial
 from appliance.trace.expert_bytes import gguf_expert_layout
 
 DEFAULT_MAX_HOURS = 6.0

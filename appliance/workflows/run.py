@@ -33,13 +33,14 @@ from appliance.host.docker import docker_client
 from appliance.images.build import build_image
 from appliance.models.shapes import ModelSynthSpec
 from appliance.models.synth import synthesize
-from appliance.runs.execute import RunContext, RunOutcome, execute_run
+from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import Profile
 from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.run_dir import RunDir
+from appliance.runs.trial import RunContext
 
 FALLBACK_STAND_IN = "b10229"
 

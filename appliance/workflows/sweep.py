@@ -19,7 +19,7 @@ from appliance.attest.bundle import finalize_bundle
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock
-from appliance.runs.execute import RunContext, RunOutcome, execute_run
+from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
 from appliance.runs.memory_points import (
     limit_label,
@@ -28,6 +28,7 @@ from appliance.runs.plan import LlamaMoeTraceEngine
 from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.run_dir import RunDir
 from appliance.runs.sweep import SweepPlan, print_grid, run_disk_probe
+from appliance.runs.trial import RunContext
 
 
 def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:

@@ -23,10 +23,11 @@ import yaml
 from appliance.analysis.results import analyze_run
 from appliance.engine.lock import load_lock
 from appliance.images.labels import RUN as LABEL
-from appliance.runs.execute import RunContext, RunOutcome, execute_run
+from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.plan import CommandEngine, trial_plan
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import load_profile
+from appliance.runs.trial import RunContext
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.docker
@@ -252,7 +253,8 @@ DRIVER = textwrap.dedent("""
     from appliance.engine.lock import load_lock
     from appliance.runs.profile import load_profile
     from appliance.host.docker import docker_client
-    from appliance.runs.execute import RunContext, execute_run
+    from appliance.runs.execute import execute_run
+    from appliance.runs.trial import RunContext
     from appliance.runs.plan import CommandEngine
     from appliance.runs.prepare import prepare_run
     from appliance.runs.plan import trial_plan

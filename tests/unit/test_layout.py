@@ -149,4 +149,4 @@ def test_analysis_imports_neither_docker_nor_ray_even_through_other_modules() ->
                 problems.append(f"{module} imports {banned} (through {current})")
             pending.extend(deps[current])
     assert problems == []
-    assert "docker" in top_level_imports(module_path("appliance.runs.execute"))  # the walker sees it
+    assert "docker" in top_level_imports(module_path("appliance.runs.trial"))  # the walker sees it

@@ -10,10 +10,12 @@ from rich.console import Console
 
 from appliance.core.errors import ConfigError
 from appliance.engine.lock import load_lock
-from appliance.runs.execute import RunContext, needs_rerun, resume_point, schedule_record
 from appliance.runs.executor import LocalExecutor
 from appliance.runs.plan import Trial, trial_plan
 from appliance.runs.profile import load_profile
+from appliance.runs.record import schedule_record
+from appliance.runs.resume import needs_rerun, resume_point
+from appliance.runs.trial import RunContext
 
 
 def test_local_executor_runs_every_trial_in_order_and_says_where(tmp_path: Path) -> None:

@@ -7,11 +7,13 @@ from PIL import Image
 
 from appliance.analysis.plots import trial_limits, trial_resources_plot
 from appliance.core import atomic
-from appliance.runs.execute import _trial_line, base_record, limits_record
+from appliance.runs.execute import _trial_line
 from appliance.runs.memory_points import SweepLimit
 from appliance.runs.plan import sweep_plan, trial_plan
 from appliance.runs.profile import load_profile
+from appliance.runs.record import limits_record
 from appliance.runs.run_dir import RunDir
+from appliance.runs.trial import base_record
 
 MIB = 1 << 20
 # the demo's limits: 0.25, 0.5 and 1.2 times the 400 MiB model file

@@ -1,0 +1,101 @@
+"""The records a run writes: inputs/, the schedule and run.json (with every limit its trials
+ran under)."""
+
+from pathlib import Path
+from typing import Any
+
+from appliance import __version__
+from appliance.core import atomic
+from appliance.runs.model_files import CheckedModel
+from appliance.runs.plan import (
+    Trial,
+)
+from appliance.runs.profile import Profile
+from appliance.runs.run_dir import (
+    LOCK_INPUT,
+    MODEL_INPUT,
+    PROFILE_INPUT,
+    SCHEDULE_INPUT,
+    RunDir,
+)
+from appliance.runs.trial import RunContext, utc_now
+
+
+def write_inputs(
+    run_dir: Path, profile: Profile, lock_raw: dict[str, Any], schedule: dict[str, Any], model: CheckedModel
+) -> None:
+    inputs = RunDir(run_dir)
+    atomic.write_text(inputs.input(PROFILE_INPUT), profile.source_text)
+    atomic.write_json(inputs.input(LOCK_INPUT), lock_raw)
+    atomic.write_json(inputs.input(SCHEDULE_INPUT), schedule)
+    atomic.write_json(
+        inputs.input(MODEL_INPUT),
+        {
+            **model.manifest(),
+            "pinned_bytes": profile.model.bytes,
+            "pinned_sha256": profile.model.sha256,
+            "source": profile.model.source,
+            "synth": profile.model.synth,
+        },
+    )
+
+
+def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
+    s = profile.schedule
+    return {
+        "profile": profile.name,
+        "repeats": max(t.repeat for t in trials),
+        "order": s.order,
+        "n_predict": s.n_predict,
+        "prompt": s.prompt,
+        "seed": s.seed,
+        "cold_cache": s.cold_cache,
+        "trace": profile.trace,
+        "variants": [{"name": v.name, "env": v.env, "args": list(v.args)} for v in profile.variants],
+        "trials": [t.name for t in trials],
+        **(
+            {"memory_limits": sorted({t.memory for t in trials if t.memory is not None})}
+            if any(t.memory is not None for t in trials)
+            else {}
+        ),
+    }
+
+
+def limits_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
+    """run.json `limits`: every (memory, memory+swap) limit the trials ran under, ascending,
+    with the sweep point that asked for it; `memory_bytes` and `memswap_bytes` name the one
+    limit every trial shares, and are null when the trials ran under several (a sweep)."""
+    used = sorted(
+        {(t.memory_limit(profile), t.memswap_limit(profile), t.point) for t in trials},
+        key=lambda limit: limit[0],
+    )
+    shared = used[0] if len(used) == 1 else (None, None, None)
+    return {
+        "memory_bytes": shared[0],
+        "memswap_bytes": shared[1],
+        "trials": [
+            {"memory_bytes": memory, "memswap_bytes": memswap, **({"point": point} if point else {})}
+            for memory, memswap, point in used
+        ],
+    }
+
+
+def run_record(
+    ctx: RunContext, status: str, started: str, trials: list[Trial], extra: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "profile": ctx.profile.name,
+        "started_utc": started,
+        "ended_utc": utc_now(),
+        "appliance_version": __version__,
+        "trial_count": len(trials),
+        "trials_recorded": len(list(RunDir(ctx.run_dir).recorded())),
+        "run_id": ctx.run_id,
+        "engine": ctx.engine.identity(),
+        "model_digest_status": ctx.model.digest_status,
+        "limits": limits_record(ctx.profile, trials),
+        "cgroup_version": ctx.settings.cgroup_version,
+        "trial_timeout_s": ctx.trial_timeout_s,
+        **extra,
+    }

@@ -1,0 +1,287 @@
+"""One trial: its container from eviction to removal (`TrialContainer`, whose `__exit__`
+always removes it, with one collect step for every ending), and its directory, trial.json last.
+`TrialJob` is the picklable one-trial callable a local or cluster executor runs."""
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from rich.console import Console
+
+from appliance.core import atomic
+from appliance.host import pagecache
+from appliance.host.cgroups import read_accounting
+from appliance.images import labels as L
+from appliance.runs.model_files import CheckedModel
+from appliance.runs.plan import (
+    EXIT_FILE,
+    ContainerSettings,
+    Engine,
+    Trial,
+    container_spec,
+)
+from appliance.runs.profile import Profile
+from appliance.runs.run_dir import (
+    ENGINE_OUTPUTS,
+    STREAMS,
+    TRIALS_DIR,
+    RunDir,
+)
+from appliance.runs.status import TrialStatus
+
+POLL_S = 0.05
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class RunContext:
+    """What every trial of one run shares."""
+
+    client: docker.DockerClient
+    profile: Profile
+    engine: Engine
+    model: CheckedModel
+    settings: ContainerSettings
+    run_dir: Path
+    run_id: str
+    console: Console
+    trial_timeout_s: float | None = None
+    trial_records: list[dict[str, Any]] = field(default_factory=list)
+    trials_subdir: str = TRIALS_DIR  # where run_trial writes: RUN/<trials_subdir>/<trial name>/
+
+
+class TrialInterrupted(Exception):
+    """Ctrl-C arrived during a trial; the partial trial record travels with it."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__("interrupted")
+        self.record = record
+
+
+def _read_exit_file(results: Path) -> tuple[int, float] | None:
+    """(engine exit status, engine wall seconds) from the wrapper, or None if it never wrote."""
+    try:
+        status, start_ns, end_ns = (results / EXIT_FILE).read_text().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    return int(status), (int(end_ns) - int(start_ns)) / 1e9
+
+
+def _wait_for_engine(container: Any, results: Path, timeout_s: float | None) -> bool:
+    """Until the wrapper reports the engine's exit, or the container itself is gone.
+    False when the engine was still running after timeout_s (the caller stops it)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    polls = 0
+    while not (results / EXIT_FILE).exists():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_S)
+        polls += 1
+        if polls % 20 == 0:
+            container.reload()
+            if container.status not in ("created", "running"):
+                return True
+    return True
+
+
+class TrialContainer:
+    """One trial's container, from `start` to its removal, which `__exit__` always does (after
+    success, an error or Ctrl-C alike). `collect` is the one collect step for every ending: the
+    cgroup while the container lives, then stop it, then its state and logs."""
+
+    def __init__(self, client: docker.DockerClient, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def __enter__(self) -> "TrialContainer":
+        return self
+
+    def start(self, spec: dict[str, Any]) -> Any:
+        return self.client.containers.run(**spec)
+
+    def collect(self, record: dict[str, Any]) -> None:
+        """Into record: cgroup accounting (or cgroup_error), container_exit_code, oom_killed,
+        stdout and stderr. A container that never started leaves oom_killed False."""
+        try:
+            container = self.client.containers.get(self.name)
+        except docker.errors.NotFound:
+            record["oom_killed"] = False
+            return
+        pid = container.attrs["State"]["Pid"]
+        if container.status == "running" and pid:
+            try:
+                record["cgroup"] = read_accounting(pid)
+            except (FileNotFoundError, ProcessLookupError, KeyError) as exc:
+                record["cgroup_error"] = f"cgroup unreadable: {exc}"
+        else:
+            record["cgroup_error"] = "container exited before its cgroup could be read"
+        if container.status == "running":
+            container.kill()
+        container.wait()
+        container.reload()
+        state = container.attrs["State"]
+        record["container_exit_code"] = state["ExitCode"]
+        record["oom_killed"] = bool(state["OOMKilled"]) or bool(record.get("cgroup", {}).get("oom_kills"))
+        record["stdout"] = container.logs(stdout=True, stderr=False)
+        record["stderr"] = container.logs(stdout=False, stderr=True)
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.containers.get(self.name).remove(force=True)
+
+
+def _status(record: dict[str, Any]) -> TrialStatus:
+    if record.get("interrupted"):
+        return TrialStatus.INTERRUPTED
+    if record.get("oom_killed"):
+        return TrialStatus.OOM_KILLED
+    if "timed_out_after_s" in record:
+        return TrialStatus.TIMED_OUT
+    if record.get("exit_code") == 0:
+        return TrialStatus.OK
+    return TrialStatus.FAILED
+
+
+def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
+    """Outputs and logs into the trial directory, trial.json last; the scratch dir goes."""
+    trial_dir = RunDir(ctx.run_dir).trial(trial.name, ctx.trials_subdir)
+    trial_dir.path.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bool] = {}
+    for stream in STREAMS:
+        path = trial_dir.stream(stream)
+        if stream in record:
+            atomic.write_bytes(path, record.pop(stream))
+        files[path.name] = path.exists()
+    for name in ENGINE_OUTPUTS:
+        if (results / name).is_file():
+            atomic.move_into(results / name, trial_dir.path / name)
+        files[name] = (trial_dir.path / name).exists()
+    if "cgroup" in record:
+        atomic.write_json(trial_dir.cgroup, record["cgroup"])
+    files[trial_dir.cgroup.name] = trial_dir.cgroup.exists()
+    record["files"] = files
+    record["status"] = _status(record)
+    atomic.write_json(trial_dir.record_file, record)
+    for leftover in results.iterdir():
+        leftover.unlink()
+    results.rmdir()
+
+
+def base_record(trial: Trial, profile: Profile) -> dict[str, Any]:
+    """What every trial.json starts with: the trial's name (its directory's), place and limit."""
+    return {
+        "name": trial.name,
+        "index": trial.index,
+        "variant": trial.variant.name,
+        "repeat": trial.repeat,
+        "memory_limit": trial.memory_limit(profile),
+    }
+
+
+def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
+    """One container from eviction to removal; returns the trial.json record."""
+    results = RunDir(ctx.run_dir).scratch_for(trial.name)
+    results.mkdir(parents=True)  # the container runs as this user, so it can write here
+    name = f"appliance-{ctx.run_id}-{trial.index:03d}"
+    spec = container_spec(
+        ctx.profile,
+        ctx.engine,
+        trial,
+        ctx.settings,
+        results,
+        name,
+        {L.RUN: ctx.run_id, L.RUN_TRIAL: trial.name},
+    )
+    record: dict[str, Any] = {
+        **base_record(trial, ctx.profile),
+        "container": {
+            k: spec[k]
+            for k in (
+                "name",
+                "command",
+                "environment",
+                "mem_limit",
+                "memswap_limit",
+                "network_mode",
+                "read_only",
+            )
+        },
+        "image": ctx.engine.image,
+        "model_device": ctx.settings.block_device.key if ctx.settings.block_device else None,
+    }
+    with TrialContainer(ctx.client, name) as box:
+        try:
+            if ctx.profile.schedule.cold_cache:
+                record["residency_before_evict"] = pagecache.residency(ctx.model.path).as_dict()
+                record["residency_at_start"] = pagecache.evict_and_measure(ctx.model.path).as_dict()
+            record["started_utc"] = utc_now()
+            started = time.monotonic()
+            container = box.start(spec)
+            if not _wait_for_engine(container, results, ctx.trial_timeout_s):
+                record["timed_out_after_s"] = ctx.trial_timeout_s
+            record["host_wall_s"] = round(time.monotonic() - started, 6)
+            record["ended_utc"] = utc_now()
+            exited = _read_exit_file(results)
+            if exited is not None:
+                record["exit_code"], record["engine_wall_s"] = exited
+            box.collect(record)
+            if exited is None:
+                record["exit_code"] = record["container_exit_code"]
+        except docker.errors.DockerException as exc:
+            record["error"] = str(exc).splitlines()[0]
+            record.setdefault("oom_killed", False)
+            record.setdefault("exit_code", None)
+        except KeyboardInterrupt:
+            record["interrupted"] = True
+            record.setdefault("ended_utc", utc_now())
+            box.collect(record)
+            _write_trial(ctx, trial, results, record)
+            raise TrialInterrupted(record) from None
+    _write_trial(ctx, trial, results, record)
+    return record
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """The one-trial callable: everything a trial needs and nothing bound to this process, so
+    it pickles and runs on this machine or on a cluster node alike.
+
+    `job(trial, work_dir)` runs the trial against the local Docker engine and writes
+    `work_dir/trials/<trial>/` (outputs pass through `work_dir/.scratch`); locally work_dir is
+    the run directory.
+    """
+
+    profile: Profile
+    engine: Engine
+    model: CheckedModel
+    settings: ContainerSettings
+    run_id: str
+    trial_timeout_s: float | None = None
+
+    @classmethod
+    def of(cls, ctx: RunContext) -> "TrialJob":
+        return cls(ctx.profile, ctx.engine, ctx.model, ctx.settings, ctx.run_id, ctx.trial_timeout_s)
+
+    def __call__(self, trial: Trial, work_dir: Path) -> dict[str, Any]:
+        from appliance.host.docker import docker_client
+
+        ctx = RunContext(
+            docker_client(),
+            self.profile,
+            self.engine,
+            self.model,
+            self.settings,
+            work_dir,
+            self.run_id,
+            Console(quiet=True),
+            trial_timeout_s=self.trial_timeout_s,
+        )
+        return run_trial(ctx, trial)
