@@ -180,3 +180,18 @@ def test_keys_init_if_missing_makes_the_key_once_and_then_keeps_it(tmp_path: Pat
     assert refused.returncode != 0 and "already exists: pass --force" in refused.stderr
     both = run_cli("keys", "init", "--if-missing", "--force", env=env)
     assert both.returncode == 2 and "pass one" in both.stderr
+
+
+def test_bundle_show_reads_the_seal_through_the_strict_readers(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    missing = run_cli("bundle", "show", str(run))
+    assert missing.returncode == 1
+    assert f"{run}: manifest.json missing: seal the run with `appliance bundle sign`" in missing.stderr
+    run_cli("bundle", "sign", str(run), "--unsigned", check=True)
+    (run / "provenance.json").write_text('{"engine": {}, "engine": {}}\n')
+    refused = run_cli("bundle", "show", str(run))
+    assert refused.returncode == 2
+    assert (
+        refused.stderr.strip()
+        == f"error: {run / 'provenance.json'}: line 1: duplicate key 'engine' (first at line 1)"
+    )
