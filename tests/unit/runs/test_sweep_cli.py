@@ -87,6 +87,8 @@ def test_memory_option_overrides_the_profile(sweep_setup: tuple[Path, Path]) -> 
         (["--memory", "0.0000000001"], "rounds to zero bytes"),
         (["--memory", "0.5", "--max-hours", "0.0001"], "more than --max-hours 0.0001"),
         (["--memory", "half"], "expected a fraction of the model"),
+        # host RAM is checked against the largest limit a trial runs under, not the profile's
+        (["--memory", "24MiB,4096GiB"], "the sweep limit 4096GiB (4 TiB) exceeds this host's"),
     ],
 )
 def test_bad_sweeps_are_refused_in_one_line(
