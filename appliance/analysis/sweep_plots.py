@@ -5,6 +5,8 @@ model file's size, and the fraction of the probed disk bandwidth."""
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from appliance.analysis.plots import MIB, plt, save_png
 
 READS_LINTHRESH_MIB = 0.01  # below this many MiB per token the reads axis is linear
@@ -111,4 +113,6 @@ def reads_figure(
         ax.axhline(model_bytes / MIB, color="grey", linewidth=1, label="model file (one whole read)")
     # a log axis, linear near zero: predictions of zero reads stay visible beside 394 MiB
     ax.set_yscale("symlog", linthresh=READS_LINTHRESH_MIB)
+    drawn: list[float] = [float(y) for line in ax.get_lines() for y in np.asarray(line.get_ydata())]
+    ax.set_ylim(bottom=0, top=max([*drawn, 1.0]) * 3)
     return fig, ax
