@@ -28,7 +28,7 @@ lint: venv
 	$(VENV)/bin/ruff check appliance tests fuzz
 	$(VENV)/bin/mypy appliance fuzz
 
-# Every reader (GGUF header, remote GGUF, trace, lock, profile, bundle) fed FUZZ_CASES mutated
+# Every reader (GGUF header, remote GGUF, trace, lock, profile, bundle, key, sidecar, trust store) fed FUZZ_CASES mutated
 # inputs each, in workers limited to 2 GiB and 2 s per case; a short run is part of `make test`.
 FUZZ_CASES ?= 100000
 FUZZ_SEED ?= 0

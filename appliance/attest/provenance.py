@@ -9,7 +9,6 @@ binaries inside the image itself, so the digests are those the trials actually l
 
 import contextlib
 import getpass
-import json
 import os
 import platform
 import re
@@ -17,12 +16,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from appliance import __version__
 from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes
-from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.errors import ApplianceError
+from appliance.core.strict_load import load_json, load_yaml
 from appliance.engine.lock import lock_digest
 from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
@@ -183,12 +181,7 @@ def collect_image_provenance(
 
 
 def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path.name}: missing from the run directory {path.parent.name}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path.name}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    return load_json(path, missing=f"missing from the run directory {path.parent.name}")
 
 
 def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
@@ -230,10 +223,7 @@ def collect_provenance(
     run = _load_json(run_dir / "run.json")
     inputs = run_dir / "inputs"
     lock_raw = _load_json(inputs / "lock.json")
-    try:
-        profile = yaml.safe_load((inputs / "profile.yaml").read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"profile.yaml: missing from {run_dir.name}/inputs") from None
+    profile = load_yaml(inputs / "profile.yaml", missing=f"missing from {run_dir.name}/inputs")
     record = {
         "provenance_version": PROVENANCE_VERSION,
         "appliance_version": __version__,

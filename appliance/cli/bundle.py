@@ -8,10 +8,12 @@ import click
 
 from appliance.attest.bundle import MANIFEST_FILE, finalize_bundle, sealed_digests_match
 from appliance.attest.dsse import default_key_dir, existing_default_key, public_key_from_dict
+from appliance.attest.provenance import PROVENANCE_FILE
 from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.cli.options import json_option, refuse_key_with_unsigned
 from appliance.core.checks import check_lines
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.core.strict_load import load_json
 
 bundle_dir = click.argument("directory", type=click.Path(path_type=Path, file_okay=False, exists=True))
 
@@ -49,7 +51,7 @@ def bundle_sign(directory: Path, key: Path | None, unsigned: bool, force: bool) 
             f"({', '.join(changed[:5])}): check them, then pass --force"
         )
     finalize_bundle(directory, None if unsigned else key)
-    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    manifest = load_json(directory / MANIFEST_FILE)
     signer = None if unsigned else public_key_from_dict(manifest["attestation"]["public_key"])
     how = "unsigned" if signer is None else f"signed by {signer.keyid}"
     click.echo(f"sealed {len(manifest['files'])} files, {how}; bundle digest {manifest['bundle_digest']}")
@@ -111,15 +113,9 @@ def bundle_verify(
 def bundle_show(directory: Path, as_json: bool) -> None:
     """Summarize a bundle as it claims to be (run, seal, engine, model, host), without
     verifying it: `appliance bundle verify` says whether to believe it."""
-    try:
-        manifest = json.loads((directory / MANIFEST_FILE).read_text())
-        provenance = json.loads((directory / "provenance.json").read_text())
-    except FileNotFoundError as exc:
-        raise ApplianceError(
-            f"{directory}: {Path(str(exc.filename)).name} missing: seal the run with `appliance bundle sign`"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{directory}: manifest or provenance unreadable ({exc})") from None
+    missing = "missing: seal the run with `appliance bundle sign`"
+    manifest = load_json(directory / MANIFEST_FILE, missing=missing)
+    provenance = load_json(directory / PROVENANCE_FILE, missing=missing)
     try:
         summary = _summary(manifest, provenance)
     except (KeyError, TypeError, AttributeError) as exc:

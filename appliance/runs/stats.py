@@ -8,11 +8,12 @@ the denominator of its comparisons) are taken pair by pair within each round of 
 interleaved order, then summarized. Generated texts are compared byte for byte at matched length.
 """
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from appliance.core.errors import ConfigError
+from appliance.core.strict_load import load_json, read_bytes
 from appliance.runs.status import TrialStatus
 
 SCHEMA_VERSION = 1
@@ -71,18 +72,26 @@ def _timing_value(timing: dict[str, Any], metric: str) -> float | None:
     return None
 
 
+def _record(path: Path) -> dict[str, Any]:
+    """A trial's JSON record, read strictly (a regular file, bounded); a JSON object."""
+    record = load_json(path)
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return record
+
+
 def load_trials(run_dir: Path) -> list[dict[str, Any]]:
     """Each trial.json with its timing.json and output.txt (bytes) attached, in run order."""
     trials = []
     for trial_json in sorted((run_dir / "trials").glob("*/trial.json")):
-        record = json.loads(trial_json.read_text())
+        record = _record(trial_json)
         record["dir"] = trial_json.parent.name
         timing_path = trial_json.parent / "timing.json"
-        record["timing"] = json.loads(timing_path.read_text()) if timing_path.is_file() else {}
+        record["timing"] = _record(timing_path) if timing_path.exists() else {}
         text_path = trial_json.parent / "output.txt"
-        record["text"] = text_path.read_bytes() if text_path.is_file() else None
+        record["text"] = read_bytes(text_path) if text_path.exists() else None
         cgroup_path = trial_json.parent / "cgroup.json"
-        record["cgroup"] = json.loads(cgroup_path.read_text()) if cgroup_path.is_file() else {}
+        record["cgroup"] = _record(cgroup_path) if cgroup_path.exists() else {}
         trials.append(record)
     return trials
 

@@ -20,6 +20,7 @@ import numpy as np
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.core.nesting import MAX_NESTING, max_nesting
+from appliance.core.strict_load import open_regular, parse_json_bytes
 
 MAGIC = b"MOETRACE"
 TRAILER_MAGIC = b"MOETEND\0"
@@ -214,12 +215,9 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
             f"{where}: trace header nests deeper than {MAX_NESTING} levels; the file is corrupt"
         )
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ConfigError(
-            f"{where}: trace header is not valid UTF-8 JSON (or holds a number "
-            "too long to read); the file is corrupt"
-        ) from None
+        header = parse_json_bytes(raw, "trace header", MAX_HEADER_BYTES)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}; the file is corrupt") from None
     header = _check_header(header, where)
     dtype = row_dtype(header["n_expert_used"], header["has_weights"])
     body = size - PREAMBLE_BYTES - header_len - TRAILER_BYTES
@@ -236,14 +234,16 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
 def read_trace(path: str | os.PathLike[str]) -> Trace:
     """Map a `.moetrace` file read-only; refuse truncated or corrupt files with a ConfigError."""
     path = Path(path)
+    fd = open_regular(path)  # never a FIFO or a device: mapping one would block or never end
     try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size == 0:
-                raise ConfigError(f"{path}: empty file, not a route trace")
-            mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        size = os.fstat(fd).st_size
+        if size == 0:
+            raise ConfigError(f"{path}: empty file, not a route trace")
+        mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read trace ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     header, rows = parse_trace(mapping, where=str(path))
     return Trace(header=header, rows=rows, path=path)
 

@@ -44,7 +44,7 @@ CASES = {
     ),
     "an integer of 5000 digits": (
         _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "x": ' + b"7" * 5000 + b"}"),
-        "holds a number too long to read",
+        "trace header: line 1: a number with more than 100 digits; the file is corrupt",
     ),
     "n_expert_used 2^40": (
         _with(n_expert_used=1 << 40, n_experts=1 << 41),
