@@ -124,21 +124,20 @@ def test_a_hostile_trust_store_entry_is_skipped_with_a_warning(
     assert f"IGNORED {entry}: " in listed.stdout and expected in listed.stdout
 
 
-@pytest.mark.parametrize("kind", sorted(ALL))
-def test_a_hostile_key_file_given_to_verify_is_refused(kind: str, tmp_path: Path) -> None:
-    make, expected = ALL[kind]
-    path = make(tmp_path / "k.pub.json")
-    with pytest.raises(ConfigError, match=expected) as info:
-        load_public_key(path)
-    assert "\n" not in str(info.value) and str(info.value).startswith(f"{path}: ")
+READERS: dict[str, tuple[str, Callable[[Path], object]]] = {  # the file name each reader is given
+    "public key (bundle verify --key)": ("k.pub.json", load_public_key),
+    "image export sidecar (pull --from)": ("engine.tar.sidecar.json", read_sidecar),
+}
 
 
+@pytest.mark.parametrize("reader", sorted(READERS))
 @pytest.mark.parametrize("kind", sorted(ALL))
-def test_a_hostile_sidecar_is_refused_in_one_line(kind: str, tmp_path: Path) -> None:
+def test_a_hostile_key_file_or_sidecar_is_refused_in_one_line(kind: str, reader: str, tmp_path: Path) -> None:
     make, expected = ALL[kind]
-    path = make(tmp_path / "engine.tar.sidecar.json")
+    name, read = READERS[reader]
+    path = make(tmp_path / name)
     with pytest.raises(ApplianceError, match=expected) as info:
-        read_sidecar(path)
+        read(path)
     assert "\n" not in str(info.value) and str(info.value).startswith(f"{path}: ")
 
 
