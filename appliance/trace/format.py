@@ -234,7 +234,7 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
 def read_trace(path: str | os.PathLike[str]) -> Trace:
     """Map a `.moetrace` file read-only; refuse truncated or corrupt files with a ConfigError."""
     path = Path(path)
-    fd = open_regular(path)  # never a FIFO or a device: mapping one would block or never end
+    fd = open_regular(path, "cannot read trace (no such file)")  # never a FIFO or a device
     try:
         size = os.fstat(fd).st_size
         if size == 0:
