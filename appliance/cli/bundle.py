@@ -1,6 +1,5 @@
 """CLI: `appliance bundle`."""
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ from appliance.attest.bundle import MANIFEST_FILE, finalize_bundle, sealed_diges
 from appliance.attest.dsse import default_key_dir, existing_default_key, public_key_from_dict
 from appliance.attest.provenance import PROVENANCE_FILE
 from appliance.attest.verify import Verdict, Verification, verify_bundle
-from appliance.cli.options import json_option, refuse_key_with_unsigned
+from appliance.cli.options import json_option, refuse_key_with_unsigned, strict_json
 from appliance.core.checks import check_lines
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.strict_load import load_json
@@ -100,7 +99,7 @@ def bundle_verify(
     offline. Exits 0 only for a verified bundle (or one an --allow flag accepts)."""
     result = verify_bundle(directory, key, allow_untrusted=allow_untrusted, allow_unsigned=allow_unsigned)
     if as_json:
-        click.echo(json.dumps(result.as_json(), indent=2))
+        click.echo(strict_json(result.as_json(), indent=2))
     else:
         print_verification(result)
     if not result.accepted:
@@ -123,10 +122,10 @@ def bundle_show(directory: Path, as_json: bool) -> None:
             f"{directory}: not a bundle this version can show (field {exc} missing or malformed)"
         ) from None
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(strict_json(summary, indent=2))
         return
     for name, value in summary.items():
-        text = value if isinstance(value, str | int) or value is None else json.dumps(value)
+        text = value if isinstance(value, str | int) or value is None else strict_json(value)
         click.echo(f"{name:<14} {text}")
     click.echo("not verified here: run `appliance bundle verify` before trusting any of this")
 

@@ -3,7 +3,6 @@
 ray and appliance.cluster load only inside these commands: the `cluster` extra is optional.
 """
 
-import json
 import os
 import shlex
 import subprocess
@@ -14,7 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from appliance.cli.options import json_option, lock_option
+from appliance.cli.options import json_option, lock_option, strict_json
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 
@@ -130,7 +129,7 @@ def status_command(address: str, as_json: bool) -> None:
     connect(address)
     reports = cluster_status()
     if as_json:
-        click.echo(json.dumps(reports, indent=2, sort_keys=True))
+        click.echo(strict_json(reports, indent=2, sort_keys=True))
         return
     table = Table(title=f"Ray cluster at {address}: {len(reports)} live nodes")
     for column in ("node", "host", "targets", "appliance", "lock digest", "images"):

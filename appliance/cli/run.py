@@ -1,6 +1,5 @@
 """CLI: `appliance run PROFILE --models DIR`: parse, then delegate to runsetup and runner."""
 
-import json
 import secrets
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from rich.console import Console
 
 from appliance.cli.options import (
     refuse_key_with_unsigned,
+    strict_json,
     trial_options,
 )
 from appliance.cli.progress import progress_display
@@ -71,7 +71,7 @@ def run_command(
         specs = planned_specs(prepared, LlamaMoeTraceEngine(prepared.image), secrets.token_hex(6))
         if as_json:
             click.echo(
-                json.dumps(
+                strict_json(
                     {
                         "profile": profile.name,
                         "target": prepared.choice.target,

@@ -21,6 +21,7 @@ from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.core.nesting import MAX_NESTING, max_nesting
 from appliance.core.strict_load import open_regular, parse_json_bytes
+from appliance.core.validation import schema_errors
 
 MAGIC = b"MOETRACE"
 TRAILER_MAGIC = b"MOETEND\0"
@@ -36,15 +37,7 @@ MAX_LAYERS = 4096  # blocks; rows store the layer in 16 bits
 MAX_EXPERTS = 4096
 MAX_EXPERT_USED = 256
 MAX_OBJECTS = 1 << 20  # MoE layers x experts
-REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
-    "format": str,
-    "version": int,
-    "n_layers": int,
-    "moe_layers": list,
-    "n_experts": int,
-    "n_expert_used": int,
-    "has_weights": bool,
-}
+HEADER_SCHEMA = "trace-header"  # appliance/schemas/trace-header.schema.json: the documented types
 
 
 def row_dtype(k: int, has_weights: bool) -> np.dtype:
@@ -114,13 +107,16 @@ class Trace:
 def _check_header(header: Any, where: str) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise ConfigError(f"{where}: trace header is not a JSON object; the file is corrupt")
-    for key, kind in REQUIRED_KEYS.items():
-        value = header.get(key)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(
-                f"{where}: trace header key {key!r} is missing or not "
-                f"{getattr(kind, '__name__', kind)}; the file is corrupt"
-            )
+    errors = schema_errors(header, HEADER_SCHEMA)
+    if errors:
+        raise ConfigError(f"{where}: trace header {errors[0]}; the file is corrupt")
+    try:  # what a writer is handed: finite numbers, strings that encode (no lone surrogate)
+        json.dumps(header, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
+        raise ConfigError(
+            f"{where}: trace header holds a number that is not finite or a string that is not "
+            "Unicode text; the file is corrupt"
+        ) from None
     if header["format"] != "moetrace":
         raise ConfigError(f"{where}: header format is {header['format']!r}, expected 'moetrace'")
     if header["version"] != VERSION:
