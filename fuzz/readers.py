@@ -76,10 +76,29 @@ def run_gguf(case: bytes) -> None:
 
 
 def run_remote(case: bytes) -> None:
-    from appliance.planner.remote import HttpRangeSource
+    from appliance.core.checks import one_line
+    from appliance.core.errors import ApplianceError
 
     url = remote_server.serve(case[0], case[1:])
-    _plan_all(HttpRangeSource(url, deadline_s=remote_server.CLIENT_DEADLINE_S))
+    try:
+        _plan_remote(url)
+    except ApplianceError as exc:
+        if one_line(str(exc)) != str(exc):
+            raise AssertionError(f"a refusal carries what the server sent unescaped: {exc!r}") from None
+        raise
+
+
+def _plan_remote(url: str) -> None:
+    from appliance.planner.remote import HttpRangeSource
+
+    _plan_all(
+        HttpRangeSource(
+            url,
+            deadline_s=remote_server.CLIENT_DEADLINE_S,
+            total_deadline_s=remote_server.CLIENT_TOTAL_DEADLINE_S,
+            rate_grace_s=remote_server.CLIENT_RATE_GRACE_S,
+        )
+    )
 
 
 def remote_seeds(workdir: Path) -> list[bytes]:
