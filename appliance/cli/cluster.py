@@ -3,9 +3,7 @@
 ray and appliance.cluster load only inside these commands: the `cluster` extra is optional.
 """
 
-import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -86,12 +84,18 @@ def join_command(
     """Join the Ray cluster at ADDRESS (or start its head with --head), offering this
     machine's targets (probed as `appliance doctor` does) as `appliance-<target>: 1`."""
     from appliance.cluster.join import (
+        check_host,
         detect_targets,
         node_environment,
+        parse_address,
         parse_images,
         ray_start_command,
+        run_ray_start,
     )
 
+    parse_address(address, "--head ADDRESS" if head else "ADDRESS")  # before Ray or Docker is asked
+    if node_ip is not None:
+        check_host(node_ip, "--node-ip-address")
     _require_ray()
     lock = load_lock(lock_path)
     chosen = parse_images(images, lock)
@@ -110,9 +114,7 @@ def join_command(
     click.echo(" ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.join(argv)]))
     if dry_run:
         return
-    result = subprocess.run(argv, env={**os.environ, **env})
-    if result.returncode != 0:
-        raise ApplianceError(f"ray start failed (exit {result.returncode}): see its output above")
+    click.echo(run_ray_start(argv, env), nl=False)
 
 
 @cluster_group.command("status")

@@ -246,18 +246,27 @@ def push(target: str, registry: str, image_ref: str | None, lock_path: Path | No
     help="Private key (or key directory) to sign the sidecar with "
     "(default: the key from `appliance keys init`).",
 )
+@click.option("--force", is_flag=True, help="Replace FILE and its sidecar if they exist.")
 @lock_option
 @json_option
 def export(
-    target: str, archive: Path, image_ref: str | None, key: Path | None, lock_path: Path | None, as_json: bool
+    target: str,
+    archive: Path,
+    image_ref: str | None,
+    key: Path | None,
+    force: bool,
+    lock_path: Path | None,
+    as_json: bool,
 ) -> None:
-    """Write TARGET's image to FILE (a docker archive) and FILE.sidecar.json, signed."""
+    """Write TARGET's image to FILE (a docker archive) and FILE.sidecar.json, signed; an
+    existing FILE is replaced only with --force, and FILE's directory must exist."""
     from appliance.attest.dsse import load_signer
-    from appliance.images.archive import export_image, sidecar_path
+    from appliance.images.archive import check_export_paths, export_image, sidecar_path
 
+    check_export_paths(archive, force)  # before Docker or the key is asked
     signer = load_signer(key)
     with progress_display(quiet=as_json) as progress:
-        sidecar = export_image(load_lock(lock_path), target, archive, signer, image_ref, progress)
+        sidecar = export_image(load_lock(lock_path), target, archive, signer, image_ref, progress, force)
     if as_json:
         click.echo(
             strict_json(

@@ -167,6 +167,22 @@ def archive_sha256(path: Path, progress: ProgressFn | None) -> str:
     return sha256_file(path, byte_counter(f"sha256 {path.name}", path.stat().st_size, progress))
 
 
+def check_export_paths(out: Path, force: bool) -> None:
+    """Refuse, before anything is written, an archive or sidecar that exists (unless `force`)
+    and a directory that does not: an export never overwrites or makes directories unasked."""
+    parent = out.parent
+    if not parent.is_dir():
+        raise ConfigError(
+            f"{out}: the directory {parent} does not exist: make it first, or choose another file"
+        )
+    if not force:
+        for path in (out, sidecar_path(out)):
+            if path.exists() or path.is_symlink():
+                raise ConfigError(
+                    f"{path} already exists: pass --force to replace it, or choose another file"
+                )
+
+
 def export_image(
     lock: Lock,
     target: str,
@@ -174,8 +190,11 @@ def export_image(
     signer: Any,
     image_ref: str | None = None,
     progress: ProgressFn | None = None,
+    force: bool = False,
 ) -> Sidecar:
-    """Write TARGET's local image (or `image_ref`) to `out` and its signed sidecar beside it."""
+    """Write TARGET's local image (or `image_ref`) to `out` and its signed sidecar beside it;
+    an existing FILE (or sidecar) is replaced only with `force` (check_export_paths)."""
+    check_export_paths(out, force)
     client, ref, report = matching_local_image(lock, target, image_ref, "export")
     if report.labels.get(L.TARGET) != target:
         raise IntegrityError(
