@@ -39,7 +39,7 @@ lint: venv ## ruff, the formatter's check and mypy
 format: venv ## rewrite the lint trees with the formatter
 	$(VENV)/bin/ruff format $(LINT_TREES)
 
-# Every reader (GGUF header, remote GGUF, trace, lock, profile, bundle) fed FUZZ_CASES mutated
+# Every reader (GGUF header, remote GGUF, trace, lock, profile, bundle, key, sidecar, trust store) fed FUZZ_CASES mutated
 # inputs each, in workers limited to 2 GiB and 2 s per case; a short run is part of `make test`.
 FUZZ_CASES ?= 100000
 FUZZ_SEED ?= 0

@@ -76,10 +76,29 @@ def run_gguf(case: bytes) -> None:
 
 
 def run_remote(case: bytes) -> None:
-    from appliance.planner.remote import HttpRangeSource
+    from appliance.core.checks import one_line
+    from appliance.core.errors import ApplianceError
 
     url = remote_server.serve(case[0], case[1:])
-    _plan_all(HttpRangeSource(url, deadline_s=remote_server.CLIENT_DEADLINE_S))
+    try:
+        _plan_remote(url)
+    except ApplianceError as exc:
+        if one_line(str(exc)) != str(exc):
+            raise AssertionError(f"a refusal carries what the server sent unescaped: {exc!r}") from None
+        raise
+
+
+def _plan_remote(url: str) -> None:
+    from appliance.planner.remote import HttpRangeSource
+
+    _plan_all(
+        HttpRangeSource(
+            url,
+            deadline_s=remote_server.CLIENT_DEADLINE_S,
+            total_deadline_s=remote_server.CLIENT_TOTAL_DEADLINE_S,
+            rate_grace_s=remote_server.CLIENT_RATE_GRACE_S,
+        )
+    )
 
 
 def remote_seeds(workdir: Path) -> list[bytes]:
@@ -341,6 +360,140 @@ def run_bundle(case: bytes) -> None:
         raise ApplianceError(f"bundle {result.verdict}")
 
 
+# a key file, a trust-store entry and an export sidecar: the case's first byte says what the
+# path is (a regular file holding the rest, a FIFO, a symlink to /dev/zero, a directory)
+
+PLAIN, FIFO, DEV_ZERO, DIRECTORY = range(4)
+
+
+def _place_case(path: Path, case: bytes) -> Path:
+    """The case at path, as the file kind its first byte names (anything left there removed)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+    kind = case[0] % 4
+    if kind == FIFO:
+        os.mkfifo(path)
+    elif kind == DEV_ZERO:
+        path.symlink_to("/dev/zero")
+    elif kind == DIRECTORY:
+        path.mkdir()
+    else:
+        path.write_bytes(case[1:])
+    return path
+
+
+def _with_kind(rng: random.Random, seed: bytes, body: bytes) -> bytes:
+    kind = rng.choice((FIFO, DEV_ZERO, DIRECTORY)) if rng.random() < 0.05 else seed[0]
+    return bytes([kind]) + body
+
+
+def key_seeds(workdir: Path) -> list[bytes]:
+    from appliance.attest.dsse import init_keys
+
+    keys = init_keys(workdir / "fuzz-keys")
+    os.environ["APPLIANCE_FUZZ_KEYID"] = keys.keyid
+    return [bytes([PLAIN]) + keys.public.read_bytes()]
+
+
+def mutate_key(rng: random.Random, seed: bytes) -> bytes:
+    roll = rng.random()
+    if roll < 0.1:
+        body = b'{"keytype": "ed25519", "n": ' + b"9" * rng.choice((400, 5000)) + b"}"
+    else:
+        body = mutate_json(rng, seed[1:])
+    return _with_kind(rng, seed, body)
+
+
+def run_key(case: bytes) -> None:
+    from appliance.attest.dsse import load_public_key
+
+    key = load_public_key(_place_case(_scratch() / "case.pub.json", case))
+    _ = key.keyid
+
+
+def trust_seeds(workdir: Path) -> list[bytes]:
+    from appliance.attest.dsse import init_keys
+
+    bundle_seeds(workdir)  # a genuine bundle sealed by the key in APPLIANCE_FUZZ_PUBKEY
+    other = init_keys(workdir / "other-keys")  # the seed entry: another key, under its own id
+    os.environ["APPLIANCE_FUZZ_ENTRY_ID"] = other.keyid
+    return [bytes([PLAIN]) + other.public.read_bytes()]
+
+
+def run_trust(case: bytes) -> None:
+    """A genuine bundle, verified against a trust store that holds its key and the case as a
+    second entry: it must verify whatever the entry is; an entry skipped counts as refused."""
+    from appliance.attest.dsse import load_public_key
+    from appliance.attest.trust import TRUSTED_SUFFIX, trust_key
+    from appliance.attest.verify import Verdict, verify_bundle
+    from appliance.core.errors import ApplianceError
+
+    store = _scratch() / "trusted-keys"
+    os.environ["APPLIANCE_TRUSTED_KEYS"] = str(store)
+    public = Path(os.environ["APPLIANCE_FUZZ_PUBKEY"])
+    genuine = load_public_key(public)
+    if not (store / f"{genuine.keyid}{TRUSTED_SUFFIX}").exists():
+        trust_key(public, store)
+    run = _scratch() / "trust-bundle"
+    if not run.exists():
+        shutil.copytree(os.environ["APPLIANCE_FUZZ_BUNDLE"], run)
+    entry = _place_case(store / f"{os.environ['APPLIANCE_FUZZ_ENTRY_ID']}{TRUSTED_SUFFIX}", case)
+    result = verify_bundle(run)
+    if result.verdict is not Verdict.VERIFIED:
+        raise AssertionError(f"a trust-store entry broke a genuine bundle's verification: {result.summary()}")
+    skipped = [c for c in result.checks if c.name == "trust-store"]
+    if any("\n" in c.reason or str(entry) not in c.reason for c in skipped):
+        raise AssertionError(f"the warning for a skipped entry is not one line naming it: {skipped}")
+    if skipped:
+        raise ApplianceError(skipped[0].reason)
+
+
+def sidecar_seeds(workdir: Path) -> list[bytes]:
+    from securesystemslib.signer import CryptoSigner
+
+    from appliance.attest.dsse import key_as_dict
+    from appliance.images.archive import SCHEMA, sign_sidecar
+
+    signer = CryptoSigner.generate_ed25519()
+    public = workdir / "sidecar-key.pub.json"
+    public.write_text(json.dumps(key_as_dict(signer.public_key)))
+    os.environ["APPLIANCE_FUZZ_SIDECAR_KEY"] = str(public)
+    record = {
+        "schema": SCHEMA,
+        "target": "cpu",
+        "tag": "moe-appliance:cpu",
+        "image_id": "sha256:" + "ab" * 32,
+        "labels": {"org.opencontainers.image.title": "engine", "io.moe-appliance.target": "cpu"},
+        "lock_digest": "cd" * 32,
+        "archive": {"sha256": "ef" * 32, "bytes": 123456},
+        "exported_by": signer.public_key.keyid,
+    }
+    return [bytes([PLAIN]) + json.dumps(sign_sidecar(record, signer)).encode()]
+
+
+def mutate_sidecar(rng: random.Random, seed: bytes) -> bytes:
+    data = seed[1:]
+    if rng.random() < 0.5:  # the signed record inside the envelope
+        envelope = json.loads(data)
+        record = json.loads(base64.b64decode(envelope["payload"]))
+        envelope["payload"] = base64.b64encode(json.dumps(mutate_tree(rng, record)).encode()).decode()
+        body = json.dumps(envelope).encode()
+    else:
+        body = mutate_json(rng, data)
+    return _with_kind(rng, seed, body)
+
+
+def run_sidecar(case: bytes) -> None:
+    from appliance.attest.dsse import load_public_key
+    from appliance.images.archive import read_sidecar, verify_sidecar
+
+    sidecar = read_sidecar(_place_case(_scratch() / "engine.tar.sidecar.json", case))
+    sidecar.record()
+    verify_sidecar(sidecar, load_public_key(Path(os.environ["APPLIANCE_FUZZ_SIDECAR_KEY"])))
+
+
 READERS = {  # cheapest first
     "gguf": Reader("gguf", gguf_cases.seed_headers, gguf_cases.mutate, run_gguf),
     "lock": Reader("lock", lock_seeds, mutate_json, run_lock),
@@ -348,6 +501,9 @@ READERS = {  # cheapest first
     "remote": Reader("remote", remote_seeds, mutate_remote, run_remote, workers=4),
     "profile": Reader("profile", profile_seeds, mutate_yaml, run_profile),
     "bundle": Reader("bundle", bundle_seeds, mutate_bundle, run_bundle),
+    "key": Reader("key", key_seeds, mutate_key, run_key),
+    "sidecar": Reader("sidecar", sidecar_seeds, mutate_sidecar, run_sidecar),
+    "trust-store": Reader("trust-store", trust_seeds, mutate_key, run_trust),
 }
 
 

@@ -1,6 +1,7 @@
 """A local HTTP server on 127.0.0.1 that serves one GGUF per case and misbehaves on request:
 ignores Range, sends the wrong range or a short body, drips bytes, stalls, resets the
-connection, redirects in a loop, answers garbage. One per worker, started on first use."""
+connection, redirects in a loop, answers garbage, answers each range with one byte, sends a
+reason phrase full of terminal escapes. One per worker, started on first use."""
 
 from __future__ import annotations
 
@@ -33,8 +34,14 @@ RANGE = re.compile(r"bytes=(\d+)-(\d*)")
     LONG_HEADER,
     LONGER_RANGE,
     SIZE_CHANGES,
-) = range(16)
-SLOW = (DRIP, STALL)
+    ONE_BYTE,
+    ESCAPES,
+) = range(18)
+N_MODES = 18
+SLOW = (DRIP, STALL, ONE_BYTE)
+ESCAPING_REASON = "Not \x1b[2J\x1b]0;owned\x07Found\x9b31m"  # clears the screen, sets the title
+CLIENT_TOTAL_DEADLINE_S = 1.0  # what the fuzzed client is given for the whole read
+CLIENT_RATE_GRACE_S = 0.5
 
 _state: dict[str, object] = {"mode": NORMAL, "body": b"", "requests": 0, "sent": 0}
 _url: dict[int, str] = {}  # per process: a forked worker starts its own server
@@ -53,7 +60,7 @@ def pick_mode(rng: random.Random) -> int:
         return NORMAL
     if roll < 0.52:
         return rng.choice(SLOW)
-    return rng.choice([m for m in range(16) if m not in SLOW and m != NORMAL])
+    return rng.choice([m for m in range(N_MODES) if m not in SLOW and m != NORMAL])
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -81,6 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._close()
         if mode == SERVER_ERROR:
             return self._send(500, b"oops", {})
+        if mode == ESCAPES:
+            return self._send(404, b"", {}, reason=ESCAPING_REASON)
         if mode == ALWAYS_416:
             return self._send(416, b"", {"Content-Range": f"bytes */{total}"})
         if mode == REDIRECT_LOOP:
@@ -106,6 +115,9 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"Content-Range": content_range}
         if mode == LONG_HEADER:
             headers["X-Long"] = "x" * 70000
+        if mode == ONE_BYTE:
+            piece, content_range = piece[:1], f"bytes {start}-{start}/{total}"
+            headers["Content-Range"] = content_range
         if mode == SHORT_BODY:
             self._send(206, piece[: len(piece) // 2], headers, length=len(piece))
             return self._close()
@@ -118,9 +130,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._close()
         self._send(206, piece, headers)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str], length: int | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        headers: dict[str, str],
+        length: int | None = None,
+        reason: str | None = None,
+    ) -> None:
         try:
-            self.send_response(status)
+            self.send_response(status, reason)
             for name, value in headers.items():
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(body) if length is None else length))
@@ -141,7 +160,7 @@ def body_bytes_sent() -> int:
 
 def serve(mode: int, body: bytes) -> str:
     """The URL at which this worker's server now plays `mode` with `body`."""
-    _state.update(mode=mode % 16, body=body, requests=0, sent=0)
+    _state.update(mode=mode % N_MODES, body=body, requests=0, sent=0)
     pid = os.getpid()
     if pid not in _url:
         server = _Server(("127.0.0.1", 0), _Handler)

@@ -100,14 +100,14 @@ def fuzz_reader(
 
 def table(tallies: list[Tally]) -> str:
     head = (
-        f"{'reader':<8} {'cases':>8} {'refused':>8} {'accepted':>8} {'foreign':>8} "
+        f"{'reader':<11} {'cases':>8} {'refused':>8} {'accepted':>8} {'foreign':>8} "
         f"{'hangs':>6} {'crashes':>7} {'peak MiB':>9} {'seconds':>8}"
     )
     lines = [head]
     for t in tallies:
         c = t.counts
         lines.append(
-            f"{t.reader:<8} {t.cases:>8} {c[REFUSED]:>8} {c[ACCEPTED]:>8} "
+            f"{t.reader:<11} {t.cases:>8} {c[REFUSED]:>8} {c[ACCEPTED]:>8} "
             f"{c[FOREIGN]:>8} {c[HANG]:>6} {c[CRASH]:>7} {t.peak_rss / 2**20:>9.1f} "
             f"{t.seconds:>8.1f}"
         )

@@ -20,6 +20,7 @@ from appliance.attest.provenance import collect_run_provenance, write_provenance
 from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
 from appliance.core.errors import ConfigError, IntegrityError
+from appliance.core.strict_load import load_json
 from appliance.runs.run_dir import (
     ATTESTATION_FILE,
     MANIFEST_FILE,
@@ -79,14 +80,7 @@ def bundle_digest(digests: dict[str, str]) -> str:
 
 def read_run_record(run_dir: Path) -> dict[str, Any]:
     path = run_dir / RUN_FILE
-    try:
-        run = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir}: no {RUN_FILE}: not a run directory") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    except (UnicodeDecodeError, RecursionError):
-        raise ConfigError(f"{path}: not valid JSON") from None
+    run = load_json(path, missing="not found: not a run directory")
     if not isinstance(run, dict) or run.get("status") not in tuple(RunStatus):
         raise ConfigError(f"{path}: status must be one of {', '.join(RunStatus)}")
     return run
@@ -121,12 +115,9 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_clie
     if not (run_dir / PROVENANCE_FILE).exists():
         write_provenance(run_dir, collect_run_provenance(run_dir, docker_client))
     try:
-        provenance = json.loads((run_dir / PROVENANCE_FILE).read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError(
-            f"{run_dir / PROVENANCE_FILE}: not JSON ({exc}): remove it to have "
-            "it collected again, or restore it"
-        ) from None
+        provenance = load_json(run_dir / PROVENANCE_FILE)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}: remove it to have it collected again, or restore it") from None
     digests = _current_digests(run_dir)
     digest = bundle_digest(digests)
     predicate = {
@@ -164,13 +155,10 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_clie
 def sealed_digests_match(run_dir: Path) -> list[str]:
     """Files that differ from a previous manifest (added, removed, changed); [] when none."""
     try:
-        manifest = json.loads((run_dir / MANIFEST_FILE).read_text())
+        manifest = load_json(run_dir / MANIFEST_FILE)
         recorded = {rel: entry["sha256"] for rel, entry in manifest["files"].items()}
     except (
-        OSError,
-        UnicodeDecodeError,
-        json.JSONDecodeError,
-        RecursionError,
+        ConfigError,
         KeyError,
         TypeError,
         AttributeError,

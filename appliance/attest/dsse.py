@@ -25,6 +25,7 @@ from securesystemslib.signer import CryptoSigner, Key, Signer, SSlibKey
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.paths import config_dir
+from appliance.core.strict_load import parse_json, parse_json_bytes, read_text
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -33,6 +34,8 @@ PRIVATE_KEY_FILE = "appliance-ed25519.key"
 PUBLIC_KEY_FILE = "appliance-ed25519.pub.json"
 KEY_TYPE = "ed25519"
 HEX_KEY = re.compile(r"[0-9a-f]{64}")
+MAX_KEY_FILE_BYTES = 64 << 10  # a public key file is about 250 bytes
+MAX_PAYLOAD_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,12 @@ def load_public_key(path: Path) -> SSlibKey:
     """
     if path.is_dir():
         path = path / PUBLIC_KEY_FILE
+    text = read_text(path, MAX_KEY_FILE_BYTES, "public key not found (make one with `appliance keys init`)")
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: public key not found (make one with `appliance keys init`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not an appliance public key file ({exc})") from None
+        data = parse_json(text, path)
+    except ConfigError as exc:
+        reason = str(exc).removeprefix(f"{path}: ")
+        raise ConfigError(f"{path}: not an appliance public key file ({reason})") from None
     try:
         return public_key_from_dict(data)
     except ValueError as exc:
@@ -222,9 +225,9 @@ def parse_envelope(data: Any) -> ParsedEnvelope:
 def read_statement(envelope: ParsedEnvelope) -> dict[str, Any]:
     """The in-toto Statement v1 inside an envelope; IntegrityError when it is not one."""
     try:
-        statement = json.loads(envelope.payload)
-    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep
-        raise IntegrityError(f"attestation payload is not JSON: {exc}") from None
+        statement = parse_json_bytes(envelope.payload, "attestation payload", MAX_PAYLOAD_BYTES)
+    except ConfigError as exc:  # not JSON, not UTF-8, too deep, a duplicate key, a huge number
+        raise IntegrityError(str(exc)) from None
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise IntegrityError(f"attestation payload is not an in-toto Statement v1 ({STATEMENT_TYPE})")
     return statement

@@ -9,7 +9,6 @@ binaries inside the image itself, so the digests are those the trials actually l
 
 import contextlib
 import getpass
-import json
 import os
 import platform
 import re
@@ -17,12 +16,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from appliance import __version__
 from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes
-from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.errors import ApplianceError
+from appliance.core.strict_load import load_json, load_yaml
 from appliance.engine.lock import lock_digest
 from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
@@ -183,12 +181,7 @@ def collect_image_provenance(
 
 
 def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path.name}: missing from the run directory {path.parent.name}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path.name}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    return load_json(path, missing=f"missing from the run directory {path.parent.name}")
 
 
 def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
@@ -230,10 +223,9 @@ def collect_provenance(
     layout = RunDir(run_dir)
     run = _load_json(layout.run_file)
     lock_raw = _load_json(layout.input(LOCK_INPUT))
-    try:
-        profile = yaml.safe_load(layout.input(PROFILE_INPUT).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{PROFILE_INPUT}: missing from {run_dir.name}/{layout.inputs.name}") from None
+    profile = load_yaml(
+        layout.input(PROFILE_INPUT), missing=f"missing from {run_dir.name}/{layout.inputs.name}"
+    )
     record = {
         "provenance_version": PROVENANCE_VERSION,
         "appliance_version": __version__,

@@ -56,9 +56,14 @@ def store_entries(directory: Path | None = None) -> list[StoreEntry]:
     return entries
 
 
+def keys_of(entries: list[StoreEntry]) -> dict[str, SSlibKey]:
+    """key id -> key, for every well-formed entry (the others are skipped, never trusted)."""
+    return {e.key.keyid: e.key for e in entries if e.key is not None}
+
+
 def trusted_keys(directory: Path | None = None) -> dict[str, SSlibKey]:
     """key id -> key, for every well-formed file of the store."""
-    return {e.key.keyid: e.key for e in store_entries(directory) if e.key is not None}
+    return keys_of(store_entries(directory))
 
 
 def trust_key(source: Path, directory: Path | None = None) -> tuple[SSlibKey, Path]:

@@ -12,7 +12,6 @@ manifest.json is only compared with them. Nothing in the bundle is modified, and
 is not a regular file is ever opened.
 """
 
-import json
 import os
 import posixpath
 import re
@@ -33,10 +32,11 @@ from appliance.attest.dsse import (
     read_envelope,
     signed_by,
 )
-from appliance.attest.trust import trusted_keys, trusted_keys_dir
+from appliance.attest.trust import keys_of, store_entries, trusted_keys_dir
 from appliance.core.checks import Check, Status
 from appliance.core.digests import canonical_json, sha256_file
 from appliance.core.errors import ConfigError, IntegrityError
+from appliance.core.strict_load import parse_json, read_text
 from appliance.runs.run_dir import (
     ATTESTATION_FILE,
     MANIFEST_FILE,
@@ -163,6 +163,16 @@ class _State:
     digest: str | None = None
 
 
+def _strict_json(path: Path, name: str) -> tuple[Any, str | None]:
+    """(parsed JSON, None) or (None, why not) for a bundle file, read by the strict reader
+    (regular files only, never blocking, bounded; duplicate keys and huge numbers refused)."""
+    try:
+        return parse_json(read_text(path, MAX_SEAL_BYTES), name), None
+    except ConfigError as exc:
+        reason = str(exc).removeprefix(f"{path}: ").removeprefix(f"{name}: ")
+        return None, f"is not strict JSON ({reason})"
+
+
 class _Verifier:
     """Runs the named checks over one bundle; each method appends one or more Checks."""
 
@@ -192,10 +202,7 @@ class _Verifier:
             return None, "is not a regular file"
         if info.st_size > MAX_SEAL_BYTES:
             return None, f"is over {MAX_SEAL_BYTES} bytes"
-        try:
-            return json.loads(path.read_bytes()), None
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, a number too long
-            return None, "is not JSON"
+        return _strict_json(path, name)
 
     def check_manifest(self) -> None:
         manifest, problem = self._read_seal(MANIFEST_FILE)
@@ -439,10 +446,8 @@ class _Verifier:
         path = self.state.on_disk.get(name)
         if path is None or name not in self.state.subjects:
             return None, f"{name} is not a subject of the statement"
-        try:
-            return json.loads(path.read_bytes()), None
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, a number too long
-            return None, f"{name} is not JSON"
+        data, problem = _strict_json(path, name)
+        return data, None if problem is None else f"{name} {problem}"
 
     def check_provenance(self) -> None:
         if self.state.statement is None:
@@ -538,11 +543,19 @@ def verify_bundle(
         raise ConfigError(f"{run_dir}: not a directory")
     if isinstance(key, Path):
         key = load_public_key(key)
+    skipped: list[Check] = []
     if key is not None:
         trusted = {key.keyid: key}
     elif trusted is None:
-        trusted = trusted_keys()
+        entries = store_entries()
+        trusted = keys_of(entries)
+        skipped = [
+            Check("trust-store", Status.WARN, f"skipped {e.path}: {e.problem}", [str(e.path)])
+            for e in entries
+            if e.key is None
+        ]
     verifier = _Verifier(run_dir, trusted, key is not None)
+    verifier.checks.extend(skipped)
     verifier.check_manifest()
     verifier.check_attestation()
     verifier.check_signature()

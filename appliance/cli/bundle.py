@@ -1,6 +1,5 @@
 """CLI: `appliance bundle`."""
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +8,7 @@ import click
 from appliance.attest.bundle import finalize_bundle, sealed_digests_match
 from appliance.attest.dsse import default_key_dir, existing_default_key, public_key_from_dict
 from appliance.attest.verify import MAX_SEAL_BYTES, Verdict, Verification, verify_bundle
-from appliance.cli.options import json_option, refuse_key_with_unsigned
+from appliance.cli.options import json_option, refuse_key_with_unsigned, strict_json
 from appliance.core.checks import check_lines
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.strict_load import load_json
@@ -100,7 +99,7 @@ def bundle_verify(
     offline. Exits 0 only for a verified bundle (or one an --allow flag accepts)."""
     result = verify_bundle(directory, key, allow_untrusted=allow_untrusted, allow_unsigned=allow_unsigned)
     if as_json:
-        click.echo(json.dumps(result.as_json(), indent=2))
+        click.echo(strict_json(result.as_json(), indent=2))
     else:
         print_verification(result)
     if not result.accepted:
@@ -114,13 +113,9 @@ def bundle_show(directory: Path, as_json: bool) -> None:
     """Summarize a bundle as it claims to be (run, seal, engine, model, host), without
     verifying it: `appliance bundle verify` says whether to believe it."""
     layout = RunDir(directory)
-    for path in (layout.manifest_file, layout.provenance_file):
-        if not path.exists():
-            raise ApplianceError(
-                f"{directory}: {path.name} missing: seal the run with `appliance bundle sign`"
-            )
-    manifest = load_json(layout.manifest_file, MAX_SEAL_BYTES)
-    provenance = load_json(layout.provenance_file)
+    missing = "missing: seal the run with `appliance bundle sign`"
+    manifest = load_json(layout.manifest_file, MAX_SEAL_BYTES, missing=missing)
+    provenance = load_json(layout.provenance_file, missing=missing)
     try:
         summary = _summary(manifest, provenance)
     except (KeyError, TypeError, AttributeError) as exc:
@@ -128,10 +123,10 @@ def bundle_show(directory: Path, as_json: bool) -> None:
             f"{directory}: not a bundle this version can show (field {exc} missing or malformed)"
         ) from None
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(strict_json(summary, indent=2))
         return
     for name, value in summary.items():
-        text = value if isinstance(value, str | int) or value is None else json.dumps(value)
+        text = value if isinstance(value, str | int) or value is None else strict_json(value)
         click.echo(f"{name:<14} {text}")
     click.echo("not verified here: run `appliance bundle verify` before trusting any of this")
 

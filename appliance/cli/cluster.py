@@ -3,10 +3,7 @@
 ray and appliance.cluster load only inside these commands: the `cluster` extra is optional.
 """
 
-import json
-import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from appliance.cli.options import json_option, lock_option
+from appliance.cli.options import json_option, lock_option, strict_json
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 
@@ -87,12 +84,18 @@ def join_command(
     """Join the Ray cluster at ADDRESS (or start its head with --head), offering this
     machine's targets (probed as `appliance doctor` does) as `appliance-<target>: 1`."""
     from appliance.cluster.join import (
+        check_host,
         detect_targets,
         node_environment,
+        parse_address,
         parse_images,
         ray_start_command,
+        run_ray_start,
     )
 
+    parse_address(address, "--head ADDRESS" if head else "ADDRESS")  # before Ray or Docker is asked
+    if node_ip is not None:
+        check_host(node_ip, "--node-ip-address")
     _require_ray()
     lock = load_lock(lock_path)
     chosen = parse_images(images, lock)
@@ -111,9 +114,7 @@ def join_command(
     click.echo(" ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.join(argv)]))
     if dry_run:
         return
-    result = subprocess.run(argv, env={**os.environ, **env})
-    if result.returncode != 0:
-        raise ApplianceError(f"ray start failed (exit {result.returncode}): see its output above")
+    click.echo(run_ray_start(argv, env), nl=False)
 
 
 @cluster_group.command("status")
@@ -130,7 +131,7 @@ def status_command(address: str, as_json: bool) -> None:
     connect(address)
     reports = cluster_status()
     if as_json:
-        click.echo(json.dumps(reports, indent=2, sort_keys=True))
+        click.echo(strict_json(reports, indent=2, sort_keys=True))
         return
     table = Table(title=f"Ray cluster at {address}: {len(reports)} live nodes")
     for column in ("node", "host", "targets", "appliance", "lock digest", "images"):

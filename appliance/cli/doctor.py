@@ -1,11 +1,10 @@
 """CLI: `appliance doctor`."""
 
-import json
 from pathlib import Path
 
 import click
 
-from appliance.cli.options import json_option, lock_option
+from appliance.cli.options import json_option, lock_option, strict_json
 from appliance.core.checks import check_lines
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
@@ -23,7 +22,7 @@ def doctor_command(lock_path: Path | None, as_json: bool) -> None:
     """
     report = diagnose(load_lock(lock_path))
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(strict_json(report.to_json(), indent=2))
     else:
         for line in check_lines(report.checks):
             click.echo(line)

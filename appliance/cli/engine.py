@@ -1,12 +1,11 @@
 """CLI: `appliance engine` (the lock and verified llama.cpp sources)."""
 
-import json
 from pathlib import Path
 
 import click
 
 from appliance.cli.engine_build import build as build_command
-from appliance.cli.options import json_option, lock_option
+from appliance.cli.options import json_option, lock_option, strict_json
 from appliance.engine.lock import load_lock
 
 
@@ -22,7 +21,7 @@ def show(lock_path: Path | None, as_json: bool) -> None:
     """Print the engine lock and its canonical digest."""
     lock = load_lock(lock_path)
     if as_json:
-        click.echo(json.dumps({"digest": lock.digest, "lock": lock.raw}, indent=2))
+        click.echo(strict_json({"digest": lock.digest, "lock": lock.raw}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -89,7 +88,7 @@ def fetch(source_spec: str, lock_path: Path | None, as_json: bool) -> None:
         console.print(f"[yellow]note:[/] {note}")
     if as_json:
         click.echo(
-            json.dumps(
+            strict_json(
                 {
                     "path": str(tree.path),
                     "identity": tree.identity,

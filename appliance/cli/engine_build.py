@@ -1,11 +1,10 @@
 """CLI: `appliance engine build --local` (a verb of the `engine` group)."""
 
-import json
 from pathlib import Path
 
 import click
 
-from appliance.cli.options import json_option, lock_option
+from appliance.cli.options import json_option, lock_option, strict_json
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 
@@ -54,7 +53,7 @@ def build(
         lock, source, experimental, log=lambda message: click.echo(message, err=True)
     )
     if as_json:
-        click.echo(json.dumps({"bin_dir": str(bin_dir), **record}, indent=2))
+        click.echo(strict_json({"bin_dir": str(bin_dir), **record}, indent=2))
         return
     click.echo(f"series digest sha256:{record['series_digest']}")
     click.echo(f"built in {record['build_seconds']} s; binaries in {bin_dir}:")

@@ -1,11 +1,10 @@
 """CLI: `appliance evidence`."""
 
-import json
 from pathlib import Path
 
 import click
 
-from appliance.cli.options import OutputPath, finite, json_option
+from appliance.cli.options import OutputPath, finite, json_option, strict_json
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.evidence.findings import (
@@ -40,7 +39,7 @@ def evidence_list(as_json: bool) -> None:
     findings = load_findings()
     if as_json:
         click.echo(
-            json.dumps(
+            strict_json(
                 [
                     {
                         "id": f.id,
@@ -70,7 +69,7 @@ def evidence_show(finding_id: str, as_json: bool) -> None:
     """One finding: numbers, claims and exact scope."""
     finding = find_finding(finding_id)
     if as_json:
-        click.echo(json.dumps(finding.raw, indent=2))
+        click.echo(strict_json(finding.raw, indent=2))
         return
     raw, scope = finding.raw, finding.scope
     click.echo(f"{raw['title']}\n{raw['origin']}, {raw['status']}\n\n{raw['summary']}\n")
@@ -139,7 +138,7 @@ def evidence_compare(
         )
     results = [compare(bundle, find_finding(i), verification) for i in wanted]
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
+        click.echo(strict_json([r.as_dict() for r in results], indent=2))
     else:
         for result in results:
             print_comparison(result)
@@ -191,7 +190,7 @@ def evidence_draft(
     raw = draft_finding(
         bundle, finding_id, title, summary or title, baseline, tolerance, key, allow_untrusted
     )
-    text = json.dumps(raw, indent=2) + "\n"
+    text = strict_json(raw, indent=2) + "\n"
     if out is None:
         click.echo(text, nl=False)
         return

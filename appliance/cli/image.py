@@ -1,6 +1,5 @@
 """CLI: `appliance image` (build, base, inspect, selftest, push) and `appliance pull`."""
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -8,7 +7,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from appliance.cli.options import json_option, lock_option
+from appliance.cli.options import json_option, lock_option, strict_json
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.engine.lock import load_lock, write_lock
@@ -77,7 +76,7 @@ def build(
         result = build_image(lock, target, source_spec, experimental, jobs, builder, progress=progress)
     if as_json:
         click.echo(
-            json.dumps(
+            strict_json(
                 {
                     "tag": result.tag,
                     "image_id": result.image_id,
@@ -181,7 +180,7 @@ def inspect(image: str, lock_path: Path | None, as_json: bool) -> None:
     report = inspect_image(load_lock(lock_path), image)
     if as_json:
         click.echo(
-            json.dumps(
+            strict_json(
                 {
                     "ref": report.ref,
                     "image_id": report.image_id,
@@ -206,7 +205,7 @@ def selftest_command(image: str, as_json: bool) -> None:
     """Run the tools' --help and ldd inside IMAGE; check non-root and no compiler."""
     checks = selftest(image)
     if as_json:
-        click.echo(json.dumps([asdict(c) for c in checks], indent=2))
+        click.echo(strict_json([asdict(c) for c in checks], indent=2))
     else:
         for check in checks:
             click.echo(f"{'PASS' if check.ok else 'FAIL'}  {check.name:32} {check.detail}")
@@ -247,21 +246,30 @@ def push(target: str, registry: str, image_ref: str | None, lock_path: Path | No
     help="Private key (or key directory) to sign the sidecar with "
     "(default: the key from `appliance keys init`).",
 )
+@click.option("--force", is_flag=True, help="Replace FILE and its sidecar if they exist.")
 @lock_option
 @json_option
 def export(
-    target: str, archive: Path, image_ref: str | None, key: Path | None, lock_path: Path | None, as_json: bool
+    target: str,
+    archive: Path,
+    image_ref: str | None,
+    key: Path | None,
+    force: bool,
+    lock_path: Path | None,
+    as_json: bool,
 ) -> None:
-    """Write TARGET's image to FILE (a docker archive) and FILE.sidecar.json, signed."""
+    """Write TARGET's image to FILE (a docker archive) and FILE.sidecar.json, signed; an
+    existing FILE is replaced only with --force, and FILE's directory must exist."""
     from appliance.attest.dsse import load_signer
-    from appliance.images.archive import export_image, sidecar_path
+    from appliance.images.archive import check_export_paths, export_image, sidecar_path
 
+    check_export_paths(archive, force)  # before Docker or the key is asked
     signer = load_signer(key)
     with progress_display(quiet=as_json) as progress:
-        sidecar = export_image(load_lock(lock_path), target, archive, signer, image_ref, progress)
+        sidecar = export_image(load_lock(lock_path), target, archive, signer, image_ref, progress, force)
     if as_json:
         click.echo(
-            json.dumps(
+            strict_json(
                 {
                     **sidecar.record(),
                     "archive_path": str(archive),
@@ -338,7 +346,7 @@ def pull(
         report = _pull_from(lock_path, target, archive, key, tag, as_json)
         if as_json:
             click.echo(
-                json.dumps(
+                strict_json(
                     {
                         "ref": report.ref,
                         "image_id": report.image_id,
@@ -357,7 +365,7 @@ def pull(
     report = pull_image(load_lock(lock_path), target)
     if as_json:
         click.echo(
-            json.dumps({"ref": report.ref, "image_id": report.image_id, "matches": report.matches}, indent=2)
+            strict_json({"ref": report.ref, "image_id": report.image_id, "matches": report.matches}, indent=2)
         )
     else:
         click.echo(f"pulled {report.image_id} as {report.ref}: matches the lock")

@@ -1,11 +1,10 @@
 """CLI: `appliance model`."""
 
-import json
 from pathlib import Path
 
 import click
 
-from appliance.cli.options import POSITIVE, SEED, OutputPath, finite, json_option
+from appliance.cli.options import POSITIVE, SEED, OutputPath, finite, json_option, strict_json
 from appliance.cli.progress import progress_display
 from appliance.core.units import format_size, parse_size
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, ModelSynthSpec
@@ -90,7 +89,7 @@ def synth_command(
         "expert_bytes": result.expert_bytes,
     }
     if as_json:
-        click.echo(json.dumps(record, indent=2))
+        click.echo(strict_json(record, indent=2))
         return
     click.echo(
         f"wrote {result.path}: {format_size(result.size_bytes)} "

@@ -1,6 +1,7 @@
 """Options and argument types shared by several verb groups: every number a user types is
 checked here, at the edge, against the range the code behind it can handle."""
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -71,6 +72,22 @@ lock_option = click.option(
     help="Engine lock file (default: $APPLIANCE_LOCK, else engine/llama.cpp.lock.json in the checkout).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+
+def strict_json(data: Any, **dumps: Any) -> str:
+    """`--json` text: standard JSON that any parser reads, so a number that cannot be computed
+    (NaN, an infinity) is written as null, never as the NaN/Infinity Python would print."""
+    return json.dumps(_finite_only(data), allow_nan=False, **dumps)
+
+
+def _finite_only(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_only(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_only(item) for item in value]
+    return value
 
 
 def refuse_key_with_unsigned(key: Path | None, unsigned: bool) -> None:

@@ -1,6 +1,5 @@
 """CLI: `appliance patches` (list, apply, bracket check, dev tree, export, re-pin)."""
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +7,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from appliance.cli.options import OutputPath, json_option, lock_option
+from appliance.cli.options import OutputPath, json_option, lock_option, strict_json
 from appliance.core.errors import ApplianceError
 from appliance.engine.bracket import BracketReport, PatchCheck, bracket_check, require_bracket
 from appliance.engine.lock import PATCH_STATUSES, load_lock
@@ -57,7 +56,7 @@ def list_patches(lock_path: Path | None, as_json: bool) -> None:
                 }
             )
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(strict_json(rows, indent=2))
         return
     table = Table("status", "patch", "sha256", "subject")
     for row in rows:
@@ -87,7 +86,7 @@ def apply(
     patched = apply_series(lock, source, out_dir, experimental)
     if as_json:
         click.echo(
-            json.dumps(
+            strict_json(
                 {
                     "path": str(patched.path),
                     "series_digest": patched.series_digest,
@@ -147,7 +146,7 @@ def check(lock_path: Path | None, as_json: bool) -> None:
     trees = {name: fetch_source(lock, name) for name in sorted(lock.stand_ins)}
     report = bracket_check(lock, trees)
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2))
+        click.echo(strict_json(report.as_dict(), indent=2))
     else:
         print_report(report)
     if not report.ok:

@@ -1,10 +1,8 @@
 """CLI: `appliance plan`."""
 
-import json
-
 import click
 
-from appliance.cli.options import FRACTION, POSITIVE, RATE, json_option
+from appliance.cli.options import FRACTION, POSITIVE, RATE, json_option, strict_json
 from appliance.core.errors import ApplianceError
 from appliance.core.units import parse_size
 from appliance.planner.plan import PlanLimits, PlanVerdict, make_plan
@@ -69,7 +67,7 @@ def plan_command(
             "source_note": how,
             "vram_note": vram_note,
         }
-        click.echo(json.dumps(doc, indent=2))
+        click.echo(strict_json(doc, indent=2))
     else:
         click.echo(render(acc, plan, how, vram_note))
     if plan.verdict is PlanVerdict.DOES_NOT_START:

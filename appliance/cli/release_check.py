@@ -1,11 +1,10 @@
 """CLI: `appliance release-check`."""
 
-import json
 from pathlib import Path
 
 import click
 
-from appliance.cli.options import json_option
+from appliance.cli.options import json_option, strict_json
 from appliance.core.checks import check_lines, failed, worst
 from appliance.core.errors import ApplianceError
 from appliance.core.paths import repo_root
@@ -36,7 +35,7 @@ def release_check_command(root: Path | None, max_bytes: int, history: bool, as_j
     checks = release_check(root or repo_root(), max_bytes, history)
     if as_json:
         click.echo(
-            json.dumps({"verdict": worst(checks).value, "checks": [c.as_dict() for c in checks]}, indent=2)
+            strict_json({"verdict": worst(checks).value, "checks": [c.as_dict() for c in checks]}, indent=2)
         )
     else:
         for line in check_lines(checks):

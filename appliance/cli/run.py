@@ -2,7 +2,6 @@
 (the trial plan and its checks; a dry run stops there) and `appliance.workflows.run` (the
 trials, the statistics and the sealed bundle)."""
 
-import json
 import secrets
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from rich.console import Console
 
 from appliance.cli.options import (
     refuse_key_with_unsigned,
+    strict_json,
     trial_options,
 )
 from appliance.cli.progress import progress_display
@@ -73,7 +73,7 @@ def run_command(
         specs = planned_specs(prepared, LlamaMoeTraceEngine(prepared.image), secrets.token_hex(6))
         if as_json:
             click.echo(
-                json.dumps(
+                strict_json(
                     {
                         "profile": profile.name,
                         "target": prepared.choice.target,

@@ -1,6 +1,5 @@
 """CLI: `appliance sweep PROFILE --memory LIST --models DIR`: parse, then delegate."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from rich.console import Console
 from appliance.cli.options import (
     finite,
     refuse_key_with_unsigned,
+    strict_json,
     trial_options,
 )
 from appliance.cli.progress import progress_display
@@ -91,7 +91,7 @@ def sweep_command(
         print_grid(console, plan)
         if as_json:
             click.echo(
-                json.dumps(
+                strict_json(
                     {
                         "profile": plan.profile.name,
                         "limits": [limit.bytes for limit in plan.limits],
@@ -119,7 +119,7 @@ def sweep_command(
     )
     if as_json:
         click.echo(
-            json.dumps(
+            strict_json(
                 {
                     "run_dir": str(outcome.run_dir),
                     "status": outcome.status,

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from appliance.cli.options import FRACTION, NON_NEGATIVE, POSITIVE, SEED, OutputPath, finite, json_option
+from appliance.cli.options import (
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    SEED,
+    OutputPath,
+    finite,
+    json_option,
+    strict_json,
+)
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.trace.names import POLICIES
@@ -21,7 +29,7 @@ SCOPE = click.Choice(["per-layer", "global"])
 
 
 def _emit(data: dict[str, Any]) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    click.echo(strict_json(data, indent=2, sort_keys=False))
 
 
 def _split(values: tuple[str, ...]) -> list[str]:

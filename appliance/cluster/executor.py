@@ -10,7 +10,6 @@ runs, starts nothing more, and records the running trials as interrupted.
 """
 
 import io
-import json
 import os
 import shutil
 import tarfile
@@ -24,6 +23,8 @@ from appliance.cluster.connect import alive_nodes, on_node
 from appliance.cluster.node import run_trial_here
 from appliance.cluster.resources import resource_for
 from appliance.core import atomic
+from appliance.core.errors import ConfigError
+from appliance.core.strict_load import load_json
 from appliance.runs.executor import OneTrial, OnStart
 from appliance.runs.plan import Trial
 from appliance.runs.run_dir import RunDir, TrialDir
@@ -80,7 +81,9 @@ class RayExecutor:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(staging, filter="data")
         incoming = TrialDir(staging)
-        record: dict[str, Any] = json.loads(incoming.record_file.read_text())
+        record = load_json(incoming.record_file)
+        if not isinstance(record, dict):
+            raise ConfigError(f"{trial.name}: the node's {incoming.record_file.name} is not a JSON object")
         record.update(extra)
         atomic.write_json(incoming.record_file, record)
         final = layout.trial(trial.name).path

@@ -5,16 +5,74 @@ NVML's GPUs decide the GPU target); every node also offers `cpu`. Each target be
 resource `appliance-<target>: 1`.
 """
 
+import ipaddress
 import json
+import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from appliance.cluster.resources import NODE_IMAGES_ENV, resource_for
-from appliance.core.errors import ApplianceError
+from appliance.core import atomic
+from appliance.core.checks import one_line
+from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.paths import cache_dir
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
 from appliance.host.gpu import NvmlUnavailable, detect_gpus, fitting_target
+
+HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+MAX_PORT = 65535
+ADDRESS_FORM = "HOST:PORT (a host name, an IPv4 address or [IPv6]; port 1..65535)"
+
+
+def check_host(host: str, what: str) -> str:
+    """host when it is a host name (RFC 1123), an IPv4 or an IPv6 address; one line otherwise."""
+    if not host:
+        raise ConfigError(f"{what}: no host: expected {ADDRESS_FORM}")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    labels = host.removesuffix(".").split(".")
+    numeric = all(label.isdigit() for label in labels)  # 1.2.3.999 is no host name
+    if len(host) > 253 or numeric or not all(HOST_LABEL.fullmatch(label) for label in labels):
+        raise ConfigError(f"{what}: {one_line(host)!r} is not a host name, an IPv4 or an IPv6 address")
+    return host
+
+
+def parse_address(address: str, what: str = "ADDRESS") -> tuple[str, int]:
+    """(host, port) of HOST:PORT or [IPV6]:PORT, checked here rather than by Ray: one line
+    for an empty address, an option where an address belongs, a bad host or a port outside
+    1..65535."""
+    shown = one_line(address)
+    if not address.strip():
+        raise ConfigError(f"{what}: empty: expected {ADDRESS_FORM}")
+    if address.startswith("-"):
+        raise ConfigError(f"{what}: {shown!r} looks like an option, not an address: expected {ADDRESS_FORM}")
+    if address.startswith("["):
+        host, bracket, rest = address[1:].partition("]")
+        if not bracket or not rest.startswith(":"):
+            raise ConfigError(f"{what}: {shown!r}: expected [IPV6]:PORT")
+        port = rest[1:]
+        try:
+            host = str(ipaddress.IPv6Address(host))
+        except ValueError:
+            raise ConfigError(f"{what}: {one_line(host)!r} is not an IPv6 address") from None
+    else:
+        host, sep, port = address.rpartition(":")
+        if not sep:
+            raise ConfigError(f"{what}: {shown!r} has no port: expected {ADDRESS_FORM}")
+        if ":" in host:
+            raise ConfigError(
+                f"{what}: {shown!r}: write an IPv6 address in brackets, [{one_line(host)}]:{one_line(port)}"
+            )
+        host = check_host(host, what)
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= MAX_PORT:
+        raise ConfigError(f"{what}: port {one_line(port)!r} is not a number from 1 to {MAX_PORT}")
+    return host, int(port)
 
 
 def detect_targets(lock: Lock) -> list[str]:
@@ -59,6 +117,9 @@ def ray_start_command(
 ) -> list[str]:
     """The `ray start` command line for a head (listening at ADDRESS's port) or a worker."""
     resources = {resource_for(t): 1 for t in targets}
+    host, port = parse_address(address, "--head ADDRESS" if head else "ADDRESS")
+    if node_ip is not None:
+        node_ip = check_host(node_ip, "--node-ip-address")
     argv = [
         ray_executable(),
         "start",
@@ -69,13 +130,10 @@ def ray_start_command(
         "--disable-usage-stats",
     ]
     if head:
-        host, _, port = address.rpartition(":")
-        if not port.isdigit():
-            raise ApplianceError(f"--head {address}: expected HOST:PORT to listen on")
-        argv += ["--head", "--port", port, "--include-dashboard=false"]
-        node_ip = node_ip or host or None
+        argv += ["--head", "--port", str(port), "--include-dashboard=false"]
+        node_ip = node_ip or host
     else:
-        argv += ["--address", address]
+        argv += ["--address", f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     if node_ip:
         argv += ["--node-ip-address", node_ip]
     if object_store_bytes:
@@ -83,6 +141,24 @@ def ray_start_command(
     if temp_dir is not None:
         argv += ["--temp-dir", str(temp_dir)]
     return argv
+
+
+def run_ray_start(argv: list[str], env: dict[str, str]) -> str:
+    """Run `ray start`, its output kept in a log: on success its standard output comes back;
+    on failure one line with its last line (escaped) and the log's path, never Ray's traceback."""
+    log = cache_dir() / "cluster" / "ray-start.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        argv, env={**os.environ, **env}, capture_output=True, text=True, errors="replace", check=False
+    )
+    output = result.stdout + result.stderr
+    atomic.write_text(log, output)
+    if result.returncode == 0:
+        return result.stdout
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    last = next((line for line in reversed(lines) if not line.startswith(("File ", "Traceback"))), "")
+    said = f": {one_line(last)[:300]}" if last else ""
+    raise ApplianceError(f"ray start failed (exit {result.returncode}){said}; its whole output is in {log}")
 
 
 def node_environment(images: dict[str, str]) -> dict[str, str]:

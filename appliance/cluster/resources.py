@@ -1,7 +1,8 @@
 """Names a cluster agrees on: the custom resource per target and a node's own image choice."""
 
-import json
 import os
+
+from appliance.core.strict_load import parse_json
 
 RESOURCE_PREFIX = "appliance-"
 # Set by `appliance cluster join --image TARGET=TAG` for the node's Ray processes: the engine
@@ -27,5 +28,5 @@ def node_image_overrides() -> dict[str, str]:
     raw = os.environ.get(NODE_IMAGES_ENV)
     if not raw:
         return {}
-    value = json.loads(raw)
+    value = parse_json(raw, f"${NODE_IMAGES_ENV}")
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}

@@ -3,16 +3,23 @@
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from appliance.core.errors import ConfigError
 
 CHUNK = 1 << 20
 
 
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    """sha256 of a regular file; a FIFO or a device is refused (ConfigError) before it is opened,
+    as core.strict_load.open_regular does; a missing file raises FileNotFoundError as open would."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ConfigError(f"{path}: is not a regular file (a device, pipe or socket)")
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
             if progress is not None:

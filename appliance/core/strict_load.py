@@ -32,18 +32,18 @@ MAX_INT_DIGITS = 100
 
 def read_text(path: Path, max_bytes: int = MAX_BYTES, missing: str = "file not found") -> str:
     """The UTF-8 text of a regular file of at most max_bytes; `missing` is the not-found line."""
+    return decode_utf8(read_bytes(path, max_bytes, missing), path)
+
+
+def read_bytes(path: Path, max_bytes: int = MAX_BYTES, missing: str = "file not found") -> bytes:
+    """The bytes of a regular file of at most max_bytes; `missing` is the not-found line.
+
+    Opened by open_regular (so never a FIFO, device or socket)."""
+    fd = open_regular(path, missing)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {missing}") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise ConfigError(f"{path}: is a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"{path}: is not a regular file (a device, pipe or socket)")
+        info = os.fstat(fd)
+        if info.st_size > max_bytes:
+            raise ConfigError(f"{path}: larger than {max_bytes} bytes, the most this reader accepts")
         chunks, size = [], 0
         while size <= max_bytes and (chunk := os.read(fd, min(1 << 20, max_bytes + 1 - size))):
             chunks.append(chunk)
@@ -55,6 +55,11 @@ def read_text(path: Path, max_bytes: int = MAX_BYTES, missing: str = "file not f
     data = b"".join(chunks)
     if len(data) > max_bytes:
         raise ConfigError(f"{path}: larger than {max_bytes} bytes, the most this reader accepts")
+    return data
+
+
+def decode_utf8(data: bytes, path: Path | str) -> str:
+    """data as UTF-8 text; ConfigError naming path, line and byte otherwise."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -62,6 +67,34 @@ def read_text(path: Path, max_bytes: int = MAX_BYTES, missing: str = "file not f
         raise ConfigError(
             f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
+
+
+def open_regular(path: Path, missing: str = "file not found") -> int:
+    """A read-only descriptor of the regular file at path (symlinks followed); ConfigError otherwise.
+
+    What is not a regular file is refused from its stat, before it is opened, so a FIFO or a
+    device is never opened at all; the open is non-blocking and the descriptor is checked
+    again, in case the path was swapped in between. The caller closes the descriptor."""
+    try:
+        _refuse_special(path, os.stat(path).st_mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {missing}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    try:
+        _refuse_special(path, os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _refuse_special(path: Path, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise ConfigError(f"{path}: is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{path}: is not a regular file (a device, pipe or socket)")
 
 
 # --- JSON ------------------------------------------------------------------------------------
@@ -158,11 +191,42 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json(text: str, path: Path, max_depth: int = MAX_DEPTH) -> Any:
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _encodes(value: Any) -> bool:
+    """Whether every string in value (keys included) encodes as UTF-8: JSON's \\uD800-style
+    escapes can spell a lone surrogate, which no output can print."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+def parse_json(text: str, path: Path | str, max_depth: int = MAX_DEPTH) -> Any:
     """JSON text read strictly; errors name path and line."""
     deep = _too_deep(text, max_depth)
     if deep is not None:
         raise ConfigError(f"{path}: line {_line(text, deep)}: nested deeper than {max_depth} levels")
+    value = _parse_json(text, path)
+    escape = _SURROGATE_ESCAPE.search(text)
+    if escape is not None and not _encodes(value):  # only an escape can make a surrogate
+        line = _line(text, escape.start())
+        raise ConfigError(f"{path}: line {line}: a lone surrogate (a \\u escape) is not Unicode text")
+    return value
+
+
+def _parse_json(text: str, path: Path | str) -> Any:
     try:
         return json.loads(
             text,
@@ -183,6 +247,14 @@ def parse_json(text: str, path: Path, max_depth: int = MAX_DEPTH) -> Any:
 
 def load_json(path: Path, max_bytes: int = MAX_BYTES, missing: str = "file not found") -> Any:
     return parse_json(read_text(path, max_bytes, missing), path)
+
+
+def parse_json_bytes(data: bytes, where: Path | str, max_bytes: int = MAX_BYTES) -> Any:
+    """JSON bytes that did not come from a file of their own (a DSSE payload, a label), read
+    as strictly as a file: budget, UTF-8, depth, duplicate keys, numbers."""
+    if len(data) > max_bytes:
+        raise ConfigError(f"{where}: larger than {max_bytes} bytes, the most this reader accepts")
+    return parse_json(decode_utf8(data, where), where)
 
 
 # --- YAML ------------------------------------------------------------------------------------
@@ -302,7 +374,7 @@ def _yaml_line(exc: yaml.YAMLError, text: str) -> int | None:
     return None
 
 
-def parse_yaml(text: str, path: Path) -> Any:
+def parse_yaml(text: str, path: Path | str) -> Any:
     """One YAML document read strictly; errors name path and line."""
     loader = None
     try:

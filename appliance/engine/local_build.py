@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
-from appliance.core.errors import ApplianceError
+from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.paths import cache_dir
+from appliance.core.strict_load import load_json
 from appliance.engine.lock import Lock
 from appliance.engine.patches import apply_series, digest_of, selected_patches
 from appliance.engine.source import SourceTree, fetch_source
@@ -154,8 +155,8 @@ def _exclusive(path: Path) -> Iterator[None]:
 def cached_build(entry: Path) -> dict[str, Any] | None:
     """The build record when every recorded binary is present with its recorded sha256."""
     try:
-        record = json.loads((entry / RECORD).read_text())
-    except (OSError, json.JSONDecodeError):
+        record = load_json(entry / RECORD)
+    except ConfigError:
         return None
     binaries = record.get("binaries") if isinstance(record, dict) else None
     if not isinstance(binaries, dict) or set(binaries) != set(LOCAL_TOOLS):

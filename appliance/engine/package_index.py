@@ -5,7 +5,6 @@ default), so air-gapped labs with a mirror work unchanged. Only the PEP 503/691 
 API is used: it lists each file with its sha256.
 """
 
-import json
 import os
 import re
 import subprocess
@@ -15,7 +14,8 @@ import urllib.request
 from html.parser import HTMLParser
 from urllib.parse import urldefrag, urljoin
 
-from appliance.core.errors import ApplianceError
+from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.strict_load import parse_json_bytes
 
 TIMEOUT_S = 60
 
@@ -75,7 +75,11 @@ def find_sdist(package: str, version: str) -> tuple[str, str | None]:
         raise ApplianceError(f"package index unreachable for {package} ({page}): {exc}") from None
     wanted = f"{package}-{version}.tar.gz".lower()
     if "json" in content_type:
-        for item in json.loads(body).get("files", []):
+        try:
+            listing = parse_json_bytes(body, page)
+        except ConfigError as exc:
+            raise ApplianceError(f"package index answered {package} with unreadable JSON: {exc}") from None
+        for item in listing.get("files", []):
             if item["filename"].lower() == wanted:
                 return item["url"], item.get("hashes", {}).get("sha256")
     else:

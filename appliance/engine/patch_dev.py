@@ -21,6 +21,7 @@ from pathlib import Path
 
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
+from appliance.core.strict_load import load_json
 from appliance.engine.lock import Lock
 from appliance.engine.patches import (
     NUMBER_PREFIX_RE,
@@ -102,7 +103,7 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
     record_path = dev_dir / ".git" / DEV_RECORD
     if not record_path.is_file():
         raise ApplianceError(f"{dev_dir} is not a tree made by `appliance patches dev`")
-    known: dict[str, dict[str, str]] = json.loads(record_path.read_text())
+    known: dict[str, dict[str, str]] = load_json(record_path)
     directory = patches_dir(lock)
     out: list[Exported] = []
     with tempfile.TemporaryDirectory(prefix="appliance-export-") as tmp:

@@ -24,6 +24,7 @@ from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file, tree_digest
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.paths import default_patches_dir, patches_override
+from appliance.core.strict_load import parse_json, read_text
 from appliance.engine.lock import Lock, PatchEntry
 from appliance.engine.source import SourceTree, ignore_vcs
 
@@ -250,14 +251,14 @@ def patch_records(directory: Path, status: str, files: Sequence[str]) -> list[di
 
 def write_lock_patches(lock_path: Path, patches: dict[str, list[dict[str, str]]]) -> None:
     """Replace only the lock's `"patches"` object, leaving the rest of the file's text alone."""
-    text = lock_path.read_text()
+    text = read_text(lock_path)
     start = text.find('\n  "patches": {')
     if start < 0:
         raise ConfigError(f'{lock_path}: no top-level "patches" object to update')
     end = text.find("\n  }", start + 1)
     block = json.dumps(patches, indent=2).replace("\n", "\n  ")
     new_text = f'{text[:start]}\n  "patches": {block}{text[end + len(chr(10) + "  }") :]}'
-    parsed = json.loads(new_text)
+    parsed = parse_json(new_text, lock_path)
     if parsed["patches"] != patches:
         raise ConfigError(f"{lock_path}: could not rewrite the patches object safely")
     atomic.write_text(lock_path, new_text)

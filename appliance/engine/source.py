@@ -7,7 +7,6 @@ cached trees are re-hashed on every use, so an edited or truncated
 cache entry is detected and repaired from the verified archive (or refetched).
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -23,8 +22,9 @@ from typing import Any
 
 from appliance.core import atomic
 from appliance.core.digests import CHUNK, canonical_json, sha256_bytes, sha256_file, tree_digest
-from appliance.core.errors import ApplianceError, IntegrityError
+from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.paths import cache_dir
+from appliance.core.strict_load import load_json
 from appliance.engine.lock import Lock, StandIn
 from appliance.engine.package_index import find_sdist
 
@@ -159,9 +159,9 @@ def _extract_subtree(archive: Path, subtree: str, dest: Path) -> None:
 
 def _read_identity(entry: Path) -> dict[str, Any] | None:
     try:
-        value = json.loads((entry / IDENTITY_FILE).read_text())
+        value = load_json(entry / IDENTITY_FILE)
         return value if isinstance(value, dict) else None
-    except (OSError, json.JSONDecodeError):
+    except ConfigError:
         return None
 
 

@@ -53,7 +53,7 @@ class Residency:
 def residency(path: Path) -> Residency:
     """How many of the file's pages are in the page cache now (mincore; reads nothing)."""
     page = mmap.PAGESIZE
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must never block
     try:
         length = os.fstat(fd).st_size
         pages = (length + page - 1) // page
@@ -76,7 +76,7 @@ def residency(path: Path) -> Residency:
 
 def evict(path: Path) -> None:
     """Ask the kernel to drop the file's clean pages from the page cache; writes nothing."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must never block
     try:
         os.fdatasync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

@@ -12,8 +12,10 @@ after `docker load` it refuses an image whose ID or labels differ from the sidec
 labels do not match the lock, removing what it loaded. Only then is the image tagged.
 """
 
+import copy
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +25,11 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 
 from appliance.core import atomic
+from appliance.core.checks import one_line
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ConfigError, IntegrityError
 from appliance.core.progress import ProgressFn, byte_counter
+from appliance.core.strict_load import open_regular, parse_json, parse_json_bytes, read_text
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
@@ -36,6 +40,7 @@ SIDECAR_SUFFIX = ".sidecar.json"
 PAYLOAD_TYPE = "application/vnd.moe-appliance.image-export+json"
 SCHEMA = "urn:moe-appliance:image-export:v1"
 CHUNK = 1 << 20
+MAX_SIDECAR_BYTES = 1 << 20  # an image's labels and a signature: a few KiB
 
 
 @dataclass(frozen=True)
@@ -80,20 +85,22 @@ def sign_sidecar(record: dict[str, Any], signer: Any) -> dict[str, Any]:
 
 def read_sidecar(path: Path) -> Sidecar:
     """The sidecar at `path`; one-line errors for a missing or malformed file."""
+    text = read_text(
+        path, MAX_SIDECAR_BYTES, "no sidecar (it is written beside the archive by `appliance image export`)"
+    )
     try:
-        text = path.read_text()
-        data = json.loads(text)
-        envelope = Envelope.from_dict(json.loads(text))  # from_dict changes what it is given
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{path}: no sidecar (it is written beside the archive by `appliance image export`)"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
-        raise IntegrityError(f"{path}: not a DSSE envelope ({exc})") from None
+        data = parse_json(text, path)
+        envelope = Envelope.from_dict(copy.deepcopy(data))  # from_dict changes what it is given
+    except ConfigError as exc:
+        raise IntegrityError(f"{path}: not a DSSE envelope ({str(exc).removeprefix(f'{path}: ')})") from None
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise IntegrityError(f"{path}: not a DSSE envelope ({one_line(str(exc))})") from None
     if envelope.payload_type != PAYLOAD_TYPE:
-        raise IntegrityError(f"{path}: payload type {envelope.payload_type!r} is not an image export sidecar")
+        raise IntegrityError(
+            f"{path}: payload type {one_line(repr(envelope.payload_type))} is not an image export sidecar"
+        )
     try:
-        record = json.loads(envelope.payload)
+        record = parse_json_bytes(envelope.payload, f"{path}: payload", MAX_SIDECAR_BYTES)
         archive = record["archive"]
         sidecar = Sidecar(
             record["target"],
@@ -106,10 +113,26 @@ def read_sidecar(path: Path) -> Sidecar:
             record["exported_by"],
             dict(data),
         )
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise IntegrityError(f"{path}: malformed sidecar payload ({exc})") from None
+    except ConfigError as exc:
+        reason = str(exc).removeprefix(f"{path}: payload: ")
+        raise IntegrityError(f"{path}: malformed sidecar payload ({reason})") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise IntegrityError(f"{path}: malformed sidecar payload ({one_line(repr(exc))})") from None
     if record.get("schema") != SCHEMA:
-        raise IntegrityError(f"{path}: schema {record.get('schema')!r}, expected {SCHEMA}")
+        raise IntegrityError(f"{path}: schema {one_line(repr(record.get('schema')))}, expected {SCHEMA}")
+    texts = {
+        "target": sidecar.target,
+        "tag": sidecar.tag,
+        "image_id": sidecar.image_id,
+        "lock_digest": sidecar.lock_digest,
+        "archive.sha256": sidecar.archive_sha256,
+        "exported_by": sidecar.keyid,
+        **{f"labels/{k}": v for k, v in sidecar.labels.items()},
+    }
+    wrong = [name for name, value in texts.items() if not isinstance(value, str)]
+    if wrong or isinstance(record["archive"]["bytes"], bool) or sidecar.archive_bytes < 0:
+        what = one_line(wrong[0]) if wrong else "archive.bytes"
+        raise IntegrityError(f"{path}: malformed sidecar payload ({what} has the wrong type or value)")
     return sidecar
 
 
@@ -118,10 +141,10 @@ def verify_sidecar(sidecar: Sidecar, key: Any) -> None:
 
     A trust store verifies by looking up `sidecar.keyid` and calling this with that key."""
     try:
-        envelope = Envelope.from_dict(json.loads(json.dumps(sidecar.envelope)))
+        envelope = Envelope.from_dict(copy.deepcopy(sidecar.envelope))
     except (KeyError, ValueError, TypeError) as exc:
         raise IntegrityError(f"sidecar envelope is malformed ({exc}): refused, nothing loaded") from None
-    signed_by = sorted(envelope.signatures)
+    signed_by = sorted(one_line(str(keyid)) for keyid in envelope.signatures)
     if key.keyid not in envelope.signatures:
         raise IntegrityError(
             f"sidecar signed by key {', '.join(signed_by) or 'nobody'}, not by "
@@ -144,6 +167,22 @@ def archive_sha256(path: Path, progress: ProgressFn | None) -> str:
     return sha256_file(path, byte_counter(f"sha256 {path.name}", path.stat().st_size, progress))
 
 
+def check_export_paths(out: Path, force: bool) -> None:
+    """Refuse, before anything is written, an archive or sidecar that exists (unless `force`)
+    and a directory that does not: an export never overwrites or makes directories unasked."""
+    parent = out.parent
+    if not parent.is_dir():
+        raise ConfigError(
+            f"{out}: the directory {parent} does not exist: make it first, or choose another file"
+        )
+    if not force:
+        for path in (out, sidecar_path(out)):
+            if path.exists() or path.is_symlink():
+                raise ConfigError(
+                    f"{path} already exists: pass --force to replace it, or choose another file"
+                )
+
+
 def export_image(
     lock: Lock,
     target: str,
@@ -151,8 +190,11 @@ def export_image(
     signer: Any,
     image_ref: str | None = None,
     progress: ProgressFn | None = None,
+    force: bool = False,
 ) -> Sidecar:
-    """Write TARGET's local image (or `image_ref`) to `out` and its signed sidecar beside it."""
+    """Write TARGET's local image (or `image_ref`) to `out` and its signed sidecar beside it;
+    an existing FILE (or sidecar) is replaced only with `force` (check_export_paths)."""
+    check_export_paths(out, force)
     client, ref, report = matching_local_image(lock, target, image_ref, "export")
     if report.labels.get(L.TARGET) != target:
         raise IntegrityError(
@@ -229,7 +271,7 @@ def load_image_archive(
     client = docker_client()
     before = {image.id for image in client.images.list(all=True)}
     try:
-        with open(archive, "rb") as handle:
+        with os.fdopen(open_regular(archive), "rb") as handle:
             loaded = _loaded_ids(client.api.load_image(handle, quiet=True))
     except docker.errors.APIError as exc:
         raise IntegrityError(f"docker load refused {archive}: {exc.explanation or exc}") from None

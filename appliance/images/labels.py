@@ -8,12 +8,13 @@ identity, series digest, target, CUDA architectures and the base images. Trial c
 with what the lock and patch series say now.
 """
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from appliance.core.digests import canonical_json, sha256_bytes
+from appliance.core.errors import ConfigError
+from appliance.core.strict_load import parse_json
 from appliance.engine.lock import Lock, Target
 from appliance.engine.tools import IMAGE_TOOLS
 
@@ -196,8 +197,8 @@ def lock_view(lock: Lock, target_name: str, series_digest: str) -> dict[str, tup
 def source_drift(lock: Lock, labels: dict[str, str]) -> list[Drift]:
     """A stand-in image must name a stand-in of this lock with the same sdist digest."""
     try:
-        identity = json.loads(labels.get(SOURCE_IDENTITY, ""))
-    except json.JSONDecodeError:
+        identity = parse_json(labels.get(SOURCE_IDENTITY, ""), SOURCE_IDENTITY)
+    except ConfigError:
         return [
             Drift(
                 SOURCE_IDENTITY,

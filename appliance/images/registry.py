@@ -6,12 +6,12 @@ pushes it and records `REGISTRY/moe-expert-cache@sha256:...` in the lock's
 labels against the lock and removes it again if they differ.
 """
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.core.strict_load import parse_json
 from appliance.engine.lock import Lock, write_lock
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
@@ -162,7 +162,7 @@ def pull_image(lock: Lock, target: str) -> InspectReport:
 
 def _label_identity(labels: dict[str, str]) -> dict[str, Any]:
     try:
-        value = json.loads(labels.get(L.SOURCE_IDENTITY, "{}"))
-    except json.JSONDecodeError:
+        value = parse_json(labels.get(L.SOURCE_IDENTITY, "{}"), L.SOURCE_IDENTITY)
+    except ConfigError:
         value = {}
     return value if isinstance(value, dict) else {}

@@ -10,7 +10,6 @@ only headers.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from gguf import GGUFWriter, Keys
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from appliance.core.errors import ConfigError
+from appliance.core.strict_load import load_json
 
 SUPPORTED_ARCHES = ("qwen35moe",)
 REQUIRED = (
@@ -122,10 +122,9 @@ def nbytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
 
 
 def load_input(path: Path) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the skeleton input: {exc}") from exc
+    doc = load_json(path)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: the skeleton input is a JSON object")
     if doc.get("arch") not in SUPPORTED_ARCHES:
         raise ConfigError(f"{path}: arch {doc.get('arch')!r} not supported ({', '.join(SUPPORTED_ARCHES)})")
     missing = [k for k in REQUIRED if k not in doc.get("config", {})]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from appliance.core.errors import ApplianceError
+from appliance.core.strict_load import open_regular
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -66,8 +67,9 @@ class FileSource:
         self.path = path
         self.name = str(path)
         self.bytes_read = 0
+        fd = open_regular(path)  # never a FIFO or a device (`plan` would block or read forever)
         try:
-            self._handle = open(path, "rb")  # noqa: SIM115 - closed by close()
+            self._handle = os.fdopen(fd, "rb")  # closed by close()
             self._size = os.fstat(self._handle.fileno()).st_size
         except OSError as exc:
             raise ApplianceError(f"cannot open {path}: {exc.strerror}") from exc

@@ -5,16 +5,16 @@ file's real path, size, mtime and inode: a second run of an unchanged file hashe
 The models directory is only ever read.
 """
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from appliance.core import atomic
 from appliance.core.digests import sha256_file
-from appliance.core.errors import ApplianceError, IntegrityError
+from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.paths import cache_dir
 from appliance.core.progress import ProgressFn, byte_counter
+from appliance.core.strict_load import load_json
 from appliance.core.units import format_size
 from appliance.runs.profile import ModelManifest
 
@@ -50,8 +50,8 @@ def _cache_key(path: Path, stat: os.stat_result) -> str:
 
 def _load_cache() -> dict[str, str]:
     try:
-        data = json.loads(digest_cache_path().read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = load_json(digest_cache_path())
+    except ConfigError:  # missing or damaged: digests are computed again
         return {}
     return data if isinstance(data, dict) else {}
 

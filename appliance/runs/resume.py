@@ -1,11 +1,11 @@
 """Resuming an incomplete run directory: which trials run again, and the checks that it is the
 same profile, lock and trial plan."""
 
-import json
 from pathlib import Path
 from typing import Any
 
 from appliance.core.errors import ConfigError
+from appliance.core.strict_load import load_json, read_text
 from appliance.runs.plan import (
     Trial,
 )
@@ -29,8 +29,15 @@ def needs_rerun(record: dict[str, Any] | None) -> bool:
 
 def _json_or_none(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return load_json(path)
+    except ConfigError:
+        return None
+
+
+def _text_or_none(path: Path) -> str | None:
+    try:
+        return read_text(path)
+    except ConfigError:
         return None
 
 
@@ -48,8 +55,7 @@ def resume_point(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any])
     profile_input = run_dir.input(PROFILE_INPUT)
     schedule = _json_or_none(run_dir.input(SCHEDULE_INPUT)) or {}
     same = (
-        profile_input.is_file()
-        and profile_input.read_text() == ctx.profile.source_text
+        _text_or_none(profile_input) == ctx.profile.source_text
         and _json_or_none(run_dir.input(LOCK_INPUT)) == lock_raw
         and schedule.get("trials") == [t.name for t in trials]
     )

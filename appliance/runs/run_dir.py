@@ -8,6 +8,7 @@
     RUN/probe/<probe name>/...        a sweep's disk probe, laid out as a trial
     RUN/results.json                  statistics over the trials (appliance.analysis.stats)
     RUN/plots/*.png
+    RUN/analysis/paging.json          a run's measured reads against the LRU prediction
     RUN/provenance.json               collected when the run is sealed (appliance.attest)
     RUN/manifest.json, RUN/attestation.dsse.json   the seal; not part of the bundle's contents
     RUN/.scratch/                     outputs in flight, empty once a run ends
@@ -16,12 +17,14 @@ Readers and writers of run directories, in every package, name files through `Ru
 `TrialDir` (or the constants below), never by spelling them.
 """
 
-import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from appliance.core.errors import ConfigError
+from appliance.core.strict_load import load_json, read_bytes
 
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.json"
@@ -41,6 +44,8 @@ MODEL_INPUT = "model.json"
 TRIALS_DIR = "trials"
 PROBE_DIR = "probe"
 PLOTS_DIR = "plots"
+ANALYSIS_DIR = "analysis"
+PAGING_ANALYSIS = "paging.json"
 SCRATCH_DIR = ".scratch"
 
 TRIAL_FILE = "trial.json"
@@ -54,10 +59,20 @@ ENGINE_OUTPUTS = (TIMING_FILE, OUTPUT_FILE, TRACE_FILE)
 
 
 def _json_or(path: Path, default: Any) -> Any:
+    """A record read strictly (a regular file, bounded), or `default` when it is missing or
+    not one the strict reader accepts."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return load_json(path)
+    except ConfigError:
         return default
+
+
+def _record(path: Path) -> dict[str, Any]:
+    """A JSON object read strictly; anything else is a one-line ConfigError."""
+    record = load_json(path)
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return record
 
 
 @dataclass(frozen=True)
@@ -102,11 +117,11 @@ class TrialDir:
     def load(self) -> dict[str, Any]:
         """trial.json with its directory name (`dir`), timing.json, output.txt (bytes) and
         cgroup.json attached."""
-        record: dict[str, Any] = json.loads(self.record_file.read_text())
+        record = _record(self.record_file)
         record["dir"] = self.name
-        record["timing"] = json.loads(self.timing.read_text()) if self.timing.is_file() else {}
-        record["text"] = self.output.read_bytes() if self.output.is_file() else None
-        record["cgroup"] = json.loads(self.cgroup.read_text()) if self.cgroup.is_file() else {}
+        record["timing"] = _record(self.timing) if self.timing.exists() else {}
+        record["text"] = read_bytes(self.output) if self.output.exists() else None
+        record["cgroup"] = _record(self.cgroup) if self.cgroup.exists() else {}
         return record
 
 
@@ -175,7 +190,7 @@ class RunDir:
     def read_probe(self) -> dict[str, Any] | None:
         """The sweep's disk probe figures (its timing.json), or None when it has none."""
         for timing in sorted((self.path / PROBE_DIR).glob(f"*/{TIMING_FILE}")):
-            return dict(json.loads(timing.read_text()))
+            return _record(timing)
         return None
 
     def read_run(self) -> dict[str, Any] | None:
@@ -183,8 +198,13 @@ class RunDir:
         run = _json_or(self.run_file, None)
         return run if isinstance(run, dict) else None
 
+    @property
+    def paging_analysis(self) -> Path:
+        """analysis/paging.json: a run's measured reads against the LRU prediction."""
+        return self.path / ANALYSIS_DIR / PAGING_ANALYSIS
+
     def read_results(self) -> dict[str, Any]:
-        return dict(json.loads(self.results_file.read_text()))
+        return _record(self.results_file)
 
     def discard_trial(self, name: str) -> None:
         """A trial's directory and its scratch outputs, before it runs again."""

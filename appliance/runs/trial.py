@@ -14,6 +14,8 @@ import docker.errors
 from rich.console import Console
 
 from appliance.core import atomic
+from appliance.core.errors import ConfigError
+from appliance.core.strict_load import read_text
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
 from appliance.images import labels as L
@@ -69,8 +71,8 @@ class TrialInterrupted(Exception):
 def _read_exit_file(results: Path) -> tuple[int, float] | None:
     """(engine exit status, engine wall seconds) from the wrapper, or None if it never wrote."""
     try:
-        status, start_ns, end_ns = (results / EXIT_FILE).read_text().split()
-    except (FileNotFoundError, ValueError):
+        status, start_ns, end_ns = read_text(results / EXIT_FILE, max_bytes=256).split()
+    except (ConfigError, ValueError):
         return None
     return int(status), (int(end_ns) - int(start_ns)) / 1e9
 

@@ -20,6 +20,8 @@ import numpy as np
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.core.nesting import MAX_NESTING, max_nesting
+from appliance.core.strict_load import open_regular, parse_json_bytes
+from appliance.core.validation import schema_errors
 
 MAGIC = b"MOETRACE"
 TRAILER_MAGIC = b"MOETEND\0"
@@ -35,15 +37,7 @@ MAX_LAYERS = 4096  # blocks; rows store the layer in 16 bits
 MAX_EXPERTS = 4096
 MAX_EXPERT_USED = 256
 MAX_OBJECTS = 1 << 20  # MoE layers x experts
-REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
-    "format": str,
-    "version": int,
-    "n_layers": int,
-    "moe_layers": list,
-    "n_experts": int,
-    "n_expert_used": int,
-    "has_weights": bool,
-}
+HEADER_SCHEMA = "trace-header"  # appliance/schemas/trace-header.schema.json: the documented types
 
 
 def row_dtype(k: int, has_weights: bool) -> np.dtype:
@@ -113,13 +107,16 @@ class Trace:
 def _check_header(header: Any, where: str) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise ConfigError(f"{where}: trace header is not a JSON object; the file is corrupt")
-    for key, kind in REQUIRED_KEYS.items():
-        value = header.get(key)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(
-                f"{where}: trace header key {key!r} is missing or not "
-                f"{getattr(kind, '__name__', kind)}; the file is corrupt"
-            )
+    errors = schema_errors(header, HEADER_SCHEMA)
+    if errors:
+        raise ConfigError(f"{where}: trace header {errors[0]}; the file is corrupt")
+    try:  # what a writer is handed: finite numbers, strings that encode (no lone surrogate)
+        json.dumps(header, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
+        raise ConfigError(
+            f"{where}: trace header holds a number that is not finite or a string that is not "
+            "Unicode text; the file is corrupt"
+        ) from None
     if header["format"] != "moetrace":
         raise ConfigError(f"{where}: header format is {header['format']!r}, expected 'moetrace'")
     if header["version"] != VERSION:
@@ -214,12 +211,9 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
             f"{where}: trace header nests deeper than {MAX_NESTING} levels; the file is corrupt"
         )
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ConfigError(
-            f"{where}: trace header is not valid UTF-8 JSON (or holds a number "
-            "too long to read); the file is corrupt"
-        ) from None
+        header = parse_json_bytes(raw, "trace header", MAX_HEADER_BYTES)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}; the file is corrupt") from None
     header = _check_header(header, where)
     dtype = row_dtype(header["n_expert_used"], header["has_weights"])
     body = size - PREAMBLE_BYTES - header_len - TRAILER_BYTES
@@ -236,14 +230,16 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
 def read_trace(path: str | os.PathLike[str]) -> Trace:
     """Map a `.moetrace` file read-only; refuse truncated or corrupt files with a ConfigError."""
     path = Path(path)
+    fd = open_regular(path, "cannot read trace (no such file)")  # never a FIFO or a device
     try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size == 0:
-                raise ConfigError(f"{path}: empty file, not a route trace")
-            mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        size = os.fstat(fd).st_size
+        if size == 0:
+            raise ConfigError(f"{path}: empty file, not a route trace")
+        mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read trace ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     header, rows = parse_trace(mapping, where=str(path))
     return Trace(header=header, rows=rows, path=path)
 

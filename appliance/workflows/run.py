@@ -6,7 +6,6 @@ the signing key, bundle verification, the paging check and the evidence comparis
 """
 
 import functools
-import json
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.core.progress import ProgressFn
+from appliance.core.strict_load import load_json
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
@@ -230,7 +230,7 @@ def write_paging_analysis(run_dir: Path, model_path: Path, profile: Profile) -> 
         rows: Any = paging_rows(run_dir, model_path, profile.limits.memory, profile.schedule.n_predict)
     except ApplianceError as exc:  # an analysis that cannot run must not block the seal
         rows = {"error": str(exc)}
-    atomic.write_json(run_dir / "analysis" / "paging.json", {"lru_prediction": rows})
+    atomic.write_json(RunDir(run_dir).paging_analysis, {"lru_prediction": rows})
 
 
 @dataclass
@@ -276,10 +276,11 @@ def verify_and_compare(
 
 
 def read_paging_analysis(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "analysis" / "paging.json"
+    path = RunDir(run_dir).paging_analysis
     if not path.exists():
         return []
-    rows = json.loads(path.read_text())["lru_prediction"]
+    record = load_json(path)
+    rows = record.get("lru_prediction") if isinstance(record, dict) else None
     return rows if isinstance(rows, list) else []
 
 

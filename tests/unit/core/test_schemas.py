@@ -9,11 +9,16 @@ import pytest
 from appliance.core.validation import SCHEMAS_DIR, load_schema, schema_errors, schema_problems
 from tests.conftest import REPO
 
-NAMES = ("finding", "lock", "profile")
-DOCS = {"lock": "docs/images.md", "profile": "CONTRIBUTING.md", "finding": "docs/evidence.md"}
+NAMES = ("finding", "lock", "profile", "trace-header")
+DOCS = {
+    "lock": "docs/images.md",
+    "profile": "CONTRIBUTING.md",
+    "finding": "docs/evidence.md",
+    "trace-header": "docs/trace-format.md",
+}
 
 
-def test_the_package_ships_exactly_the_three_schemas() -> None:
+def test_the_package_ships_exactly_the_four_schemas() -> None:
     assert sorted(p.name for p in SCHEMAS_DIR.iterdir()) == [f"{n}.schema.json" for n in NAMES]
 
 

@@ -44,7 +44,7 @@ CASES = {
     ),
     "an integer of 5000 digits": (
         _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "x": ' + b"7" * 5000 + b"}"),
-        "holds a number too long to read",
+        "trace header: line 1: a number with more than 100 digits; the file is corrupt",
     ),
     "n_expert_used 2^40": (
         _with(n_expert_used=1 << 40, n_experts=1 << 41),
@@ -59,6 +59,25 @@ CASES = {
     "4096 layers of 4096 experts": (
         _with(n_layers=4096, moe_layers=list(range(4096)), n_experts=4096),
         "is over the 1048576 experts a replay can track",
+    ),
+    "model_bytes a string": (
+        _with(model_bytes="many"),
+        "trace header /model_bytes: expected integer, got string; the file is corrupt",
+    ),
+    "n_predict -5": (_with(n_predict=-5), "trace header /n_predict: must be at least 0 (got -5)"),
+    "n_layers a float": (_with(n_layers=2.0), "trace header /n_layers: expected integer, got number"),
+    "engine.backend a number": (_with(engine={"backend": 7}), "/engine/backend: expected string or null"),
+    "Infinity in the header": (
+        _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "x": Infinity}'),
+        "trace header: line 1: Infinity is not a JSON number; the file is corrupt",
+    ),
+    "a lone surrogate in the header": (
+        _raw_trace(json.dumps(_valid_header()).encode().replace(b'"synthetic"', b'"syn\\udc80"', 1)),
+        "trace header: line 1: a lone surrogate (a \\u escape) is not Unicode text",
+    ),
+    "a duplicate key in the header": (
+        _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "n_layers": 2}'),
+        "trace header: line 1: duplicate key 'n_layers'",
     ),
     "header length over the limit": (
         b"MOETRACE" + struct.pack("<II", 1, MAX_HEADER_BYTES + 8) + bytes(MAX_HEADER_BYTES + 40),
@@ -89,6 +108,11 @@ def test_hostile_trace_is_one_line(case: str, verb: str, tmp_path: Path) -> None
         {"n_layers": 1 << 40},
         {"moe_layers": [0, 10**20]},
         {"note": "x" * (MAX_HEADER_BYTES + 1)},
+        {"model_bytes": "many"},
+        {"n_predict": -5},
+        {"arch": "syn\udc80"},
+        {"x": float("nan")},
+        {"x": float("inf")},
     ],
 )
 def test_write_trace_refuses_what_the_reader_would(fields: dict[str, object], tmp_path: Path) -> None:
@@ -145,3 +169,18 @@ def test_replay_capacity_out_of_range_is_one_line(capacity: str, tmp_path: Path)
     assert result.returncode == 2
     assert "capacity must be from 1 to 2147483648 experts" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("verb", ["info", "replay"])
+def test_a_fifo_is_refused_without_blocking(verb: str, tmp_path: Path) -> None:
+    import os
+    import time
+
+    path = tmp_path / "pipe.moetrace"
+    os.mkfifo(path)
+    args = {"info": [], "replay": ["--capacity", "4"]}[verb]
+    start = time.monotonic()
+    result = run_cli("trace", verb, str(path), *args, timeout=60)
+    assert time.monotonic() - start < 30  # opening the FIFO for reading would wait for a writer forever
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr == f"error: {path}: is not a regular file (a device, pipe or socket)\n"

@@ -1,0 +1,89 @@
+"""`cluster join` checks ADDRESS itself, before Ray or Docker is asked (Ray would start a head
+on port 99999): a host name, an IPv4 or a bracketed IPv6 address, a port from 1 to 65535. A
+`ray start` that fails is one line with its last line and the log's path, never Ray's
+traceback."""
+
+from pathlib import Path
+
+import pytest
+
+from appliance.cluster.join import parse_address, ray_executable, run_ray_start
+from appliance.core.errors import ApplianceError, ConfigError
+from tests.conftest import run_cli
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("127.0.0.1:6379", ("127.0.0.1", 6379)),
+        ("localhost:1", ("localhost", 1)),
+        ("node-7.lab.example:65535", ("node-7.lab.example", 65535)),
+        ("[::1]:6379", ("::1", 6379)),
+        ("[fe80:0:0::1]:10001", ("fe80::1", 10001)),
+    ],
+)
+def test_good_addresses(address: str, expected: tuple[str, int]) -> None:
+    assert parse_address(address) == expected
+
+
+BAD = {
+    "127.0.0.1:99999": "ADDRESS: port '99999' is not a number from 1 to 65535",
+    "127.0.0.1:0": "ADDRESS: port '0' is not a number from 1 to 65535",
+    "127.0.0.1:-1": "ADDRESS: port '-1' is not a number from 1 to 65535",
+    "127.0.0.1:": "ADDRESS: port '' is not a number from 1 to 65535",
+    "": "ADDRESS: empty: expected HOST:PORT (a host name, an IPv4 address or [IPv6]; port 1..65535)",
+    "   ": "ADDRESS: empty: expected HOST:PORT",
+    "--address=x": "ADDRESS: '--address=x' looks like an option, not an address",
+    "x": "ADDRESS: 'x' has no port: expected HOST:PORT",
+    ":6379": "ADDRESS: no host: expected HOST:PORT",
+    "::1:6379": "ADDRESS: '::1:6379': write an IPv6 address in brackets, [::1]:6379",
+    "[::1]6379": "ADDRESS: '[::1]6379': expected [IPV6]:PORT",
+    "[1.2.3.4]:80": "ADDRESS: '1.2.3.4' is not an IPv6 address",
+    "300.1.1.1:80": "ADDRESS: '300.1.1.1' is not a host name, an IPv4 or an IPv6 address",
+    "bad_host:80": "ADDRESS: 'bad_host' is not a host name, an IPv4 or an IPv6 address",
+    "host\x1b[2J:80": "ADDRESS: 'host\\\\x1b[2J' is not a host name",
+    "127.0.0.1:６３７９": "ADDRESS: port '６３７９' is not a number from 1 to 65535",
+}
+
+
+@pytest.mark.parametrize("address", sorted(BAD))
+def test_bad_addresses_are_one_line(address: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_address(address)
+    assert str(info.value).startswith(BAD[address]) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "", "--address=x"])
+@pytest.mark.parametrize("head", [False, True])
+def test_the_cli_refuses_before_ray_or_docker(address: str, head: bool) -> None:
+    args = ["cluster", "join", "--dry-run", *(["--head"] if head else []), "--", address]
+    result = run_cli(*args, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    what = "--head ADDRESS" if head else "ADDRESS"
+    assert result.stderr.startswith(f"error: {what}: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_cli_checks_the_node_ip_address() -> None:
+    result = run_cli("cluster", "join", "127.0.0.1:6379", "--node-ip-address", "999.1.1.1", "--dry-run")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "error: --node-ip-address: '999.1.1.1' is not a host name, an IPv4 or an IPv6 address\n"
+    )
+
+
+def test_a_failing_ray_start_is_one_line_without_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("APPLIANCE_CACHE", str(tmp_path / "cache"))
+    argv = [ray_executable(), "start", "--head", "--port", "6399", "--resources", "not json"]
+    argv += ["--temp-dir", str(tmp_path / "ray"), "--disable-usage-stats", "--include-dashboard=false"]
+    with pytest.raises(ApplianceError) as info:
+        run_ray_start(argv, {})  # real Ray, refusing its own argument before it starts anything
+    message = str(info.value)
+    log = tmp_path / "cache" / "cluster" / "ray-start.log"
+    assert message.startswith("ray start failed (exit 1): ") and message.endswith(
+        f"its whole output is in {log}"
+    )
+    assert "\n" not in message and "Traceback" not in message
+    assert "not json" in log.read_text()  # what Ray said is kept, not printed
