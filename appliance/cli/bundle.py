@@ -113,9 +113,13 @@ def bundle_show(directory: Path, as_json: bool) -> None:
     """Summarize a bundle as it claims to be (run, seal, engine, model, host), without
     verifying it: `appliance bundle verify` says whether to believe it."""
     layout = RunDir(directory)
-    missing = "missing: seal the run with `appliance bundle sign`"
-    manifest = load_json(layout.manifest_file, MAX_SEAL_BYTES, missing=missing)
-    provenance = load_json(layout.provenance_file, missing=missing)
+    for path in (layout.manifest_file, layout.provenance_file):
+        if not path.exists():
+            raise ApplianceError(
+                f"{directory}: {path.name} missing: seal the run with `appliance bundle sign`"
+            )
+    manifest = load_json(layout.manifest_file, MAX_SEAL_BYTES)
+    provenance = load_json(layout.provenance_file)
     try:
         summary = _summary(manifest, provenance)
     except (KeyError, TypeError, AttributeError) as exc:
