@@ -108,7 +108,7 @@ def main() -> int:
         "process reads would put its pages back in the page cache between eviction and a trial",
     )
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=160)
     profile = load_profile(PROFILE)
     shared = ensure_synth_model(profile, cache_dir() / "models" / "demo", console)
     model = (args.models or args.out / "models") / shared.name
