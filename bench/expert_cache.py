@@ -101,6 +101,10 @@ def main() -> int:
         "--limits", default="", help="comma-separated fractions of the model (default: the profile's)"
     )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--capacity", default="auto", help="--expert-cache-capacity of the cache variants")
+    parser.add_argument(
+        "--variants", default="", help="comma-separated subset of the variants (demand-mmap first)"
+    )
     parser.add_argument(
         "--models",
         type=Path,
@@ -140,6 +144,9 @@ def main() -> int:
     for repeat in range(args.repeats):
         for limit in limits:
             for variant, extra in VARIANTS:
+                if args.variants and variant not in args.variants.split(","):
+                    continue
+                extra = [args.capacity if arg == "auto" else arg for arg in extra]
                 name = trial_name(limit, variant, repeat)
                 trial = args.out / name
                 trial.mkdir(exist_ok=True)
