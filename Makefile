@@ -100,6 +100,13 @@ bench-build: venv ## the cpu image's build times
 
 bench: bench-replay bench-cli ## bench-replay and bench-cli
 
+# The engine's expert cache (experimental patch 0004) at the miniature's scale: local build,
+# trials in memory cgroups on this host (root), measured reads against each policy's replay.
+BENCH_CACHE_ARGS ?=
+.PHONY: bench-expert-cache
+bench-expert-cache: venv
+	PYTHONPATH=. $(PY) -m bench.expert_cache --out $$(mktemp -d) $(BENCH_CACHE_ARGS)
+
 # The miniature sweep through --cluster on one Ray node and on two, both on this machine
 # (a network namespace with only lo; needs root, Docker and the cpu engine image).
 .PHONY: bench-cluster

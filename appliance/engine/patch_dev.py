@@ -136,6 +136,7 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
     experimental = [e.file for e in out if e.status == "experimental"]
     exported = {e.file for e in out}
     experimental += [e.file for e in lock.patches["experimental"] if e.file not in exported]
+    experimental.sort()  # by number: exporting a subset keeps the lock's order
     series_path = directory / "series"
     header = [line for line in series_path.read_text().splitlines() if line.startswith("#")]
     atomic.write_text(series_path, "\n".join([*header, *active]) + "\n")

@@ -18,6 +18,7 @@ from tests.conftest import REPO, run_cli, unavailable
 
 PATCHES = REPO / "patches" / "llama.cpp"
 ACTIVE = ["0001-llama-moe-trace.patch", "0002-demand-mmap.patch", "0003-route-aware-prefetch.patch"]
+EXPERIMENTAL = ["0004-expert-cache.patch"]
 EXTRA = "0009-extra-notes.patch"  # experimental patch added to a checkout copy (exact format-patch output)
 EXTRA_PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: test <test@localhost>
@@ -71,7 +72,9 @@ def stand_ins() -> dict[str, SourceTree]:
 def test_list_shows_every_patch_with_its_pinned_sha256() -> None:
     result = run_cli("patches", "list", "--json", check=True)
     rows = json.loads(result.stdout)
-    assert [(r["status"], r["file"]) for r in rows] == [("active", f) for f in ACTIVE]
+    assert [(r["status"], r["file"]) for r in rows] == [("active", f) for f in ACTIVE] + [
+        ("experimental", f) for f in EXPERIMENTAL
+    ]
     for row in rows:
         assert row["sha256"] == sha256_file(PATCHES / row["status"] / row["file"])
         assert row["subject"] and not row["subject"].startswith("[PATCH")
@@ -172,7 +175,8 @@ def test_bracket_check_passes_and_reports_every_touched_file(stand_ins: dict[str
     assert result.returncode == 0, result.stderr
     assert report["ok"] and report["stand_ins"] == ["b10068", "b10229"]
     assert [c["file"] for c in report["active"]] == ACTIVE
-    assert report["experimental"] == []
+    assert [c["file"] for c in report["experimental"]] == EXPERIMENTAL
+    assert all(c["ok"] for c in report["experimental"])
     states = {f["path"]: f["state"] for c in report["active"] for f in c["files"]}
     assert states == {
         "tools/CMakeLists.txt": "identical",
@@ -266,7 +270,7 @@ def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, Sou
     assert exported.count("unchanged active/") == 3
     lock = load_lock(lock_path)
     patch = lock_path.parent.parent / "patches" / "llama.cpp" / "experimental" / EXTRA
-    assert lock.patches["experimental"][0].sha256 == sha256_file(patch)
+    assert {e.file: e.sha256 for e in lock.patches["experimental"]}[EXTRA] == sha256_file(patch)
     assert "+// edited" in patch.read_text()
     assert [e.sha256 for e in lock.patches["active"]] == [e.sha256 for e in load_lock().patches["active"]]
 
@@ -279,7 +283,7 @@ def test_move_between_statuses_rewrites_series_and_lock(tmp_path: Path) -> None:
     run_cli("patches", "move", "--lock", str(lock_path), "extra-notes", "active", check=True)
     lock = load_lock(lock_path)
     assert [e.file for e in lock.patches["active"]] == [*ACTIVE, EXTRA]
-    assert lock.patches["experimental"] == ()
+    assert [e.file for e in lock.patches["experimental"]] == EXPERIMENTAL
     assert (patches / "active" / EXTRA).is_file()
     assert not (patches / "experimental" / EXTRA).exists()
     assert [line for line in (patches / "series").read_text().splitlines() if not line.startswith("#")] == [

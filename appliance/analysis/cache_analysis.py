@@ -1,0 +1,167 @@
+"""Trials of the engine's expert cache (patch 0004, `--expert-cache`) against their own replay.
+
+For a trial whose tracer ran an expert cache: the decode reads it measured beside the decode
+reads the same policy replays for the same trace at the capacity the tool used (goal: equal,
+1.00 +- 0.05), the tool's own decode misses beside the replay's (equal by construction), and,
+against the trials of the same limit and repeat without the cache, reads over demand mmap's
+and decode tokens/s over demand prefetch's. Bandwidth is compared with the disk probe at queue
+depth 1 and 8. The model behind the numbers is in docs/sweeps.md ("The expert cache").
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads
+from appliance.trace.format import Trace
+
+REPLAY_TOLERANCE = 0.05  # measured reads within 5% of the policy's replay
+BELADY_OVER_DEMAND_GOAL = 0.65
+DECODE_OVER_PREFETCH_GOAL = 1.5
+BANDWIDTH_OVER_QD8_GOAL = 0.5
+DEMAND_MMAP = "demand-mmap"
+DEMAND_PREFETCH = "demand-prefetch"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def cache_row(
+    name: str,
+    variant: str,
+    repeat: int,
+    memory_limit: int,
+    timing: dict[str, Any],
+    trace: Trace,
+    experts: ModelExperts,
+    probe: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """One trial: decode rate and reads, and for a cache trial its replay at the tool's capacity."""
+    tokens = timing.get("n_decode_tokens") or 0
+    decode_s = timing.get("decode_s") or 0.0
+    phases = phase_reads(timing)
+    measured = phases["decode"] if phases is not None else None
+    bandwidth = measured / decode_s if measured is not None and decode_s else None
+    row: dict[str, Any] = {
+        "trial": name,
+        "variant": variant,
+        "repeat": repeat,
+        "memory_limit": memory_limit,
+        "decode_tokens": tokens,
+        "decode_tps": timing.get("decode_tokens_per_s"),
+        "measured_decode_read_bytes": measured,
+        "reads_per_token": _ratio(measured, tokens),
+        "decode_read_bytes_per_s": bandwidth,
+        "disk_fraction_qd1": _ratio(bandwidth, (probe or {}).get("expert_qd1_bytes_per_s")),
+        "disk_fraction_qd8": _ratio(bandwidth, (probe or {}).get("expert_qd8_bytes_per_s")),
+    }
+    cache = timing.get("expert_cache")
+    if not cache:
+        return row
+    replay = predicted_reads(trace, int(cache["capacity"]), experts)["policies"][cache["policy"]]
+    row |= {
+        "policy": cache["policy"],
+        "capacity_experts": cache["capacity"],
+        "capacity_clamped_to_k": cache["capacity_clamped_to_k"],
+        "io_depth": cache["io_depth"],
+        "tool_decode_misses": cache["decode"]["misses"],
+        "replayed_decode_misses": replay["decode_misses"],
+        "tool_misses_equal_replay": cache["decode"]["misses"] == replay["decode_misses"],
+        "tool_decode_read_bytes": cache["decode"]["bytes_read"],
+        "tool_decode_device_read_bytes": cache["decode"]["device_read_bytes"],
+        "replayed_decode_read_bytes": replay["decode_read_bytes"],
+        "measured_over_replay": _ratio(measured, replay["decode_read_bytes"]),
+        "cache_wait_s_per_token": _ratio(cache["decode"]["wait_s"], tokens),
+        "cache_dropped_bytes": cache["decode"]["bytes_dropped"],
+    }
+    return row
+
+
+def compare_with_baselines(rows: list[dict[str, Any]]) -> None:
+    """Each trial's reads over demand mmap's and decode over demand prefetch's (same limit and
+    repeat), in place."""
+    by_key = {(r["memory_limit"], r["repeat"], r["variant"]): r for r in rows}
+    for r in rows:
+        mmap = by_key.get((r["memory_limit"], r["repeat"], DEMAND_MMAP))
+        prefetch = by_key.get((r["memory_limit"], r["repeat"], DEMAND_PREFETCH))
+        r["reads_over_demand_mmap"] = _ratio(
+            r["measured_decode_read_bytes"], mmap["measured_decode_read_bytes"] if mmap else None
+        )
+        r["decode_over_demand_prefetch"] = _ratio(
+            r["decode_tps"], prefetch["decode_tps"] if prefetch else None
+        )
+
+
+def _median(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+SUMMARY_KEYS = (
+    "decode_tps",
+    "reads_per_token",
+    "measured_over_replay",
+    "reads_over_demand_mmap",
+    "decode_over_demand_prefetch",
+    "disk_fraction_qd1",
+    "disk_fraction_qd8",
+    "capacity_experts",
+    "cache_wait_s_per_token",
+)
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Medians per (limit, variant), limits ascending, variants in run order."""
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    out = []
+    for limit in sorted({r["memory_limit"] for r in rows}):
+        for variant in variants:
+            mine = [r for r in rows if r["memory_limit"] == limit and r["variant"] == variant]
+            if mine:
+                out.append(
+                    {"memory_limit": limit, "variant": variant, "n": len(mine)}
+                    | {key: _median([r.get(key) for r in mine]) for key in SUMMARY_KEYS}
+                    | {"tool_misses_equal_replay": all(r.get("tool_misses_equal_replay", True) for r in mine)}
+                )
+    return out
+
+
+def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's goals at the smallest limit, each with its figure and whether it was met."""
+    if not rows:
+        return {}
+    smallest = min(r["memory_limit"] for r in rows)
+    at = {r["variant"]: r for r in summary(rows) if r["memory_limit"] == smallest}
+
+    def get(variant: str, key: str) -> float | None:
+        value = at.get(variant, {}).get(key)
+        return None if value is None else float(value)
+
+    lru = get("expert-lru", "measured_over_replay")
+    belady = get("expert-belady", "reads_over_demand_mmap")
+    cached = [v for v in at if v.startswith("expert-")]
+    best = max(cached, key=lambda v: get(v, "decode_tps") or 0.0, default=None)
+    best_speedup = get(best, "decode_over_demand_prefetch") if best else None
+    best_qd8 = get(best, "disk_fraction_qd8") if best else None
+    return {
+        "memory_limit": smallest,
+        "lru_measured_over_replay": {
+            "value": lru,
+            "met": lru is not None and abs(lru - 1) <= REPLAY_TOLERANCE,
+        },
+        "belady_reads_over_demand_mmap": {
+            "value": belady,
+            "met": belady is not None and belady <= BELADY_OVER_DEMAND_GOAL,
+        },
+        "best_policy": best,
+        "best_decode_over_demand_prefetch": {
+            "value": best_speedup,
+            "met": best_speedup is not None and best_speedup >= DECODE_OVER_PREFETCH_GOAL,
+        },
+        "best_bandwidth_over_probe_qd8": {
+            "value": best_qd8,
+            "met": best_qd8 is not None and best_qd8 >= BANDWIDTH_OVER_QD8_GOAL,
+        },
+    }

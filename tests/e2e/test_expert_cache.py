@@ -1,0 +1,283 @@
+"""The expert cache in the engine (experimental patch 0004, `llama-moe-trace --expert-cache`).
+
+Its decisions must be the replay's (appliance/trace/kernels.py) request by request; a run with
+it must route and generate exactly as a run without it, and its own miss count for a trace
+must be the replay's prediction for that trace and capacity; bad input gets one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.core.errors import ApplianceError
+from appliance.engine.local_build import build_source
+from appliance.engine.lock import load_lock
+from appliance.engine.source import fetch_source
+from appliance.trace import kernels
+from appliance.trace.events import trace_events
+from appliance.trace.format import Trace, read_trace, write_trace
+from appliance.trace.replay import pool_hits
+from appliance.trace.synth import TraceSynthSpec, synth_trace
+from tests.conftest import unavailable
+from tests.e2e.conftest import run_tracer
+from tests.e2e.test_demand_mmap import evict
+from tests.models import tiny_model
+
+CACHE_PATCH = "0004-expert-cache.patch"
+POLICIES = ("lru", "fifo", "least-stale", "belady")
+PROMPT = "The quick brown fox"
+DEMAND = {"LLAMA_MMAP_DEMAND": "1"}
+
+
+@pytest.fixture(scope="session")
+def cache_bin() -> Path:
+    """bin/ of b10229 with the active series and 0004, built locally (cached); or
+    APPLIANCE_ENGINE_BIN when that build has --expert-cache."""
+    override = os.environ.get("APPLIANCE_ENGINE_BIN")
+    if override:
+        tool = Path(override) / "llama-moe-trace"
+        helped = (
+            subprocess.run([str(tool), "--help"], capture_output=True, text=True) if tool.is_file() else None
+        )
+        if helped is None or "--expert-cache" not in helped.stderr:
+            pytest.fail(
+                f"APPLIANCE_ENGINE_BIN={override} has no llama-moe-trace with --expert-cache ({CACHE_PATCH})"
+            )
+        return Path(override)
+    lock = load_lock()
+    try:
+        source = fetch_source(lock, "b10229")
+    except ApplianceError as exc:
+        unavailable(f"the b10229 stand-in source is not available: {exc}")
+        raise
+    try:
+        bin_dir, _ = build_source(lock, source, [CACHE_PATCH])
+    except ApplianceError as exc:
+        pytest.fail(f"local engine build with {CACHE_PATCH} failed: {exc}")
+    return bin_dir
+
+
+def replay_in_tool(
+    bin_dir: Path, trace: Path, policy: str, capacity: int, out: Path
+) -> subprocess.CompletedProcess[str]:
+    future = ["--future", str(trace)] if policy == "belady" else []
+    return subprocess.run(
+        [
+            str(bin_dir / "llama-moe-trace"),
+            "--replay",
+            str(trace),
+            "--expert-cache",
+            policy,
+            "--expert-cache-capacity",
+            str(capacity),
+            *future,
+            "--timings",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def python_hits(trace: Trace, policy: str, capacity: int) -> np.ndarray:
+    """The replay's hit (1) or miss (0) of every request of the global pool, in event order."""
+    return pool_hits(trace_events(trace).stream, kernels.CODES[policy], capacity, None, None)
+
+
+def per_step(trace: Trace, hits: np.ndarray) -> dict[int, tuple[int, int]]:
+    """step -> (hits, misses) of the global pool's requests."""
+    stream = trace_events(trace).stream
+    step_of_request = np.repeat(stream.step, np.diff(stream.ptr))
+    out = {}
+    for step in np.unique(step_of_request):
+        sel = hits[step_of_request == step]
+        out[int(step)] = (int(sel.sum()), int(len(sel) - sel.sum()))
+    return out
+
+
+SYNTH = [
+    # decode-heavy, strong locality
+    TraceSynthSpec(
+        n_layers=4, n_experts=32, k=4, n_prompt=8, n_ubatch=8, n_decode=96, correlation=0.5, seed=1
+    ),
+    # a long prompt in micro-batches of 16 tokens: prefill events larger than small capacities
+    TraceSynthSpec(n_layers=3, n_experts=64, k=8, n_prompt=64, n_ubatch=16, n_decode=40, skew=0.6, seed=2),
+    # k = 1: single-expert events
+    TraceSynthSpec(
+        n_layers=5, n_experts=16, k=1, n_prompt=4, n_ubatch=2, n_decode=120, correlation=0.2, seed=3
+    ),
+]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("spec", SYNTH, ids=["decode-heavy", "oversized-prefill", "k1"])
+def test_tool_decisions_equal_the_replay_request_by_request(
+    cache_bin: Path, tmp_path: Path, spec: TraceSynthSpec
+) -> None:
+    synthetic = synth_trace(spec)
+    path = write_trace(tmp_path / "synthetic.moetrace", synthetic.header, synthetic.rows)
+    trace = read_trace(path)
+    n_obj = spec.n_layers * spec.n_experts
+    checked = 0
+    for policy in POLICIES:
+        for capacity in sorted({spec.k, spec.k + 1, 2 * spec.k + 3, n_obj // 5, n_obj // 2, n_obj}):
+            if capacity < spec.k:
+                continue
+            out = tmp_path / f"{policy}-{capacity}.json"
+            result = replay_in_tool(cache_bin, path, policy, capacity, out)
+            assert result.returncode == 0, result.stderr
+            record = json.loads(out.read_text())
+            tool = np.frombuffer(record["hit_flags"].encode(), dtype=np.uint8) - ord("0")
+            expected = python_hits(trace, policy, capacity)
+            assert len(tool) == len(expected) == record["requests"]
+            differ = np.flatnonzero(tool != expected)
+            assert differ.size == 0, f"{policy} at {capacity}: first differing request {differ[:5]}"
+            cache = record["expert_cache"]
+            assert cache["prefill"]["misses"] + cache["decode"]["misses"] == int((expected == 0).sum())
+            checked += 1
+    assert checked >= 4 * 4
+
+
+def cache_args(policy: str, capacity: int | str, future: Path | None = None) -> tuple[str, ...]:
+    extra = ("--future", str(future)) if future is not None else ()
+    return ("--expert-cache", policy, "--expert-cache-capacity", str(capacity), *extra)
+
+
+MODEL_SHA = "0" * 64  # the tests name the model by this value (the cache only compares it)
+
+
+def tracer_args(n: int) -> tuple[str, ...]:
+    return ("-n", str(n), "--ignore-eos", "--no-repack", "--model-sha256", MODEL_SHA)
+
+
+@pytest.mark.engine
+def test_cache_keeps_routing_and_text_and_misses_what_the_replay_predicts(
+    cache_bin: Path, tmp_path: Path
+) -> None:
+    model = tiny_model("qwen3moe")
+    evict(model)
+    plain = run_tracer(cache_bin, model, tmp_path / "plain", *tracer_args(24), prompt=PROMPT, env=DEMAND)
+    assert plain.timings["expert_cache"] is None
+    trace = read_trace(plain.trace)
+    k = trace.k
+    n_obj = len(trace.moe_layers) * trace.n_experts
+    for policy, capacity in (
+        ("lru", 3 * k),
+        ("fifo", 3 * k),
+        ("least-stale", 3 * k),
+        ("belady", 3 * k),
+        ("lru", n_obj),
+    ):
+        future = plain.trace if policy == "belady" else None
+        evict(model)
+        run = run_tracer(
+            cache_bin,
+            model,
+            tmp_path / f"{policy}-{capacity}",
+            *tracer_args(24),
+            *cache_args(policy, capacity, future),
+            prompt=PROMPT,
+            env=DEMAND,
+        )
+        assert run.trace.read_bytes() == plain.trace.read_bytes(), f"{policy}: the trace changed"
+        assert run.text == plain.text and run.text, f"{policy}: the text changed"
+        cache = run.timings["expert_cache"]
+        assert (cache["policy"], cache["capacity"], cache["capacity_source"]) == (policy, capacity, "given")
+        expected = python_hits(trace, policy, capacity)
+        want = per_step(trace, expected)
+        got = {s["step"]: (s["hits"], s["misses"]) for s in cache["steps"]}
+        assert got == want, f"{policy} at {capacity}: tool's per-step (hits, misses) differ from the replay"
+        misses = cache["prefill"]["misses"] + cache["decode"]["misses"]
+        assert misses == int((expected == 0).sum())
+        evictions = cache["prefill"]["evictions"] + cache["decode"]["evictions"]
+        if capacity < n_obj:
+            assert evictions > 0 and cache["decode"]["bytes_dropped"] > 0, cache["decode"]
+        else:
+            assert evictions == 0 and cache["decode"]["bytes_dropped"] == 0, cache["decode"]
+        assert (
+            cache["prefill"]["bytes_read"] + cache["decode"]["bytes_read"] == misses * cache["expert_bytes"]
+        )
+
+
+def bad(
+    cache_bin: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None, model: Path | None = None
+) -> str:
+    run = run_tracer(
+        cache_bin,
+        model or tiny_model("qwen3moe"),
+        tmp_path / "bad",
+        *args,
+        prompt=PROMPT,
+        env=DEMAND if env is None else env,
+        check=False,
+    )
+    err = run.result.stderr.decode()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert run.result.returncode == 1, err
+    assert len(lines) == 1, err
+    assert not run.trace.exists()
+    return lines[0]
+
+
+@pytest.mark.engine
+def test_bad_cache_input_is_refused_in_one_line(cache_bin: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model.gguf"  # checked before the model is even opened
+    assert "unknown --expert-cache policy 'nope'; choose from lru, fifo, least-stale, belady" in bad(
+        cache_bin, tmp_path, *cache_args("nope", 8), model=missing
+    )
+    assert "--expert-io-depth must be at least 1 (got 0)" in bad(
+        cache_bin, tmp_path, *cache_args("lru", 8), "--expert-io-depth", "0", model=missing
+    )
+    assert "--expert-cache works only under demand mmap: set LLAMA_MMAP_DEMAND=1" in bad(
+        cache_bin, tmp_path, *cache_args("lru", 8), env={"LLAMA_MMAP_DEMAND": ""}, model=missing
+    )
+    assert "--expert-cache belady needs --future TRACE" in bad(
+        cache_bin, tmp_path, *cache_args("belady", 8), model=missing
+    )
+    assert "--expert-cache-capacity needs --expert-cache POLICY" in bad(
+        cache_bin, tmp_path, "--expert-cache-capacity", "8", model=missing
+    )
+    assert (
+        "--expert-cache-capacity 3 is below the 8 experts one token needs at a layer (k); use at least 8"
+        in bad(cache_bin, tmp_path, *cache_args("lru", 3))
+    )
+
+
+@pytest.mark.engine
+def test_a_future_from_another_run_is_refused(cache_bin: Path, tmp_path: Path) -> None:
+    model = tiny_model("qwen3moe")
+    first = run_tracer(cache_bin, model, tmp_path / "first", *tracer_args(8), prompt=PROMPT, env=DEMAND)
+    belady = cache_args("belady", 16, first.trace)
+    assert "was recorded with -n 8, this run has -n 12" in bad(cache_bin, tmp_path, *tracer_args(12), *belady)
+    other_sha = ("-n", "8", "--ignore-eos", "--no-repack", "--model-sha256", "1" * 64)
+    assert "traced another model" in bad(cache_bin, tmp_path, *other_sha, *belady)
+    no_sha = ("-n", "8", "--ignore-eos", "--no-repack")
+    assert "--future needs --model-sha256 HEX" in bad(cache_bin, tmp_path, *no_sha, *belady)
+    longer = run_tracer(
+        cache_bin,
+        model,
+        tmp_path / "longer",
+        *tracer_args(8),
+        *belady,
+        prompt=PROMPT + " jumps over",
+        env=DEMAND,
+        check=False,
+    )
+    assert longer.result.returncode == 1
+    assert "was recorded with another prompt" in longer.result.stderr.decode()
+    # the same header with the last decode steps cut off: the run outlives its future
+    trace = read_trace(first.trace)
+    last = int(trace.rows["step"].max())
+    short = write_trace(
+        tmp_path / "short.moetrace", trace.header, np.array(trace.rows[trace.rows["step"] < last - 2])
+    )
+    assert "ends before this run does" in bad(
+        cache_bin, tmp_path, *tracer_args(8), *cache_args("belady", 16, short)
+    )
