@@ -10,7 +10,6 @@ fail with it; the enumeration test refuses a check name without a tamper here.
 import base64
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,17 @@ import pytest
 from appliance.attest.bundle import ATTESTATION_FILE
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Status
-from tests.tamper import Keys, _edit_manifest, _envelope, _statement, _write_envelope, sign_statement
+from tests.tamper import (
+    Keys,
+    _add_fifo,
+    _add_file,
+    _edit_manifest,
+    _envelope,
+    _flip_byte,
+    _statement,
+    _write_envelope,
+    sign_statement,
+)
 
 
 def _manifest_version(run: Path, keys: Keys) -> None:
@@ -50,25 +59,10 @@ def _statement_note_added(run: Path, keys: Keys) -> None:
     _write_envelope(run, envelope)
 
 
-def _fifo_added(run: Path, keys: Keys) -> None:
-    os.mkfifo(run / "trials" / "pipe")
-
-
 def _subject_name_absolute(run: Path, keys: Keys) -> None:
     statement = _statement(run)
     statement["subject"][0]["name"] = "/" + statement["subject"][0]["name"]
     sign_statement(run, statement, keys.trusted)
-
-
-def _file_added(run: Path, keys: Keys) -> None:
-    (run / "trials" / "extra.txt").write_text("sneaked in\n")
-
-
-def _byte_flipped(run: Path, keys: Keys) -> None:
-    path = run / "results.json"
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def _manifest_size_wrong(run: Path, keys: Keys) -> None:
@@ -117,7 +111,7 @@ TAMPER_BY_CHECK: dict[str, CheckTamper] = {
     ),
     "attestation-digest": _only("attestation-digest", _attestation_reformatted),
     "signature": _only("signature", _statement_note_added),
-    "plain-files": _only("plain-files", _fifo_added),
+    "plain-files": _only("plain-files", _add_fifo),
     # a bad subject list is not used: every comparison with it fails too
     "subject-names": CheckTamper(
         _subject_name_absolute,
@@ -133,8 +127,8 @@ TAMPER_BY_CHECK: dict[str, CheckTamper] = {
             }
         ),
     ),
-    "subjects-cover-files": _only("subjects-cover-files", _file_added),
-    "file-digests": _only("file-digests", _byte_flipped),
+    "subjects-cover-files": _only("subjects-cover-files", _add_file),
+    "file-digests": _only("file-digests", _flip_byte),
     "manifest-matches-statement": _only("manifest-matches-statement", _manifest_size_wrong),
     "bundle-digest": _only("bundle-digest", _manifest_bundle_digest),
     "provenance": _only("provenance", _provenance_signed_differs),

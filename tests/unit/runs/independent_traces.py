@@ -19,6 +19,7 @@ import numpy as np
 
 from appliance.trace.events import trace_events
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, Trace, row_dtype
+from appliance.trace.synth import TraceSynthSpec, synth_header
 from tests.unit.trace.test_replay_semantics import reference_hits
 
 
@@ -53,19 +54,7 @@ def hand_trace(layers: int, n_experts: int, k: int, decode_steps: int) -> HandTr
         for layer in range(layers):
             records.append((step, layer, kind, 0, step, experts))
     rows = np.array(records, dtype=row_dtype(k, False))
-    header = {
-        "format": "moetrace",
-        "version": 1,
-        "arch": "synthetic",
-        "model_file": "synthetic",
-        "model_bytes": 0,
-        "model_sha256": None,
-        "n_layers": layers,
-        "moe_layers": list(range(layers)),
-        "n_experts": n_experts,
-        "n_expert_used": k,
-        "has_weights": False,
-    }
+    header = synth_header(TraceSynthSpec(n_layers=layers, n_experts=n_experts, k=k))
     return HandTrace(Trace(header=header, rows=rows), layers, k, decode_steps)
 
 
