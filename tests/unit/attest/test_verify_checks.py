@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from appliance.attest.bundle import ATTESTATION_FILE
-from appliance.attest.verify import Verdict, verify_bundle
+from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE
+from appliance.attest.verify import MAX_SEAL_BYTES, Verdict, verify_bundle
 from appliance.core.checks import Status
 from tests.tamper import (
     Keys,
@@ -32,6 +32,7 @@ from tests.tamper import (
     _write_envelope,
     sign_statement,
 )
+from tests.unit.core.test_limit_edges import padded
 
 
 def _manifest_version(run: Path, keys: Keys) -> None:
@@ -179,3 +180,16 @@ def test_each_check_names_what_it_found(fresh: Path, keys: Keys, trust_store: Pa
         "attestation file differs from the sha256 in the manifest (statement or signature changed "
         "after sealing)"
     )
+
+
+def test_seal_budget_at_the_limit_and_one_past(tmp_path: Path, genuine: Path, trust_store: Path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(genuine, bundle)
+    manifest = bundle / MANIFEST_FILE
+    padded(genuine / MANIFEST_FILE, manifest, MAX_SEAL_BYTES, b"")
+    result = verify_bundle(bundle)
+    assert {c.name: c.status for c in result.checks}["manifest"] is Status.PASS
+    padded(genuine / MANIFEST_FILE, manifest, MAX_SEAL_BYTES + 1, b"")
+    check = {c.name: c for c in verify_bundle(bundle).checks}["manifest"]
+    assert check.status is Status.FAIL
+    assert check.reason == f"{MANIFEST_FILE} is over {MAX_SEAL_BYTES} bytes"
