@@ -1,6 +1,7 @@
 """Every input under tests/regressions/ once crashed its reader; now each is refused with the
 project's own one-line error, naming the file, and nothing is changed."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def _one_line(exc: ApplianceError, path: Path, original: Path) -> None:
 def test_lock_regressions_are_refused(path: Path, tmp_path: Path) -> None:
     copy = tmp_path / path.name
     shutil.copy(path, copy)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(copy))}: ") as info:
         load_lock(copy)
     _one_line(info.value, copy, path)
     assert copy.read_bytes() == path.read_bytes()
@@ -79,7 +80,7 @@ def test_lock_regressions_are_refused(path: Path, tmp_path: Path) -> None:
 def test_profile_regressions_are_refused(path: Path, tmp_path: Path) -> None:
     copy = tmp_path / path.name
     shutil.copy(path, copy)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(copy))}: ") as info:
         load_profile(str(copy))
     _one_line(info.value, copy, path)
 

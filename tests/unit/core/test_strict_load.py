@@ -1,6 +1,7 @@
 """The strict reader: every hostile file is one ConfigError line naming the file and line."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from appliance.core.strict_load import MAX_DEPTH, load_json, load_yaml, parse_js
 
 
 def refusal(load, path: Path) -> str:  # type: ignore[no-untyped-def]
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: ") as info:
         load(path)
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"{path}: ")

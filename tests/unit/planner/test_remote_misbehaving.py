@@ -93,7 +93,7 @@ def test_a_slow_server_meets_the_whole_request_deadline(header: bytes, mode: int
     url = remote_server.serve(mode, header)
     source = HttpRangeSource(url, deadline_s=0.2)
     start = time.monotonic()
-    with pytest.raises(ApplianceError) as info:
+    with pytest.raises(ApplianceError, match="no complete answer within 0.2 s") as info:
         account_source(source)
     elapsed = time.monotonic() - start
     assert str(info.value).startswith(f"{url}: no complete answer within 0.2 s")

@@ -2,6 +2,7 @@
 reader refuses, write_trace refuses too; a valid trace without rows replays in text mode."""
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -82,21 +83,23 @@ def test_hostile_trace_is_one_line(case: str, verb: str, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "message"),
     [
-        {"n_experts": 1 << 62},
-        {"n_expert_used": 1 << 40, "n_experts": 1 << 41},
-        {"n_layers": 1 << 40},
-        {"moe_layers": [0, 10**20]},
-        {"note": "x" * (MAX_HEADER_BYTES + 1)},
+        ({"n_experts": 1 << 62}, "header n_experts=4611686018427387904 is outside 1..4096"),
+        ({"n_expert_used": 1 << 40, "n_experts": 1 << 41}, "header n_experts=2199023255552 is outside"),
+        ({"n_layers": 1 << 40}, "header n_layers=1099511627776 is outside 1..4096"),
+        ({"moe_layers": [0, 10**20]}, "header moe_layers must be ascending block indices below"),
+        ({"note": "x" * (MAX_HEADER_BYTES + 1)}, f"the header is over {MAX_HEADER_BYTES} bytes"),
     ],
 )
-def test_write_trace_refuses_what_the_reader_would(fields: dict[str, object], tmp_path: Path) -> None:
+def test_write_trace_refuses_what_the_reader_would(
+    fields: dict[str, object], message: str, tmp_path: Path
+) -> None:
     header = _valid_header()
     header.update(fields)
     import numpy as np
 
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         write_trace(tmp_path / "t.moetrace", header, np.zeros(0, row_dtype(2, False)))
     assert list(tmp_path.iterdir()) == []
 
