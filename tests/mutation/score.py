@@ -3,7 +3,8 @@
 For each module of `[tool.mutmut] only_mutate` (pyproject.toml): its mutants, how many the
 tests killed (a timeout counts: the tests did not pass), how many survivors are listed as
 equivalent in tests/mutation/equivalent.txt (with the reason), and the other survivors
-(mutants no test covers included). The score is killed over non-equivalent mutants; the exit
+(mutants no test covers included). The score is killed over the checked, non-equivalent
+mutants (a run stopped early leaves some unchecked, shown beside the score); the exit
 status is 1 when a module is below --min (percent) or equivalent.txt names a mutant that is
 not a survivor (stale: killed now, or renamed by a change of the module).
 """
@@ -35,7 +36,8 @@ class Score:
 
     @property
     def percent(self) -> float:
-        relevant = self.mutants - self.equivalent
+        """Killed over the checked, non-equivalent mutants."""
+        relevant = self.mutants - self.unchecked - self.equivalent
         return 100.0 * self.killed / relevant if relevant else 100.0
 
 
@@ -104,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{EQUIVALENT.name}: {name} is listed as equivalent but was killed: remove it")
     for name in unknown if every else []:
         print(f"{EQUIVALENT.name}: {name} is not a mutant of this code (renamed?): update the list")
-    low = [s.module for s in scores if s.mutants and s.percent < args.min]
+    low = [s.module for s in scores if s.mutants and (s.percent < args.min or s.unchecked)]
     if low:
-        print(f"below {args.min:g}%: {', '.join(low)}")
+        print(f"below {args.min:g}% or not all checked: {', '.join(low)}")
     return 1 if low or stale or (unknown and every) else 0
 
 
