@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'module':<36} {'mutants':>7} {'killed':>7} {'equiv':>6} {'survived':>8} {'score':>7}")
     for s in scores:
         note = f"  ({s.unchecked} not checked)" if s.unchecked else ""
+        shown = f"{s.percent:>6.1f}%" if s.mutants > s.unchecked else "    n/a"
         print(
             f"{s.module:<36} {s.mutants:>7} {s.killed:>7} {s.equivalent:>6} "
-            f"{len(s.survived):>8} {s.percent:>6.1f}%{note}"
+            f"{len(s.survived):>8} {shown}{note}"
         )
         if args.list:
             for name in s.survived:

@@ -252,3 +252,9 @@ def test_reading_does_not_depend_on_the_working_directory(tmp_path: Path) -> Non
         assert load_json(path) == {"a": [1, 2]}
     finally:
         os.chdir(here)
+
+
+def test_json_depth_follows_closing_brackets() -> None:
+    siblings = "[" + "[0]," * 100 + "[0]]"  # depth 2 throughout: closes must count down by one
+    assert len(parse_json(siblings, HERE, max_depth=2)) == 101
+    assert _refusal(parse_json, "[[[],\n [[]]]]", HERE, 3) == "x.json: line 2: nested deeper than 3 levels"
