@@ -76,3 +76,9 @@ def test_distinct_experts_counts_layer_expert_pairs() -> None:
     # layer 0: {0, 1}; layer 1: {0, 1, 3}; layer 2: {3}
     assert distinct_experts(layers, ids, 4) == 6
     assert distinct_experts(layers, ids, 1000) == 6
+
+
+def test_distinct_experts_keeps_layers_apart_however_far() -> None:
+    layers = np.array([0, 2], dtype=np.uint16)  # layer 2 is more than n_experts layers away
+    ids = np.array([[1], [0]], dtype=np.int32)
+    assert distinct_experts(layers, ids, 2) == 2

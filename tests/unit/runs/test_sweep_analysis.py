@@ -225,3 +225,9 @@ def test_trial_row_ratios_by_hand() -> None:
     assert row["reads_per_token"]["lru"] == pytest.approx(lru / 8)
     assert row["decode_read_bytes_per_s"] == pytest.approx(measured / 4.0)
     assert row["disk_fraction"] == pytest.approx(measured / 4.0 / (50 * EXPERT))
+
+
+def test_a_limit_leaving_exactly_k_experts_is_not_clamped() -> None:
+    exactly = EXPERTS.non_expert_bytes + 4 * EXPERT
+    assert capacity_for(exactly, 0, EXPERTS) == (4, False)
+    assert capacity_for(exactly - 1, 0, EXPERTS) == (4, True)
