@@ -231,3 +231,11 @@ def test_a_limit_leaving_exactly_k_experts_is_not_clamped() -> None:
     exactly = EXPERTS.non_expert_bytes + 4 * EXPERT
     assert capacity_for(exactly, 0, EXPERTS) == (4, False)
     assert capacity_for(exactly - 1, 0, EXPERTS) == (4, True)
+
+
+def test_a_trace_without_rows_predicts_no_reads() -> None:
+    empty = hand_trace(layers=4, n_experts=32, k=4, decode_steps=2).trace
+    empty = type(empty)(header=empty.header, rows=empty.rows[:0])
+    predicted = predicted_reads(empty, 8, HAND)
+    assert predicted["decode_requests"] == 0 and predicted["compulsory_decode_misses"] == 0
+    assert all(row == dict.fromkeys(row, 0) for row in predicted["policies"].values())
