@@ -46,6 +46,16 @@ FUZZ_SEED ?= 0
 fuzz: venv ## every reader fed FUZZ_CASES mutated inputs
 	$(PY) -m fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 
+# Mutation testing (mutmut; configuration and test selection in pyproject.toml): mutants of
+# the modules that decide verdicts or produce published figures, each run against the unit
+# tests that call the mutated function; then the score per module (tests/mutation/score.py).
+# Equivalent survivors, each with its reason: tests/mutation/equivalent.txt. Results are kept
+# in mutants/ and reused for unchanged functions. MUTANTS: mutant names or globs to (re)run.
+.PHONY: mutation
+mutation: venv ## mutation score per module of the verdict and figure modules (mutmut; not in CI)
+	$(VENV)/bin/mutmut run --max-children $(JOBS) $(MUTANTS)
+	$(PY) -m tests.mutation.score
+
 demo: bootstrap ## the whole pipeline at miniature scale (bootstrap first)
 	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo $(DEMO_ARGS)

@@ -217,12 +217,15 @@ class _Verifier:
             and isinstance(files, dict)
             and all(isinstance(e, dict) for e in files.values())
             and isinstance(manifest.get("attestation"), dict)
+            and manifest["attestation"].get("file") == ATTESTATION_FILE
+            and isinstance(manifest.get("created_by"), str)
         )
         if not shape_ok:
             self.add(
                 "manifest",
                 False,
-                f"{MANIFEST_FILE} is not a version {MANIFEST_VERSION} manifest (files, attestation)",
+                f"{MANIFEST_FILE} is not a version {MANIFEST_VERSION} manifest "
+                f"(created_by, files, attestation naming {ATTESTATION_FILE})",
                 [MANIFEST_FILE],
             )
             return
@@ -302,6 +305,18 @@ class _Verifier:
         for keyid, key in sorted(self.trusted.items()):
             if signed_by(envelope, key):
                 self.state.signer = keyid
+                named = self._recorded_key()
+                if self.state.manifest is not None and (
+                    claimed is not True or named is None or named.keyid != keyid
+                ):
+                    self.add(
+                        "signature",
+                        False,
+                        f"valid ed25519 signature by {keyid}, but {MANIFEST_FILE} does not record "
+                        "that key as the signer (attestation.signed, attestation.public_key)",
+                        [MANIFEST_FILE],
+                    )
+                    return
                 how = "the key given with --key" if self.given_key else "a trusted key"
                 self.add("signature", True, f"valid ed25519 signature by {keyid}, {how}")
                 return

@@ -3,6 +3,7 @@ model swept over memory limits below and above its size, cold-cache trials, seal
 evidence verdicts."""
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Status
+from appliance.evidence.findings import REPRODUCED
 from tests.conftest import run_cli
 from tests.e2e.conftest import DemoRun, make, user_env
 
@@ -104,4 +106,7 @@ def test_make_repro_cpu_signs_verifies_and_gives_a_verdict(engine_image_cpu: str
     assert verification.verdict is Verdict.VERIFIED
     assert {c.name: c.status for c in verification.checks}["signature"] is Status.PASS
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert "reproduced" in result.stdout
+    # the verdict cell of the finding's row, exactly: "not reproduced" must not pass
+    row = re.search(r"^\W*tiny-oversub-miniature\s*[│|┃]\s*([a-z ]+?)\s*[│|┃]", result.stdout, re.M)
+    assert row is not None, result.stdout[-4000:]
+    assert row.group(1) == REPRODUCED, row.group(0)

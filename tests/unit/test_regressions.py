@@ -1,6 +1,7 @@
 """Every input under tests/regressions/ once crashed its reader; now each is refused with the
 project's own one-line error, naming the file, and nothing is changed."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -23,18 +24,62 @@ def _inputs(folder: str) -> list[Path]:
     return sorted((REGRESSIONS / folder).iterdir())
 
 
-def _one_line(exc: ApplianceError, path: Path) -> None:
-    message = str(exc)
-    assert "\n" not in message and message.startswith(f"{path}: "), message
+# The one-line error each input gets (after "<file>: "), or for a bundle the first check that
+# fails and its reason: the named refusal, not any refusal.
+REFUSALS = {
+    "lock/integer-5000-digits.json": "line 1: a number with more than 100 digits",
+    "lock/nested-5000.json": "line 1: nested deeper than 64 levels",
+    "lock/non-utf8.json": "line 1: not UTF-8 (byte 0xff at offset 35)",
+    "profile/control-character.yaml": "not valid YAML at line 2: control characters are not allowed",
+    "profile/nested-5000.yaml": "not valid YAML at line 1: exceeded maximum nesting depth",
+    "profile/non-utf8.yaml": "line 2: not UTF-8 (byte 0xff at offset 28)",
+    "bundle/attestation-integer-5000-digits.json": (
+        "attestation",
+        "attestation.dsse.json is not strict JSON (line 1: a number with more than 100 digits)",
+    ),
+    "bundle/attestation-nested-5000.json": (
+        "attestation",
+        "attestation.dsse.json is not strict JSON (line 1: nested deeper than 64 levels)",
+    ),
+    "bundle/attestation-payload-a-number.json": (
+        "attestation",
+        "attestation payload is not a base64 string",
+    ),
+    "bundle/manifest-a-list.json": (
+        "manifest",
+        "manifest.json is not a version 1 manifest (created_by, files, attestation naming "
+        "attestation.dsse.json)",
+    ),
+    "bundle/manifest-file-named-newline.json": (
+        "attestation-digest",
+        "attestation file differs from the sha256 in the manifest (statement or signature changed "
+        "after sealing)",
+    ),
+    "bundle/manifest-files-entry-a-number.json": (
+        "manifest",
+        "manifest.json is not a version 1 manifest (created_by, files, attestation naming "
+        "attestation.dsse.json)",
+    ),
+}
+
+
+def test_every_regression_input_has_its_named_refusal() -> None:
+    assert sorted(REFUSALS) == sorted(
+        f"{folder}/{p.name}" for folder in ("lock", "profile", "bundle") for p in _inputs(folder)
+    )
+
+
+def _one_line(exc: ApplianceError, path: Path, original: Path) -> None:
+    assert str(exc) == f"{path}: {REFUSALS[f'{original.parent.name}/{original.name}']}"
 
 
 @pytest.mark.parametrize("path", _inputs("lock"), ids=lambda p: p.name)
 def test_lock_regressions_are_refused(path: Path, tmp_path: Path) -> None:
     copy = tmp_path / path.name
     shutil.copy(path, copy)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(copy))}: ") as info:
         load_lock(copy)
-    _one_line(info.value, copy)
+    _one_line(info.value, copy, path)
     assert copy.read_bytes() == path.read_bytes()
 
 
@@ -42,9 +87,9 @@ def test_lock_regressions_are_refused(path: Path, tmp_path: Path) -> None:
 def test_profile_regressions_are_refused(path: Path, tmp_path: Path) -> None:
     copy = tmp_path / path.name
     shutil.copy(path, copy)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(copy))}: ") as info:
         load_profile(str(copy))
-    _one_line(info.value, copy)
+    _one_line(info.value, copy, path)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +113,8 @@ def test_bundle_regressions_fail_verification(
     shutil.copy(path, run / target)
     result = verify_bundle(run, public)
     assert result.verdict is Verdict.TAMPERED
-    failed = {c.name for c in result.checks if not c.ok}
-    assert failed, result.summary()
+    first = next(c for c in result.checks if not c.ok)
+    assert (first.name, first.reason) == REFUSALS[f"bundle/{path.name}"], result.summary()
     assert all("\n" not in c.reason for c in result.checks)
 
 

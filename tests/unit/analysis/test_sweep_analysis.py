@@ -14,6 +14,7 @@ from appliance.analysis.sweep_analysis import (
     trial_row,
 )
 from appliance.trace.synth import TraceSynthSpec, synth_trace
+from tests.unit.runs.independent_traces import hand_trace, reference_decode_reads
 
 EXPERT = 1_000_000
 EXPERTS = ModelExperts(
@@ -159,3 +160,81 @@ def test_trial_rows_ratios_fraction_and_roofline() -> None:
     summary = summary_rows(rows)
     assert [(s["memory_limit"], s["n"]) for s in summary] == [(small, 1), (large, 1)]
     assert summary[0]["belady_over_lru"] <= 1
+
+
+# --- predictions against numbers worked out without the code under test ---------------------
+
+LAYER_BYTES = {0: EXPERT, 1: 2 * EXPERT, 2: 3 * EXPERT, 3: 5 * EXPERT}  # distinct per layer
+HAND = ModelExperts(file_bytes=400 * EXPERT, expert_bytes=LAYER_BYTES, n_experts=32, k=4)
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_decode_reads_of_a_thrashing_cycle_by_hand(policy: str) -> None:
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
+    predicted = predicted_reads(hand.trace, hand.thrashing_capacity, HAND)
+    per_step = 4 * sum(LAYER_BYTES.values())  # k experts of every layer
+    assert predicted["decode_requests"] == 8 * 4 * 4
+    assert predicted["compulsory_decode_misses"] == 2 * 4 * 4  # A and B, each layer
+    assert predicted["policies"][policy] == {
+        "misses": 9 * 4 * 4,  # every request misses, the prompt's too
+        "decode_misses": 8 * 4 * 4,
+        "decode_capacity_misses": 6 * 4 * 4,
+        "decode_read_bytes": 8 * per_step,
+    }
+
+
+def test_decode_reads_when_everything_fits_by_hand() -> None:
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
+    predicted = predicted_reads(hand.trace, hand.fitting_capacity, HAND)
+    for row in predicted["policies"].values():  # A and B read once each, P never in decode
+        assert row == {
+            "misses": 3 * 4 * 4,
+            "decode_misses": 2 * 4 * 4,
+            "decode_capacity_misses": 0,
+            "decode_read_bytes": 2 * 4 * sum(LAYER_BYTES.values()),
+        }
+
+
+@pytest.mark.parametrize("capacity", [4, 9, 24, 60])
+def test_decode_reads_match_the_plain_python_reference(capacity: int) -> None:
+    trace = synth_trace(
+        TraceSynthSpec(n_layers=4, n_experts=32, k=4, n_prompt=12, n_ubatch=6, n_decode=40, seed=5)
+    )
+    predicted = predicted_reads(trace, capacity, HAND)
+    for policy in ("lru", "fifo", "least-stale", "belady"):
+        reference = reference_decode_reads(trace, policy, capacity, LAYER_BYTES)
+        row = predicted["policies"][policy]
+        assert predicted["decode_requests"] == reference["decode_requests"], policy
+        assert row["decode_misses"] == reference["decode_misses"], policy
+        assert row["decode_read_bytes"] == reference["decode_read_bytes"], policy
+
+
+def test_trial_row_ratios_by_hand() -> None:
+    """The row's capacity and ratios from the hand trace's known reads, never from the row."""
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
+    anon = 1_000_000
+    limit = anon + HAND.non_expert_bytes + hand.thrashing_capacity * 5 * EXPERT  # one = 5 MB
+    measured = 300 * EXPERT
+    trial = _trial("001-hand", limit, 4.0, measured, tokens=8)
+    row = trial_row(trial, hand.trace, HAND, 50 * EXPERT)
+    lru = 8 * 4 * sum(LAYER_BYTES.values())
+    assert row["capacity_experts"] == hand.thrashing_capacity
+    assert row["measured_decode_read_bytes"] == measured
+    assert row["measured_over_lru"] == pytest.approx(measured / lru)
+    assert row["reads_per_token"]["lru"] == pytest.approx(lru / 8)
+    assert row["decode_read_bytes_per_s"] == pytest.approx(measured / 4.0)
+    assert row["disk_fraction"] == pytest.approx(measured / 4.0 / (50 * EXPERT))
+
+
+def test_a_limit_leaving_exactly_k_experts_is_not_clamped() -> None:
+    exactly = EXPERTS.non_expert_bytes + 4 * EXPERT
+    assert capacity_for(exactly, 0, EXPERTS) == (4, False)
+    assert capacity_for(exactly - 1, 0, EXPERTS) == (4, True)
+
+
+def test_a_trace_without_rows_predicts_no_reads() -> None:
+    empty = hand_trace(layers=4, n_experts=32, k=4, decode_steps=2).trace
+    empty = type(empty)(header=empty.header, rows=empty.rows[:0])
+    predicted = predicted_reads(empty, 8, HAND)
+    assert predicted["decode_requests"] == 0 and predicted["compulsory_decode_misses"] == 0
+    assert all(row == dict.fromkeys(row, 0) for row in predicted["policies"].values())

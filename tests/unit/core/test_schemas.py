@@ -1,11 +1,15 @@
 """The schemas in appliance/schemas/: checked by jsonschema, refusing what it would not check."""
 
 import copy
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
+from appliance.core.errors import ApplianceError
 from appliance.core.validation import SCHEMAS_DIR, load_schema, schema_errors, schema_problems
 from tests.conftest import REPO
 
@@ -139,3 +143,159 @@ def test_another_schema_version_is_the_only_error() -> None:
     assert schema_errors({"schema_version": 2, "colour": 1}, "profile") == [
         "/schema_version: unsupported version 2 (this tool reads 1)"
     ]
+
+
+# --- every keyword's line, word for word, on a schema written here ---------------------------
+
+DRAFT = "http://json-schema.org/draft-07/schema#"
+
+KEYWORD_SCHEMA = {
+    "$schema": DRAFT,
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["t", "gone"],
+    "properties": {
+        "t": {"type": ["integer", "null"]},
+        "gone": {"type": "integer"},
+        "e": {"enum": ["a", 1]},
+        "c": {"const": 3},
+        "p": {"type": "string", "pattern": "^x$"},
+        "pt": {"type": "string", "pattern": "^x$", "title": "an x"},
+        "m1": {"type": "string", "minLength": 1},
+        "m3": {"type": "string", "minLength": 3},
+        "mx": {"type": "string", "maxLength": 2},
+        "lo": {"type": "integer", "minimum": 1},
+        "hi": {"type": "integer", "maximum": 1},
+        "ex": {"type": "number", "exclusiveMinimum": 0},
+        "few": {"type": "array", "minItems": 2, "items": {"type": "integer"}},
+        "many": {"type": "array", "maxItems": 1},
+        "none": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}},
+        "two": {
+            "type": "object",
+            "maxProperties": 1,
+            "propertyNames": {"pattern": "^[a-z]+$"},
+            "additionalProperties": {"type": "integer"},
+        },
+        "a/b~c": {"type": "integer"},
+    },
+}
+KEYWORD_INSTANCE = {
+    "t": "x",
+    "e": "b",
+    "c": [4],
+    "p": "y" * 100,
+    "pt": "y",
+    "m1": "",
+    "m3": "ab",
+    "mx": "abc",
+    "lo": 0,
+    "hi": 2,
+    "ex": 0,
+    "few": [1.5],
+    "many": [1, 2],
+    "none": {},
+    "two": {"A": 1, "b": 2},
+    "a/b~c": "s",
+    "extra": 1,
+}
+KEYWORD_LINES = [
+    "/gone: missing field",
+    "/extra: unknown field (allowed: t, gone, e, c, p, pt, m1, m3, mx, lo, hi, ex, few, many, none, "
+    "two, a/b~c)",
+    "/t: expected integer or null, got string",
+    "/e: 'b' is not one of a, 1",
+    "/c: must be 3, got [4]",
+    f"/p: '{'y' * 76}... does not match ^x$",  # shown up to 77 characters
+    "/pt: 'y' is not an x",
+    "/m1: must not be empty",
+    "/m3: needs at least 3 characters",
+    "/mx: allows at most 2 characters",
+    "/lo: must be at least 1 (got 0)",
+    "/hi: must be at most 1 (got 2)",
+    "/ex: must be more than 0 (got 0)",
+    "/few: needs at least 2 items",
+    "/few/0: expected integer, got number",
+    "/many: allows at most 1 items",
+    "/none: needs at least 1 entries",
+    "/two: allows at most 1 entries",
+    "/two/A: the name 'A' does not match ^[a-z]+$",
+    "/a~1b~0c: expected integer, got string",
+]
+
+
+@pytest.fixture
+def keyword_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    import appliance.core.validation as validation
+
+    monkeypatch.setattr(validation, "SCHEMAS_DIR", tmp_path)
+    name = f"keywords-{tmp_path.name}"  # the schema text is cached by name
+    (tmp_path / f"{name}.schema.json").write_text(json.dumps(KEYWORD_SCHEMA))
+    return name
+
+
+def test_every_keyword_has_its_own_line(keyword_schema: str) -> None:
+    assert schema_problems(KEYWORD_SCHEMA) == []
+    assert sorted(schema_errors(KEYWORD_INSTANCE, keyword_schema)) == sorted(KEYWORD_LINES)
+
+
+def test_errors_stop_at_the_limit(keyword_schema: str) -> None:
+    assert len(schema_errors(KEYWORD_INSTANCE, keyword_schema, limit=3)) == 3
+    assert schema_errors({"t": 1, "gone": 1}, keyword_schema) == []
+
+
+def test_a_broken_schema_is_refused_with_its_first_problem(keyword_schema: str, tmp_path: Path) -> None:
+    from appliance.core.validation import load_schema as load
+
+    broken = {**KEYWORD_SCHEMA, "properties": {"x": {"type": "object"}, "y": {"minimum": 1, "bogus": 2}}}
+    (tmp_path / f"{keyword_schema}.schema.json").write_text(json.dumps(broken))
+    with pytest.raises(
+        ApplianceError,
+        match=re.escape(
+            f"{tmp_path / keyword_schema}.schema.json: /properties/x: an object schema must set "
+            "additionalProperties"
+        ),
+    ):
+        load(keyword_schema)
+
+
+@pytest.mark.parametrize(
+    ("schema", "problems"),
+    [
+        ([], ["(top level): a schema is a JSON object"]),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "array",
+                "items": {"type": "object"},
+            },
+            ["/items: an object schema must set additionalProperties"],
+        ),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "additionalProperties": {"type": ["object", "null"], "x-a": 1, "x-b": 2},
+            },
+            [
+                "/additionalProperties: keywords this project does not check: x-a, x-b",
+                "/additionalProperties: an object schema must set additionalProperties",
+            ],
+        ),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "additionalProperties": False,
+                "propertyNames": {"type": "object"},
+            },
+            ["/propertyNames: an object schema must set additionalProperties"],
+        ),
+        ({"type": "string"}, ["$schema: must be http://json-schema.org/draft-07/schema#"]),
+        (
+            {"$schema": "http://json-schema.org/draft-07/schema#", "x": 1},
+            ["(top level): keywords this project does not check: x"],
+        ),
+    ],
+)
+def test_schema_rules_reach_every_subschema(schema: object, problems: list[str]) -> None:
+    assert schema_problems(schema) == problems

@@ -1,16 +1,29 @@
-"""The strict reader: every hostile file is one ConfigError line naming the file and line."""
+"""The strict reader: every hostile file is one ConfigError line naming the file and line.
+
+The tests after `HERE` pin the refusals word for word, at the line where the problem is, and
+the reader's own bounds on what it reads (each failed a surviving mutant of strict_load.py)."""
 
 import os
+import re
+import time
 from pathlib import Path
 
 import pytest
 
 from appliance.core.errors import ConfigError
-from appliance.core.strict_load import MAX_DEPTH, load_json, load_yaml, parse_json, parse_yaml, read_text
+from appliance.core.strict_load import (
+    MAX_DEPTH,
+    MAX_NODES,
+    load_json,
+    load_yaml,
+    parse_json,
+    parse_yaml,
+    read_text,
+)
 
 
 def refusal(load, path: Path) -> str:  # type: ignore[no-untyped-def]
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: ") as info:
         load(path)
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"{path}: ")
@@ -128,3 +141,120 @@ def test_size_budget(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="larger than 1000 bytes"):
         read_text(path, max_bytes=1000)
     assert read_text(path, max_bytes=1001) == " " * 1001
+
+
+HERE = Path("x.json")
+
+
+def _refusal(call, *args: object) -> str:  # type: ignore[no-untyped-def]
+    """The whole one-line message of call(*args)'s ConfigError."""
+    with pytest.raises(ConfigError, match=": ") as info:
+        call(*args)
+    return str(info.value)
+
+
+def test_a_path_that_cannot_be_opened_says_why(tmp_path: Path) -> None:
+    regular = tmp_path / "file"
+    regular.write_text("{}")
+    assert _refusal(read_text, regular / "child") == f"{regular / 'child'}: cannot open: Not a directory"
+
+
+def test_a_file_that_cannot_be_read_says_why() -> None:
+    mem = Path("/proc/self/mem")  # a regular file whose first page is never mapped
+    assert _refusal(read_text, mem) == f"{mem}: cannot read: Input/output error"
+
+
+def test_a_huge_file_is_refused_after_reading_one_byte_past_the_budget(tmp_path: Path) -> None:
+    sparse = tmp_path / "sparse.json"
+    with open(sparse, "wb") as f:
+        f.truncate(1 << 40)  # 1 TiB of holes: reading it whole would take hours
+    start = time.monotonic()
+    assert _refusal(read_text, sparse, 3 << 20) == (
+        f"{sparse}: larger than {3 << 20} bytes, the most this reader accepts"
+    )
+    assert time.monotonic() - start < 5
+
+
+def test_the_missing_line_is_the_callers(tmp_path: Path) -> None:
+    gone = tmp_path / "gone.json"
+    for load in (load_json, load_yaml):
+        assert _refusal(load, gone) == f"{gone}: file not found"
+        assert _refusal(load, gone, 10, "no such lock (pass --lock)") == f"{gone}: no such lock (pass --lock)"
+
+
+def test_not_utf8_names_the_line_counted_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(b"\n\xff\n\n")
+    assert _refusal(read_text, path) == f"{path}: line 2: not UTF-8 (byte 0xff at offset 1)"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("\n[1, NaN]", "line 2: NaN is not a JSON number"),
+        ('{"a": "a",\n "b": NaN}', "line 2: NaN is not a JSON number"),  # a value is not a key
+        ('{"a": 1,\n "b": "a",\n "c": NaN}', "line 3: NaN is not a JSON number"),
+        ('{"a": [1],\n "a": 2}', "line 2: duplicate key 'a' (first at line 1)"),
+        ('[{"a": 1},\n {"a": 1}, NaN]', "line 2: NaN is not a JSON number"),
+        ('["a", "a",\n NaN]', "line 2: NaN is not a JSON number"),
+        (f"[{'9' * 100},\n NaN]", "line 2: NaN is not a JSON number"),
+        ("[[[]]]\n\n\n", None),
+        ("[[[[]]]]\n\n\n", "line 1: nested deeper than 3 levels"),
+    ],
+)
+def test_json_refusal_at_its_line(text: str, problem: str | None) -> None:
+    if problem is None:
+        assert parse_json(text, HERE, max_depth=3) == [[[]]]
+        return
+    assert _refusal(parse_json, text, HERE, 3 if "nested" in problem else 64) == f"x.json: {problem}"
+
+
+def test_json_duplicate_keys_are_per_object() -> None:
+    text = '[{"a": {"b": 1}, "b": 2},\n {"a": 1},\n {"c": 1, "c": 2}]'
+    assert _refusal(parse_json, text, HERE) == "x.json: line 3: duplicate key 'c' (first at line 3)"
+
+
+def test_yaml_alias_expansion_counts_mapping_keys_and_values() -> None:
+    """A mapping of m pairs is 1 + 2m values; n - 1 aliases of it make 1 + n(1 + 2m)."""
+    m, n = 499, (MAX_NODES - 1) // 999 + 1  # one past the limit
+    assert 1 + n * (1 + 2 * m) > MAX_NODES
+    pairs = ", ".join(f"k{i}: 0" for i in range(m))
+    text = "- &a {" + pairs + "}\n" + "- *a\n" * (n - 1)
+    assert _refusal(parse_yaml, text, HERE) == (
+        f"x.json: line 1: expands to more than {MAX_NODES} values (through aliases)"
+    )
+
+
+def test_yaml_non_string_keys_are_shown_whole() -> None:
+    assert _refusal(parse_yaml, "? [a, b]\n: 1\n", HERE) == (
+        "x.json: line 1: key ['a', 'b'] is not a string (quote it)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("a: 1\nb: \x07\n", "not valid YAML at line 2: control characters are not allowed"),
+        ("a: [1, 2\nb: 3\n", "not valid YAML at line 2: did not find expected ',' or ']'"),
+        ("a: 1\n  b: 2\n", "not valid YAML at line 2: mapping values are not allowed in this context"),
+    ],
+)
+def test_yaml_syntax_refusals_word_for_word(text: str, problem: str) -> None:
+    assert _refusal(parse_yaml, text, HERE) == f"x.json: {problem}"
+
+
+def test_reading_does_not_depend_on_the_working_directory(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text('{"a": [1, 2]}')
+    here = os.getcwd()
+    try:
+        os.chdir("/")
+        assert load_json(path) == {"a": [1, 2]}
+    finally:
+        os.chdir(here)
+
+
+def test_json_depth_follows_closing_brackets() -> None:
+    siblings = "[" + "[0]," * 100 + "[0]]"  # depth 2 throughout: closes must count down by one
+    assert len(parse_json(siblings, HERE, max_depth=2)) == 101
+    assert _refusal(parse_json, "[[[],\n [[]]]]", HERE, 3) == "x.json: line 2: nested deeper than 3 levels"

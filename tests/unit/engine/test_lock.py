@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_digest_ignores_formatting_but_not_content(tmp_path: Path) -> None:
 )
 def test_malformed_lock_names_file_and_field(tmp_path: Path, edit, field: str) -> None:  # type: ignore[no-untyped-def]
     path = lock_with(tmp_path, edit)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=re.escape(field)) as info:
         load_lock(path)
     assert field in str(info.value)
     assert str(path) in str(info.value)

@@ -3,6 +3,7 @@
 import difflib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -107,7 +108,9 @@ def test_patch_with_one_changed_byte_is_refused(tmp_path: Path) -> None:
     )
     assert applied.returncode == 3 and "refused" in applied.stderr
     assert not (tmp_path / "out").exists()
-    with pytest.raises(IntegrityError):
+    with pytest.raises(
+        IntegrityError, match=f"patch active/{re.escape(ACTIVE[1])} has sha256 .* the lock pins"
+    ):
         series_digest(load_lock(lock_path))
 
 

@@ -98,3 +98,84 @@ def test_unknown_tensor_type_is_named(model: Path, tmp_path: Path) -> None:
         match="tensor 'blk.1.ffn_down_exps.weight' has ggml type id 99, which this planner does not know",
     ):
         account_file(damaged)
+
+
+def _nextn_skeleton(path: Path, block_count: int, nextn: int) -> Path:
+    """A header-only qwen3moe GGUF of block_count blocks, the last `nextn` of them NextN/MTP
+    blocks (`blk.N.nextn.*` beside their own experts), every tensor F32."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    embd, vocab, experts, ff, heads, kv, head_dim = 64, 32, 8, 32, 4, 2, 16
+    writer = GGUFWriter(None, "qwen3moe")
+    for key, value in {
+        "block_count": block_count,
+        "nextn_predict_layers": nextn,
+        "context_length": 1024,
+        "embedding_length": embd,
+        "expert_count": experts,
+        "expert_used_count": 2,
+        "expert_feed_forward_length": ff,
+        "attention.head_count": heads,
+        "attention.head_count_kv": kv,
+        "attention.key_length": head_dim,
+        "attention.value_length": head_dim,
+        "vocab_size": vocab,
+    }.items():
+        writer.add_uint32(f"qwen3moe.{key}", value)
+    shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (embd, vocab))]
+    for i in range(block_count):
+        b = f"blk.{i}."
+        shapes += [
+            (b + "attn_q.weight", (embd, heads * head_dim)),
+            (b + "attn_k.weight", (embd, kv * head_dim)),
+            (b + "ffn_gate_inp.weight", (embd, experts)),
+            (b + "ffn_gate_exps.weight", (embd, ff, experts)),
+            (b + "ffn_down_exps.weight", (ff, embd, experts)),
+        ]
+        if i >= block_count - nextn:
+            shapes += [(b + "nextn.eh_proj.weight", (2 * embd, embd))]
+    for name, shape in shapes:
+        size = 4 * int(np.prod(shape))
+        writer.add_tensor_info(
+            name, tuple(reversed(shape)), np.dtype(np.float32), size, raw_dtype=GGMLQuantizationType.F32
+        )
+    writer.write_header_to_file(path)
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("nextn", [0, 1, 2])
+def test_nextn_mtp_blocks_are_not_decoder_layers(nextn: int, tmp_path: Path) -> None:
+    acc = account_file(_nextn_skeleton(tmp_path / "skeleton.gguf", 6, nextn))
+    f = acc.facts
+    assert (f.layers, f.nextn_layers) == (6 - nextn, nextn)
+    assert f.attention_layers == list(range(6 - nextn))  # KV cache only for decoder layers
+    assert f.kv_bytes_per_token() == (6 - nextn) * 2 * (16 + 16) * 2
+    assert acc.summary()["arch"]["layers"] == 6 - nextn
+    assert acc.summary()["arch"]["nextn_layers"] == nextn
+    # the MTP blocks' own tensors: experts are routed experts of their block, nextn.* "other"
+    assert sorted(acc.expert_bytes_by_layer) == list(range(6))
+    one_expert = 4 * (64 * 32 + 32 * 64)
+    assert set(acc.expert_bytes_by_layer.values()) == {one_expert}
+    assert acc.groups["other"] == nextn * 4 * 2 * 64 * 64
+    assert {t.layer for t in acc.tensors if t.name.endswith("nextn.eh_proj.weight")} == set(
+        range(6 - nextn, 6)
+    )
+
+
+def test_more_nextn_layers_than_blocks_is_a_one_line_refusal(tmp_path: Path) -> None:
+    path = _nextn_skeleton(tmp_path / "skeleton.gguf", 2, 2)
+    # rewrite the key's value: 3 NextN layers of 2 blocks
+    data = bytearray(path.read_bytes())
+    key = b"qwen3moe.nextn_predict_layers"
+    at = data.index(key) + len(key) + 4  # after the key and its u32 value type
+    data[at : at + 4] = struct.pack("<I", 3)
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        ApplianceError,
+        match=r"corrupt GGUF header: qwen3moe.nextn_predict_layers is 3, not a whole number from 0 to 2$",
+    ):
+        account_file(path)

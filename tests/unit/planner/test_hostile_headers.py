@@ -4,7 +4,10 @@ Each header is a real one written by `appliance.models.synth`, changed in one pl
 corrupt download or a hostile file would be (fuzz.gguf_cases parses and re-encodes it).
 """
 
+import re
 import struct
+import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -233,3 +236,33 @@ def test_the_seed_headers_plan_as_before(seeds: dict[str, bytes], tmp_path: Path
         path.write_bytes(data)
         acc = account_file(path)
         assert acc.partial and acc.facts.arch == arch and acc.facts.experts == 8
+
+
+MEMORY_BOUND = 32 << 20  # peak Python allocation while refusing one header (seeds: ~100 KiB)
+TIME_BOUND_S = 2.0  # the fuzz harness's per-case limit
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hostile_header_is_refused_fast_in_bounded_memory(
+    seeds: dict[str, bytes], case: str, tmp_path: Path
+) -> None:
+    """In process, so that what the reader allocates is measured (tracemalloc peak) with the
+    time it takes; the hostile counts (2^40 bytes, 2^64-1 strings) would otherwise cost
+    terabytes or hours."""
+    path = tmp_path / "hostile.gguf"
+    path.write_bytes(hostile(seeds, case))
+    message = CASES[case][2]
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        if message is None:
+            account_file(path)
+        else:
+            with pytest.raises(ApplianceError, match=f"^{re.escape(str(path))}: .*{re.escape(message)}"):
+                account_file(path)
+    finally:
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak < MEMORY_BOUND, f"{case}: peak {peak} bytes"
+    assert elapsed < TIME_BOUND_S, f"{case}: {elapsed:.2f} s"

@@ -62,7 +62,7 @@ def test_a_changed_mtime_invalidates_the_cached_digest(tmp_path: Path) -> None:
 
 
 def test_a_wrong_digest_refuses_with_exit_3(tmp_path: Path) -> None:
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(IntegrityError, match="f" * 64) as info:
         check_model(_manifest(sha256="f" * 64), _models(tmp_path))
     assert info.value.exit_code == 3
     assert DIGEST in str(info.value) and "f" * 64 in str(info.value)
@@ -76,7 +76,7 @@ def test_a_wrong_size_refuses_before_hashing(tmp_path: Path, monkeypatch: pytest
 
 def test_a_missing_model_names_file_size_digest_and_source(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ApplianceError) as info:
+    with pytest.raises(ApplianceError, match="m.gguf not found") as info:
         check_model(_manifest(), tmp_path / "empty")
     message = str(info.value)
     assert "m.gguf not found" in message and f"{len(DATA):,} bytes" in message
@@ -96,7 +96,7 @@ def test_a_missing_synthesized_model_says_how_to_make_it(tmp_path: Path) -> None
     manifest = ModelManifest(
         "tiny.gguf", None, None, "synthesized", {"arch": "qwen3moe", "size": "400MiB", "seed": 1}
     )
-    with pytest.raises(ApplianceError) as info:
+    with pytest.raises(ApplianceError, match="create it with: appliance model synth") as info:
         check_model(manifest, tmp_path)
     assert str(info.value).endswith(
         f"create it with: appliance model synth {tmp_path}/tiny.gguf --arch qwen3moe --size 400MiB --seed 1"

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,7 @@ def test_a_user_file_is_accepted_by_path(tmp_path: Path) -> None:
     ],
 )
 def test_bad_profiles_are_refused_naming_the_field(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
         load_profile(str(_write(tmp_path, edit)))
     assert message in str(info.value)
     assert str(tmp_path / "p.yaml") in str(info.value)
@@ -111,7 +112,7 @@ def test_bad_profiles_are_refused_naming_the_field(tmp_path: Path, edit, message
 
 def test_impossible_limit_names_the_number_the_engine_needs(tmp_path: Path) -> None:
     path = _write(tmp_path, lambda r: r["limits"].update(memory="32MiB"))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match="32 MiB is impossible") as info:
         load_profile(str(path))
     assert "32 MiB is impossible" in str(info.value)
     assert "64 MiB (67108864 bytes)" in str(info.value)

@@ -1,5 +1,6 @@
 """Sweep limits, the sweep key of profiles, the sweep's trial order and its containers."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_sizes_keep_their_bytes_and_come_back_ascending() -> None:
     ],
 )
 def test_bad_limits_are_refused_before_anything_starts(text: str, message: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
         resolve_limits(parse_memory_list(text), MODEL, 64 << 20, "tiny")
     assert message in str(info.value)
 
@@ -69,7 +70,7 @@ def test_bad_limits_are_refused_before_anything_starts(text: str, message: str) 
     ],
 )
 def test_unreadable_points_say_what_is_expected(text: str, message: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
         parse_memory_list(text)
     assert message in str(info.value)
 
@@ -77,7 +78,7 @@ def test_unreadable_points_say_what_is_expected(text: str, message: str) -> None
 def test_a_point_is_a_fraction_or_a_size() -> None:
     assert parse_memory_point(0.3).fraction == 0.3
     assert parse_memory_point("6GiB").size == 6 << 30
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"^memory True: expected a fraction of the model \(0.5\)"):
         parse_memory_point(True)
 
 
@@ -108,7 +109,7 @@ def test_builtin_profiles_declare_their_sweeps() -> None:
     ],
 )
 def test_bad_sweep_keys_are_refused_naming_the_field(tmp_path: Path, sweep: object, message: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
         load_profile(str(_profile_with(tmp_path, sweep)))
     assert message in str(info.value)
 

@@ -99,12 +99,12 @@ def test_every_truncation_is_refused(tmp_path: Path) -> None:
     write_trace(path, sample_header(), sample_rows())
     data = path.read_bytes()
     for cut in range(len(data)):
-        with pytest.raises(ConfigError):
+        with pytest.raises(ConfigError, match=r"^cut: "):
             parse_trace(data[:cut], where="cut")
         broken = tmp_path / "cut.moetrace"
         if cut % 17 == 0:  # through the file path too, a sample of cuts
             broken.write_bytes(data[:cut])
-            with pytest.raises(ConfigError) as info:
+            with pytest.raises(ConfigError, match=f"^{broken}: ") as info:
                 read_trace(broken)
             assert "\n" not in str(info.value)
 

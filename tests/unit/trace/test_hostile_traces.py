@@ -2,6 +2,7 @@
 reader refuses, write_trace refuses too; a valid trace without rows replays in text mode."""
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -101,26 +102,37 @@ def test_hostile_trace_is_one_line(case: str, verb: str, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "message"),
     [
-        {"n_experts": 1 << 62},
-        {"n_expert_used": 1 << 40, "n_experts": 1 << 41},
-        {"n_layers": 1 << 40},
-        {"moe_layers": [0, 10**20]},
-        {"note": "x" * (MAX_HEADER_BYTES + 1)},
-        {"model_bytes": "many"},
-        {"n_predict": -5},
-        {"arch": "syn\udc80"},
-        {"x": float("nan")},
-        {"x": float("inf")},
+        ({"n_experts": 1 << 62}, "header n_experts=4611686018427387904 is outside 1..4096"),
+        ({"n_expert_used": 1 << 40, "n_experts": 1 << 41}, "header n_experts=2199023255552 is outside"),
+        ({"n_layers": 1 << 40}, "header n_layers=1099511627776 is outside 1..4096"),
+        ({"moe_layers": [0, 10**20]}, "header moe_layers must be ascending block indices below"),
+        ({"note": "x" * (MAX_HEADER_BYTES + 1)}, f"the header is over {MAX_HEADER_BYTES} bytes"),
+        ({"model_bytes": "many"}, "trace header /model_bytes: expected integer, got string"),
+        ({"n_predict": -5}, "trace header /n_predict: must be at least 0 (got -5)"),
+        (
+            {"arch": "syn\udc80"},
+            "trace header holds a number that is not finite or a string that is not Unicode text",
+        ),
+        (
+            {"x": float("nan")},
+            "trace header holds a number that is not finite or a string that is not Unicode text",
+        ),
+        (
+            {"x": float("inf")},
+            "trace header holds a number that is not finite or a string that is not Unicode text",
+        ),
     ],
 )
-def test_write_trace_refuses_what_the_reader_would(fields: dict[str, object], tmp_path: Path) -> None:
+def test_write_trace_refuses_what_the_reader_would(
+    fields: dict[str, object], message: str, tmp_path: Path
+) -> None:
     header = _valid_header()
     header.update(fields)
     import numpy as np
 
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         write_trace(tmp_path / "t.moetrace", header, np.zeros(0, row_dtype(2, False)))
     assert list(tmp_path.iterdir()) == []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -50,16 +51,16 @@ def test_correlation_raises_reuse_of_previous_token() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "message"),
     [
-        dict(k=0),
-        dict(k=40),
-        dict(n_ubatch=0),
-        dict(correlation=1.5),
-        dict(n_prompt=0, n_decode=0),
-        dict(skew=-1.0),
+        (dict(k=0), "1 <= k <= experts, got layers=4, experts=32, k=0"),
+        (dict(k=40), "1 <= k <= experts, got layers=4, experts=32, k=40"),
+        (dict(n_ubatch=0), "n_ubatch must be >= 1, got 0"),
+        (dict(correlation=1.5), "correlation in [0, 1], got skew=1.0, correlation=1.5"),
+        (dict(n_prompt=0, n_decode=0), "needs at least one prompt or decode token"),
+        (dict(skew=-1.0), "skew must be >= 0 and correlation in [0, 1], got skew=-1.0"),
     ],
 )
-def test_bad_specs_refused(bad: dict) -> None:
-    with pytest.raises(ConfigError):
+def test_bad_specs_refused(bad: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
         synth_trace(TraceSynthSpec(**bad))

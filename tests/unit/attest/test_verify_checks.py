@@ -1,0 +1,195 @@
+"""One tamper per verifier check: for every check name `verify_bundle` reports, a change to a
+genuine bundle that this check catches, with the exact verdict and the exact set of checks
+that fail. Where the set is that check alone, nothing else in the verifier would notice the
+change: a check that always passed would let the tamper through as VERIFIED.
+
+A check that cannot fail alone (later checks read what it established) lists the checks that
+fail with it; the enumeration test refuses a check name without a tamper here.
+"""
+
+import base64
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE
+from appliance.attest.verify import MAX_SEAL_BYTES, Verdict, verify_bundle
+from appliance.core.checks import Status
+from tests.tamper import (
+    Keys,
+    _add_fifo,
+    _add_file,
+    _edit_manifest,
+    _envelope,
+    _flip_byte,
+    _statement,
+    _write_envelope,
+    sign_statement,
+)
+from tests.unit.core.test_limit_edges import padded
+
+
+def _manifest_version(run: Path, keys: Keys) -> None:
+    _edit_manifest(run, lambda m: m.update(manifest_version=m["manifest_version"] + 1))
+
+
+def _predicate_type(run: Path, keys: Keys) -> None:
+    statement = _statement(run)
+    statement["predicateType"] = "https://example.invalid/other-predicate"
+    sign_statement(run, statement, keys.trusted)
+
+
+def _attestation_reformatted(run: Path, keys: Keys) -> None:
+    """The same envelope (statement and signature untouched) written with other whitespace,
+    the manifest's recorded sha256 left as it was: only the recorded digest can tell."""
+    (run / ATTESTATION_FILE).write_text(json.dumps(_envelope(run), indent=4) + "\n")
+
+
+def _statement_note_added(run: Path, keys: Keys) -> None:
+    """A predicate field nothing else compares, added after signing: only the signature breaks."""
+    envelope = _envelope(run)
+    statement = _statement(run)
+    statement["predicate"]["note"] = "added after signing"
+    envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    _write_envelope(run, envelope)
+
+
+def _subject_name_absolute(run: Path, keys: Keys) -> None:
+    statement = _statement(run)
+    statement["subject"][0]["name"] = "/" + statement["subject"][0]["name"]
+    sign_statement(run, statement, keys.trusted)
+
+
+def _manifest_size_wrong(run: Path, keys: Keys) -> None:
+    def edit(manifest: dict[str, Any]) -> None:
+        manifest["files"]["results.json"]["bytes"] += 1
+
+    _edit_manifest(run, edit)
+
+
+def _manifest_bundle_digest(run: Path, keys: Keys) -> None:
+    _edit_manifest(run, lambda m: m.update(bundle_digest=hashlib.sha256(b"another bundle").hexdigest()))
+
+
+def _provenance_signed_differs(run: Path, keys: Keys) -> None:
+    statement = _statement(run)
+    statement["predicate"]["provenance"]["host"]["kernel"] = "0.0.0-not-this-one"
+    sign_statement(run, statement, keys.trusted)
+
+
+def _signed_status_incomplete(run: Path, keys: Keys) -> None:
+    """run.json and the manifest say complete, the signed predicate says incomplete."""
+    statement = _statement(run)
+    statement["predicate"]["run"]["status"] = "incomplete"
+    sign_statement(run, statement, keys.trusted)
+
+
+@dataclass(frozen=True)
+class CheckTamper:
+    tamper: Callable[[Path, Keys], None]
+    verdict: Verdict
+    failing: frozenset[str]  # exactly the checks that fail
+
+
+def _only(name: str, tamper: Callable[[Path, Keys], None]) -> CheckTamper:
+    return CheckTamper(tamper, Verdict.TAMPERED, frozenset({name}))
+
+
+TAMPER_BY_CHECK: dict[str, CheckTamper] = {
+    # the run status is compared with the manifest's, so it fails when there is none to read
+    "manifest": CheckTamper(_manifest_version, Verdict.TAMPERED, frozenset({"manifest", "run-status"})),
+    # no readable statement: the checks that read it fail too
+    "attestation": CheckTamper(
+        _predicate_type,
+        Verdict.TAMPERED,
+        frozenset({"attestation", "signature", "subject-names", "subjects-cover-files"}),
+    ),
+    "attestation-digest": _only("attestation-digest", _attestation_reformatted),
+    "signature": _only("signature", _statement_note_added),
+    "plain-files": _only("plain-files", _add_fifo),
+    # a bad subject list is not used: every comparison with it fails too
+    "subject-names": CheckTamper(
+        _subject_name_absolute,
+        Verdict.TAMPERED,
+        frozenset(
+            {
+                "subject-names",
+                "subjects-cover-files",
+                "manifest-matches-statement",
+                "bundle-digest",
+                "provenance",
+                "run-status",
+            }
+        ),
+    ),
+    "subjects-cover-files": _only("subjects-cover-files", _add_file),
+    "file-digests": _only("file-digests", _flip_byte),
+    "manifest-matches-statement": _only("manifest-matches-statement", _manifest_size_wrong),
+    "bundle-digest": _only("bundle-digest", _manifest_bundle_digest),
+    "provenance": _only("provenance", _provenance_signed_differs),
+    "run-status": _only("run-status", _signed_status_incomplete),
+}
+
+
+@pytest.fixture
+def fresh(tmp_path: Path, genuine: Path) -> Path:
+    copy = tmp_path / "bundle"
+    shutil.copytree(genuine, copy, symlinks=True)
+    return copy
+
+
+def test_every_check_the_verifier_reports_has_its_tamper(genuine: Path, trust_store: Path) -> None:
+    result = verify_bundle(genuine)
+    assert result.verdict is Verdict.VERIFIED
+    names = [c.name for c in result.checks]
+    assert len(names) == len(set(names)), names
+    assert set(names) == set(TAMPER_BY_CHECK)
+
+
+@pytest.mark.parametrize("check", sorted(TAMPER_BY_CHECK))
+def test_a_tamper_only_this_check_catches(check: str, fresh: Path, keys: Keys, trust_store: Path) -> None:
+    case = TAMPER_BY_CHECK[check]
+    case.tamper(fresh, keys)
+    result = verify_bundle(fresh)
+    assert result.verdict is case.verdict, result.summary()
+    assert result.exit_code == case.verdict.exit_code
+    statuses = {c.name: c.status for c in result.checks}
+    assert statuses[check] is Status.FAIL
+    assert {name for name, status in statuses.items() if status is Status.FAIL} == case.failing
+    failed = [c.name for c in result.checks if c.status is Status.FAIL]
+    assert result.summary() == (
+        f"verdict: TAMPERED: failed {', '.join(failed)}: the bundle is not what was sealed; "
+        "do not use its results"
+    )
+
+
+def _check_reason(result: Any, name: str) -> str:
+    return str(next(c.reason for c in result.checks if c.name == name))
+
+
+def test_each_check_names_what_it_found(fresh: Path, keys: Keys, trust_store: Path) -> None:
+    """The reasons of the lone failures say what differs, not only that something does."""
+    _attestation_reformatted(fresh, keys)
+    assert _check_reason(verify_bundle(fresh), "attestation-digest") == (
+        "attestation file differs from the sha256 in the manifest (statement or signature changed "
+        "after sealing)"
+    )
+
+
+def test_seal_budget_at_the_limit_and_one_past(tmp_path: Path, genuine: Path, trust_store: Path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(genuine, bundle)
+    manifest = bundle / MANIFEST_FILE
+    padded(genuine / MANIFEST_FILE, manifest, MAX_SEAL_BYTES, b"")
+    result = verify_bundle(bundle)
+    assert {c.name: c.status for c in result.checks}["manifest"] is Status.PASS
+    padded(genuine / MANIFEST_FILE, manifest, MAX_SEAL_BYTES + 1, b"")
+    check = {c.name: c for c in verify_bundle(bundle).checks}["manifest"]
+    assert check.status is Status.FAIL
+    assert check.reason == f"{MANIFEST_FILE} is over {MAX_SEAL_BYTES} bytes"
