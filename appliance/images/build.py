@@ -529,7 +529,9 @@ def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
             code, out = _exec(container, [tool, "--help"])
             first = next((line for line in out.splitlines() if line.strip()), "")
             checks.append(SelftestCheck(f"{tool} --help", code == 0, f"exit {code}: {first[:80]}"))
-        code, out = _exec(container, ["sh", "-c", f"ls {IMAGE_LIB_DIR}/*.so*"])
+        # files only: a library's version links would repeat its ldd
+        listing = f'for f in {IMAGE_LIB_DIR}/*.so*; do [ -L "$f" ] || echo "$f"; done'
+        code, out = _exec(container, ["sh", "-c", listing])
         libraries = out.split() if code == 0 else []
         for path in [f"{IMAGE_BIN_DIR}/{tool}" for tool in IMAGE_TOOLS] + libraries:
             code, out = _exec(container, ["ldd", path])
