@@ -145,6 +145,15 @@ def _status(record: dict[str, Any]) -> TrialStatus:
     return TrialStatus.FAILED
 
 
+def engine_backend(timing_path: Path) -> str | None:
+    """The backend the engine says it ran on (timing.json `backend`: CPU, CUDA), else None."""
+    try:
+        backend = json.loads(timing_path.read_text()).get("backend")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return backend if isinstance(backend, str) else None
+
+
 def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
     """Outputs and logs into the trial directory, trial.json last; the scratch dir goes."""
     trial_dir = ctx.run_dir / ctx.trials_subdir / trial.name
@@ -162,6 +171,7 @@ def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str,
         atomic.write_json(trial_dir / "cgroup.json", record["cgroup"])
     files["cgroup.json"] = (trial_dir / "cgroup.json").exists()
     record["files"] = files
+    record["engine_backend"] = engine_backend(trial_dir / "timing.json")
     record["status"] = _status(record)
     atomic.write_json(trial_dir / "trial.json", record)
     for leftover in results.iterdir():
