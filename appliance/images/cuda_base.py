@@ -223,8 +223,8 @@ def make_cuda_bases(
     epoch: int = DEFAULT_EPOCH,
     log: Log = print,
 ) -> list[CudaBase]:
-    """Fetch and verify every wheel of the toolkit first, then make each base (and the Debian
-    base it sits on, when missing)."""
+    """Fetch and verify every wheel of the toolkit first, then make each base that is missing or
+    was made from other wheels (and the Debian base it sits on, when missing)."""
     toolkit = lock.cuda_toolkit(cuda_version)
     tags = {"build": toolkit.build_base, "runtime": toolkit.runtime_base}
     for role in roles:
@@ -235,9 +235,21 @@ def make_cuda_bases(
             )
     wheels = fetch_wheels(toolkit, source, log)
     log(f"CUDA {toolkit.version}: {len(wheels)} wheels verified against the lock")
+    from appliance.host.docker import docker_client
+
+    client = docker_client()
     made = []
     for role in roles:
         on = base_tag(DEBIAN_ROLE[role], epoch)
+        present = local_image(client, tags[role])
+        if present is not None and (present.labels or {}).get(L.CUDA_WHEELS) == wheels_digest(
+            toolkit.wheels_for(role)
+        ):
+            # kept: remaking it would give a new image ID (classic builder) and so a rebuild
+            # of every GPU image on it
+            log(f"{tags[role]}: present and made from the lock's wheels ({present.id})")
+            made.append(CudaBase(role, tags[role], str(present.id), on))
+            continue
         ensure_base(on, log=log)
         with tempfile.TemporaryDirectory(dir=cache_dir(), prefix="cuda-base-") as tmp:
             assemble_context(toolkit, role, wheels, Path(tmp))
