@@ -111,6 +111,8 @@ def build(
         return
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
+    if L.cuda_summary(result.labels):
+        console.print(f"[bold yellow]{L.cuda_summary(result.labels)}[/]")
     source_kind = result.labels.get(L.SOURCE_KIND)
     if source_kind != "canonical":
         console.print(

@@ -162,6 +162,17 @@ def cuda_labels(lock: Lock, target: Target) -> dict[str, str]:
     }
 
 
+def cuda_summary(labels: dict[str, str]) -> str:
+    """One line naming a GPU image's CUDA build, from its labels ("" for a cpu image)."""
+    version = labels.get(CUDA_VERSION)
+    if not version:
+        return ""
+    return (
+        f"CUDA {version} on {labels.get(BASE_KIND)} bases, SASS {labels.get(CUDA_SASS)} + PTX "
+        f"{labels.get(CUDA_PTX)}, needs NVIDIA driver {labels.get(MIN_DRIVER)} or newer"
+    )
+
+
 def expected_labels(lock: Lock, inputs: BuildInputs, created: str) -> dict[str, str]:
     """The full label set for a build of `inputs`, `created` being an RFC 3339 time."""
     target, identity = inputs.target, inputs.identity

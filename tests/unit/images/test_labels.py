@@ -55,8 +55,12 @@ def test_a_gpu_image_names_its_cuda_build_in_labels() -> None:
     wheels = json.loads(labels[L.CUDA_WHEELS])
     assert wheels == {w.file: w.sha256 for w in lock.cuda_toolkit("13.0.2").wheels} and len(wheels) == 6
     assert L.compare(lock, labels, "11" * 32) == []
+    assert L.cuda_summary(labels) == (
+        "CUDA 13.0.2 on pypi-wheels bases, SASS 120a + PTX 90, needs NVIDIA driver 580.95.05 or newer"
+    )
     cpu = L.expected_labels(lock, _inputs(lock), "2026-11-29T12:00:00Z")
     assert (cpu[L.BASE_KIND], cpu[L.CUDA_WHEELS], cpu[L.CUDA_VERSION]) == ("debian", "", "")
+    assert L.cuda_summary(cpu) == ""
 
 
 def test_other_wheels_or_an_unknown_cuda_version_are_drift() -> None:
