@@ -235,8 +235,9 @@ def _target(name: str, raw: dict[str, Any], toolkits: dict[str, CudaToolkit], pa
                 "remove build_base, runtime_base and their digests from the target"
             )
         return _gpu_target(name, raw, toolkits[cuda["version"]])
-    if "build_base" not in raw or "runtime_base" not in raw:
-        raise ConfigError(f"{path}: /targets/{name}: a CPU target needs build_base and runtime_base")
+    for key in ("build_base", "runtime_base"):
+        if key not in raw:
+            raise ConfigError(f"{path}: /targets/{name}/{key}: missing field (a CPU target names its bases)")
     return Target(
         name=name,
         build_base=raw["build_base"],

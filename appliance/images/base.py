@@ -51,11 +51,14 @@ VARIANTS = {"runtime": "minbase", "build": "minbase", "runtime-slim": "extract"}
 DPKG_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
 # The extract variant runs no dpkg and no customize hooks: the excludes are removed by an extract
 # hook, and base-passwd's postinst (which writes /etc/passwd and /etc/group) is done by hand.
+# The hooks keep the tarball reproducible: copies keep the package's mtimes (`cp -p`), and the
+# folders they change get SOURCE_DATE_EPOCH back.
 EXTRACT_HOOKS = (
     'rm -rf "$1"/usr/share/doc "$1"/usr/share/man "$1"/usr/share/locale "$1"/usr/share/info '
     '"$1"/usr/share/lintian',
-    'cp "$1"/usr/share/base-passwd/passwd.master "$1"/etc/passwd',
-    'cp "$1"/usr/share/base-passwd/group.master "$1"/etc/group',
+    'cp -p "$1"/usr/share/base-passwd/passwd.master "$1"/etc/passwd',
+    'cp -p "$1"/usr/share/base-passwd/group.master "$1"/etc/group',
+    'touch -d "@$SOURCE_DATE_EPOCH" "$1"/usr/share "$1"/etc',
 )
 BASE_TAG_RE = re.compile(
     r"^moe-appliance/debian-(?P<role>runtime|build|runtime-slim):" + SUITE + r"-(?P<epoch>[0-9]+)$"
