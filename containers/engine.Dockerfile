@@ -52,11 +52,13 @@ RUN --mount=type=cache,target=/ccache,id=moe-appliance-ccache \
 
 FROM ${RUNTIME_BASE} AS runtime
 ARG APP_UID=10001
-# libgomp (OpenMP) is in the Debian runtime base; the nvidia/cuda runtime images lack it.
-RUN if ! ldconfig -p | grep -q 'libgomp\.so\.1'; then \
-        apt-get update && apt-get install -y --no-install-recommends libgomp1 \
-        && rm -rf /var/lib/apt/lists/*; \
-    fi; \
+# libgomp (OpenMP) is in the Debian runtime bases; the nvidia/cuda runtime images lack it. The
+# slim runtime base has no grep (nor apt): the test is the shell's own.
+RUN case "$(ldconfig -p)" in \
+        *libgomp.so.1*) ;; \
+        *) apt-get update && apt-get install -y --no-install-recommends libgomp1 \
+           && rm -rf /var/lib/apt/lists/* ;; \
+    esac; \
     echo "llama:x:${APP_UID}:${APP_UID}:llama:/var/lib/llama:/usr/sbin/nologin" >> /etc/passwd; \
     echo "llama:x:${APP_UID}:" >> /etc/group; \
     mkdir -p /var/lib/llama /models /results; \

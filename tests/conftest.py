@@ -38,11 +38,11 @@ def docker_client():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def runtime_base_image(docker_client) -> str:  # type: ignore[no-untyped-def]
-    """The project's registry-free Debian runtime base (sh, coreutils), made if missing."""
-    from appliance.engine.lock import load_lock
-    from appliance.images.base import ensure_base
+    """The project's registry-free minbase Debian runtime base (sh, coreutils, apt, dpkg), made if
+    missing: a bare Debian for tests, not the cpu image's slim base (which has no apt or dpkg)."""
+    from appliance.images.base import base_tag, ensure_base
 
-    ref = load_lock().target("cpu").runtime_base
+    ref = base_tag("runtime")
     ensure_base(ref, log=lambda _: None)
     return ref
 

@@ -23,6 +23,7 @@ from appliance.images.build import (
     inspect_image,
     selftest,
 )
+from appliance.images.cuda_base import make_cuda_bases
 from appliance.images.registry import pull_image, push_image
 
 source_option = click.option(
@@ -57,6 +58,13 @@ def image_group() -> None:
     show_default=True,
     help="BuildKit via a docker client that has it, or the SDK's classic builder.",
 )
+@click.option(
+    "--cuda",
+    "cuda_version",
+    default=None,
+    help="GPU targets: build on another CUDA toolkit of the lock (cuda_toolkits), e.g. 12.8.1 "
+    "for the nvidia/cuda bases. Default: the target's own.",
+)
 @lock_option
 @json_option
 def build(
@@ -65,15 +73,25 @@ def build(
     experimental: tuple[str, ...],
     jobs: int,
     builder: str,
+    cuda_version: str | None,
     lock_path: Path | None,
     as_json: bool,
 ) -> None:
     """Build the engine image for TARGET from a verified, patched source (reused if unchanged)."""
     lock = load_lock(lock_path)
-    lock.target(target)
+    lock.target_on(target, cuda_version)
     console = Console(stderr=True)
     with progress_display(quiet=as_json) as progress:
-        result = build_image(lock, target, source_spec, experimental, jobs, builder, progress=progress)
+        result = build_image(
+            lock,
+            target,
+            source_spec,
+            experimental,
+            jobs,
+            builder,
+            progress=progress,
+            cuda_version=cuda_version,
+        )
     if as_json:
         click.echo(
             strict_json(
@@ -92,6 +110,8 @@ def build(
         return
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
+    if L.cuda_summary(result.labels):
+        console.print(f"[bold yellow]{L.cuda_summary(result.labels)}[/]")
     source_kind = result.labels.get(L.SOURCE_KIND)
     if source_kind != "canonical":
         console.print(
@@ -121,15 +141,54 @@ def build(
     show_default=True,
     help="Point the lock's cpu target at the new bases (tags and image IDs).",
 )
+@click.option(
+    "--cuda",
+    "cuda_versions",
+    multiple=True,
+    help="Also make the CUDA build and runtime bases of this pypi-wheels toolkit of the lock "
+    "(repeatable); every wheel is verified against the lock before Docker is called.",
+)
+@click.option(
+    "--cuda-only",
+    is_flag=True,
+    default=False,
+    help="Make only the CUDA bases (and the Debian bases they sit on, when missing).",
+)
+@click.option(
+    "--wheels",
+    "wheels_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder holding the lock's wheel files (machines without PyPI). Default: fetch from PyPI.",
+)
 @lock_option
-def base(epoch: int, write_lock_flag: bool, lock_path: Path | None) -> None:
-    """Make the registry-free Debian runtime and build bases with mmdebstrap."""
+def base(
+    epoch: int,
+    write_lock_flag: bool,
+    cuda_versions: tuple[str, ...],
+    cuda_only: bool,
+    wheels_dir: Path | None,
+    lock_path: Path | None,
+) -> None:
+    """Make the registry-free Debian bases with mmdebstrap, and CUDA bases from pinned wheels."""
     lock = load_lock(lock_path)
-    runtime = make_base("runtime", epoch, log=click.echo)
-    build_base = make_base("build", epoch, log=click.echo)
-    if write_lock_flag:
-        write_lock(record_in_lock(lock.raw, runtime, build_base), lock.path)
-        click.echo(f"recorded both bases in {lock.path} (targets.cpu)")
+    for version in cuda_versions:
+        toolkit = lock.cuda_toolkit(version)
+        if toolkit.kind != "pypi-wheels":
+            raise ApplianceError(
+                f"CUDA {version} comes from nvidia/cuda images ({toolkit.build_base}): "
+                "`docker pull` them where a registry is reachable; only pypi-wheels toolkits are made here"
+            )
+    if cuda_only and not cuda_versions:
+        raise ApplianceError("--cuda-only needs --cuda VERSION")
+    if not cuda_only:
+        runtime = make_base("runtime-slim", epoch, log=click.echo)
+        build_base = make_base("build", epoch, log=click.echo)
+        if write_lock_flag:
+            write_lock(record_in_lock(lock.raw, runtime, build_base), lock.path)
+            click.echo(f"recorded both bases in {lock.path} (targets.cpu)")
+    for version in cuda_versions:
+        make_cuda_bases(lock, version, source=wheels_dir, epoch=epoch, log=click.echo)
 
 
 @image_group.command("check-compile")

@@ -48,11 +48,55 @@ class PatchEntry:
 
 
 @dataclass(frozen=True)
+class Wheel:
+    """One PyPI wheel of a CUDA toolkit, pinned by file name and sha256."""
+
+    package: str
+    version: str
+    file: str
+    sha256: str
+    parts: tuple[str, ...]
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    """Where a GPU target's bases come from: `pypi-wheels` (registry-free bases that
+    `appliance image base` makes from `wheels`) or `nvidia-cuda` (images pinned by digest)."""
+
+    version: str
+    kind: str
+    min_driver: str
+    build_base: str
+    runtime_base: str
+    wheels: tuple[Wheel, ...]
+
+    def wheels_for(self, part: str) -> tuple[Wheel, ...]:
+        return tuple(w for w in self.wheels if part in w.parts)
+
+
+@dataclass(frozen=True)
 class CudaSpec:
     version: str
     architectures: str
     min_driver: str
     compute_capability: str
+    base_kind: str
+
+    @property
+    def sass(self) -> tuple[str, ...]:
+        """Architectures compiled to machine code (`-real`), e.g. ("89",)."""
+        return tuple(a.removesuffix("-real") for a in self.architectures.split(";") if a.endswith("-real"))
+
+    @property
+    def ptx(self) -> tuple[str, ...]:
+        """Virtual architectures embedded as PTX (`-virtual`), e.g. ("90",)."""
+        return tuple(
+            a.removesuffix("-virtual") for a in self.architectures.split(";") if a.endswith("-virtual")
+        )
 
 
 @dataclass(frozen=True)
@@ -74,6 +118,7 @@ class Lock:
     stand_ins: dict[str, StandIn]
     patches: dict[str, tuple[PatchEntry, ...]]
     targets: dict[str, Target]
+    cuda_toolkits: dict[str, CudaToolkit] = field(default_factory=dict)
     published_images: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -89,6 +134,23 @@ class Lock:
             known = ", ".join(sorted(self.targets))
             raise ConfigError(f"unknown target {name!r}: the lock names {known}")
         return self.targets[name]
+
+    def cuda_toolkit(self, version: str) -> CudaToolkit:
+        if version not in self.cuda_toolkits:
+            known = ", ".join(sorted(self.cuda_toolkits)) or "none"
+            raise ConfigError(
+                f"CUDA {version} is not in the lock (cuda_toolkits names {known}): pass one of those"
+            )
+        return self.cuda_toolkits[version]
+
+    def target_on(self, name: str, cuda_version: str | None = None) -> Target:
+        """A target built on another CUDA toolkit of the lock (None: its own)."""
+        target = self.target(name)
+        if cuda_version is None:
+            return target
+        if target.cuda is None:
+            raise ConfigError(f"target {name} is not a CUDA target: --cuda applies to GPU targets only")
+        return _gpu_target(name, self.raw["targets"][name], self.cuda_toolkit(cuda_version))
 
     def stand_in(self, name: str) -> StandIn:
         if name not in self.stand_ins:
@@ -121,8 +183,61 @@ def _stand_in(name: str, raw: dict[str, Any]) -> StandIn:
     )
 
 
-def _target(name: str, raw: dict[str, Any]) -> Target:
+def _toolkit(version: str, raw: dict[str, Any], path: Path) -> CudaToolkit:
+    if (raw["kind"] == "pypi-wheels") != bool(raw.get("wheels")):
+        need = "needs" if raw["kind"] == "pypi-wheels" else "takes no"
+        raise ConfigError(f"{path}: /cuda_toolkits/{version}: kind {raw['kind']} {need} wheels")
+    return CudaToolkit(
+        version=version,
+        kind=raw["kind"],
+        min_driver=raw["min_driver"],
+        build_base=raw["build_base"],
+        runtime_base=raw["runtime_base"],
+        wheels=tuple(
+            Wheel(w["package"], w["version"], w["file"], w["sha256"], tuple(w["parts"]))
+            for w in raw.get("wheels", ())
+        ),
+    )
+
+
+def _gpu_target(name: str, raw: dict[str, Any], toolkit: CudaToolkit) -> Target:
+    """A GPU target: bases, CUDA version and driver floor from its toolkit."""
+    cuda = raw["cuda"]
+    return Target(
+        name=name,
+        build_base=toolkit.build_base,
+        runtime_base=toolkit.runtime_base,
+        base_digest=None,
+        build_base_digest=None,
+        cmake_args=tuple(raw["cmake_args"]),
+        cuda=CudaSpec(
+            version=toolkit.version,
+            architectures=cuda["architectures"],
+            min_driver=toolkit.min_driver,
+            compute_capability=cuda["compute_capability"],
+            base_kind=toolkit.kind,
+        ),
+    )
+
+
+def _target(name: str, raw: dict[str, Any], toolkits: dict[str, CudaToolkit], path: Path) -> Target:
     cuda = raw.get("cuda")
+    if cuda is not None:
+        if cuda["version"] not in toolkits:
+            known = ", ".join(sorted(toolkits)) or "none"
+            raise ConfigError(
+                f"{path}: /targets/{name}/cuda/version: CUDA {cuda['version']} is not in cuda_toolkits "
+                f"(it names {known}): add it there or name one of those"
+            )
+        if {"build_base", "runtime_base", "base_digest", "build_base_digest"} & set(raw):
+            raise ConfigError(
+                f"{path}: /targets/{name}: a GPU target's bases come from cuda_toolkits/{cuda['version']}: "
+                "remove build_base, runtime_base and their digests from the target"
+            )
+        return _gpu_target(name, raw, toolkits[cuda["version"]])
+    for key in ("build_base", "runtime_base"):
+        if key not in raw:
+            raise ConfigError(f"{path}: /targets/{name}/{key}: missing field (a CPU target names its bases)")
     return Target(
         name=name,
         build_base=raw["build_base"],
@@ -130,13 +245,16 @@ def _target(name: str, raw: dict[str, Any]) -> Target:
         base_digest=raw.get("base_digest"),
         build_base_digest=raw.get("build_base_digest"),
         cmake_args=tuple(raw["cmake_args"]),
-        cuda=CudaSpec(**cuda) if cuda is not None else None,
+        cuda=None,
     )
 
 
 def parse_lock(raw: Any, path: Path) -> Lock:
     """The lock from its JSON data, validated against appliance/schemas/lock.schema.json."""
     validate(raw, "lock", path)
+    toolkits = {
+        version: _toolkit(version, item, path) for version, item in (raw.get("cuda_toolkits") or {}).items()
+    }
     return Lock(
         path=path,
         raw=raw,
@@ -148,7 +266,8 @@ def parse_lock(raw: Any, path: Path) -> Lock:
             )
             for status in PATCH_STATUSES
         },
-        targets={name: _target(name, item) for name, item in raw["targets"].items()},
+        targets={name: _target(name, item, toolkits, path) for name, item in raw["targets"].items()},
+        cuda_toolkits=toolkits,
         published_images=raw.get("published_images") or {},
     )
 

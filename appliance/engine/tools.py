@@ -6,4 +6,6 @@ IMAGE_TOOLS = ("llama-moe-trace", "llama-completion", "llama-bench")
 # A local build adds llama-simple, the smallest program that loads a model and generates.
 LOCAL_TOOLS = (*IMAGE_TOOLS, "llama-simple")
 IMAGE_BIN_DIR = "/usr/local/bin"
+# the engine's shared libraries and, in GPU images, its loadable backend modules (GGML_BACKEND_DIR)
+IMAGE_LIB_DIR = "/usr/local/lib"
 IMAGE_TOOL_PATHS = tuple(f"{IMAGE_BIN_DIR}/{tool}" for tool in IMAGE_TOOLS)

@@ -6,8 +6,12 @@ SOURCE_DATE_EPOCH, and this module wraps it in a docker-archive whose image conf
 here with the same fixed date. The image ID is the sha256 of that config, so the same tarball
 always yields the same ID (`docker import` would stamp the current time into it instead).
 
-Two roles: `runtime` (minbase plus the OpenMP runtime) and `build` (plus compilers, ccache,
-cmake, ninja). Both drop documentation, manual pages and locales.
+Three roles: `runtime` (minbase plus the OpenMP runtime), `build` (plus compilers, ccache,
+cmake, ninja) and `runtime-slim`: only the named packages and what they depend on, extracted
+without dpkg or apt (the `extract` variant), with base-passwd's users written in; enough for the
+engine and the trial wrapper (`sh`, coreutils, `ldd`, `ldconfig`), about a third of `runtime`.
+All drop documentation, manual pages and locales. A role's contents are part of its tag's
+meaning: a change of contents takes a new role (and so a new tag).
 """
 
 import io
@@ -21,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
 from appliance.core.errors import ApplianceError
@@ -31,9 +36,33 @@ REPOSITORY = "moe-appliance/debian-{role}"
 PACKAGES = {
     "runtime": ("libgomp1",),
     "build": ("build-essential", "ccache", "cmake", "ninja-build"),
+    "runtime-slim": (
+        "libgomp1",
+        "libstdc++6",
+        "dash",
+        "bash",
+        "coreutils",
+        "libc-bin",
+        "base-passwd",
+        "base-files",
+    ),
 }
+VARIANTS = {"runtime": "minbase", "build": "minbase", "runtime-slim": "extract"}
 DPKG_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
-BASE_TAG_RE = re.compile(r"^moe-appliance/debian-(?P<role>runtime|build):" + SUITE + r"-(?P<epoch>[0-9]+)$")
+# The extract variant runs no dpkg and no customize hooks: the excludes are removed by an extract
+# hook, and base-passwd's postinst (which writes /etc/passwd and /etc/group) is done by hand.
+# The hooks keep the tarball reproducible: copies keep the package's mtimes (`cp -p`), and the
+# folders they change get SOURCE_DATE_EPOCH back.
+EXTRACT_HOOKS = (
+    'rm -rf "$1"/usr/share/doc "$1"/usr/share/man "$1"/usr/share/locale "$1"/usr/share/info '
+    '"$1"/usr/share/lintian',
+    'cp -p "$1"/usr/share/base-passwd/passwd.master "$1"/etc/passwd',
+    'cp -p "$1"/usr/share/base-passwd/group.master "$1"/etc/group',
+    'touch -d "@$SOURCE_DATE_EPOCH" "$1"/usr/share "$1"/etc',
+)
+BASE_TAG_RE = re.compile(
+    r"^moe-appliance/debian-(?P<role>runtime|build|runtime-slim):" + SUITE + r"-(?P<epoch>[0-9]+)$"
+)
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -55,8 +84,11 @@ def base_tag(role: str, epoch: int = DEFAULT_EPOCH, suite: str = SUITE) -> str:
 def mmdebstrap_command(role: str, out: Path, suite: str = SUITE) -> list[str]:
     if role not in PACKAGES:
         raise ApplianceError(f"unknown base role {role!r}: use one of {', '.join(PACKAGES)}")
-    cmd = ["mmdebstrap", "--variant=minbase", f"--include={','.join(PACKAGES[role])}"]
-    cmd += [f"--dpkgopt=path-exclude={pattern}" for pattern in DPKG_EXCLUDES]
+    cmd = ["mmdebstrap", f"--variant={VARIANTS[role]}", f"--include={','.join(PACKAGES[role])}"]
+    if VARIANTS[role] == "extract":
+        cmd += [f"--extract-hook={hook}" for hook in EXTRACT_HOOKS]
+    else:
+        cmd += [f"--dpkgopt=path-exclude={pattern}" for pattern in DPKG_EXCLUDES]
     return [*cmd, suite, str(out)]
 
 
@@ -134,6 +166,16 @@ def parse_base_tag(ref: str) -> tuple[str, int] | None:
     """(role, epoch) when `ref` names a base this module makes, else None."""
     match = BASE_TAG_RE.match(ref)
     return (match.group("role"), int(match.group("epoch"))) if match else None
+
+
+def local_image(client: Any, ref: str) -> Any | None:
+    """The local image `ref` names (a Docker SDK image), or None."""
+    import docker.errors
+
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
 
 
 def image_present(ref: str) -> bool:

@@ -25,10 +25,11 @@ from appliance.core.progress import BYTES, Progress, ProgressFn
 from appliance.engine.lock import Lock, Target
 from appliance.engine.patches import apply_series, series_digest
 from appliance.engine.source import SourceTree, fetch_source
-from appliance.engine.tools import IMAGE_BIN_DIR, IMAGE_TOOLS
+from appliance.engine.tools import IMAGE_BIN_DIR, IMAGE_LIB_DIR, IMAGE_TOOLS
 from appliance.host.docker import buildkit_client, docker_client
 from appliance.images import labels as L
-from appliance.images.base import ensure_base
+from appliance.images.base import ensure_base, local_image
+from appliance.images.cuda_base import ensure_cuda_bases
 
 DEFAULT_JOBS = 2
 LOG_TAIL_LINES = 15
@@ -59,22 +60,24 @@ class BuildResult:
     notes: list[str] = field(default_factory=list)
 
 
-def local_image(client: Any, ref: str) -> Any | None:
-    """The local image `ref` names, or None."""
-    import docker.errors
-
-    try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
-
-
 def _recorded_base_digests(lock: Lock, target: Target) -> tuple[str | None, str | None]:
     return target.build_base_digest, target.base_digest
 
 
 def resolve_base(client: Any, ref: str, recorded: str | None) -> str:
-    """The local image ID of a base, checked against the digest the lock records (if any)."""
+    """The local image ID of a base, checked against the digest the lock records (if any);
+    a `REPO:TAG@sha256:...` reference must be present under that repository digest."""
+    if "@sha256:" in ref:
+        by_tag, pinned = ref.split("@", 1)
+        tagged = local_image(client, by_tag)
+        digests = [
+            d.split("@", 1)[1] for d in (tagged.attrs.get("RepoDigests", []) if tagged else []) if "@" in d
+        ]
+        if tagged is not None and pinned not in digests:
+            raise IntegrityError(
+                f"base image {by_tag} is present as {', '.join(digests) or tagged.id}, the lock pins "
+                f"{pinned}: refused (`docker pull {ref}`)"
+            )
     image = local_image(client, ref)
     if image is None:
         how = (
@@ -104,9 +107,8 @@ def build_args(target: Target) -> dict[str, str]:
 
 
 def plan_inputs(
-    lock: Lock, target_name: str, source: SourceTree, client: Any, experimental: Sequence[str] = ()
+    lock: Lock, target: Target, source: SourceTree, client: Any, experimental: Sequence[str] = ()
 ) -> L.BuildInputs:
-    target = lock.target(target_name)
     build_recorded, runtime_recorded = _recorded_base_digests(lock, target)
     dockerfile = dockerfile_path()
     if not dockerfile.is_file():
@@ -266,23 +268,40 @@ def build_image(
     builder: str = "auto",
     on_line: OnLine | None = None,
     progress: ProgressFn | None = None,
+    cuda_version: str | None = None,
 ) -> BuildResult:
     """Build (or reuse) the engine image for one target from a verified, patched source.
 
+    `cuda_version` builds a GPU target on another CUDA toolkit of the lock (None: its own).
     `on_line` gets every build log line; `progress` the fetch, base and compile steps."""
-    target = lock.target(target_name)
+    target = lock.target_on(target_name, cuda_version)
     client = docker_client()
     source = fetch_source(lock, source_spec, _fetch_progress(source_spec, progress))
+    notes = list(source.notes)
+    if target.cuda is not None and target.cuda.base_kind == "pypi-wheels":
+        made_cuda = ensure_cuda_bases(
+            lock, target.cuda.version, client, log=_base_log(target.build_base, progress, on_line)
+        )
+        notes.append(
+            f"CUDA {target.cuda.version} from PyPI wheels pinned in the lock (registry-free bases, "
+            f"driver {target.cuda.min_driver} or newer); nvidia/cuda bases: --cuda "
+            + ", ".join(v for v, t in lock.cuda_toolkits.items() if t.kind == "nvidia-cuda")
+        )
+        notes += [f"made base image {base.tag} ({base.image_id})" for base in made_cuda]
     made = [
         ensure_base(ref, log=_base_log(ref, progress, on_line))
         for ref in (target.runtime_base, target.build_base)
     ]
-    inputs = plan_inputs(lock, target_name, source, client, experimental)
-    tag = L.image_tag(lock, target_name, source.identity, experimental, inputs.series_digest)
+    inputs = plan_inputs(lock, target, source, client, experimental)
+    default = lock.target(target_name).cuda
+    variant = (
+        target.cuda.version if target.cuda and default and target.cuda.version != default.version else ""
+    )
+    tag = L.image_tag(lock, target_name, source.identity, experimental, inputs.series_digest, variant)
     existing = local_image(client, tag)
     if existing is not None and existing.labels.get(L.INPUTS_DIGEST) == inputs.digest():
-        return BuildResult(tag, existing.id, True, "none", existing.labels, notes=source.notes)
-    notes = source.notes + [f"made base image {base.tag} ({base.image_id})" for base in made if base]
+        return BuildResult(tag, existing.id, True, "none", existing.labels, notes=notes)
+    notes += [f"made base image {base.tag} ({base.image_id})" for base in made if base]
 
     kind, client_path = choose_builder(builder)
     started = time.monotonic()
@@ -425,7 +444,16 @@ def inspect_labels(
 
 
 def inspect_image(lock: Lock, ref: str, client: Any | None = None) -> InspectReport:
+    """Inspect an image by reference, or by target name (its local image for this lock)."""
     client = client or docker_client()
+    if ref in lock.targets:
+        found = [tag for tag in L.candidate_tags(lock, ref) if local_image(client, tag) is not None]
+        if not found:
+            raise ApplianceError(
+                f"no local {ref} engine image of this lock: build it (`make image-{ref}`) "
+                "or `appliance pull` it"
+            )
+        ref = found[0]
     image = local_image(client, ref)
     if image is None:
         raise ApplianceError(
@@ -458,13 +486,31 @@ def _exec(container: Any, cmd: list[str]) -> tuple[int, str]:
     return int(result.exit_code), (result.output or b"").decode(errors="replace")
 
 
+# The one library an image may leave unresolved: the NVIDIA driver's, which the container
+# runtime mounts from the host when a GPU is requested.
+DRIVER_LIBRARY = "libcuda.so.1"
+CUDA_BACKEND_MODULE = f"{IMAGE_LIB_DIR}/libggml-cuda.so"
+
+
+def _unresolved(ldd_output: str) -> list[str]:
+    """Libraries ldd could not find, the driver's left out."""
+    return [
+        line.split()[0]
+        for line in ldd_output.splitlines()
+        if "not found" in line and line.split()[0] != DRIVER_LIBRARY
+    ]
+
+
 def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
-    """Run each tool's --help and ldd in the image; check non-root and no compiler."""
+    """Run each tool's --help; ldd every tool and every library of the image (only the driver's
+    libcuda.so.1 may be missing); the CUDA backend module in GPU images; non-root, no compiler."""
     import docker.errors
 
     client = client or docker_client()
-    if local_image(client, ref) is None:
+    image = local_image(client, ref)
+    if image is None:
         raise ApplianceError(f"no local image {ref}: build or pull it first")
+    gpu = bool((image.labels or {}).get(L.CUDA_VERSION))
     checks: list[SelftestCheck] = []
     try:
         container = client.containers.run(
@@ -483,15 +529,25 @@ def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
             code, out = _exec(container, [tool, "--help"])
             first = next((line for line in out.splitlines() if line.strip()), "")
             checks.append(SelftestCheck(f"{tool} --help", code == 0, f"exit {code}: {first[:80]}"))
-            code, out = _exec(container, ["ldd", f"{IMAGE_BIN_DIR}/{tool}"])
-            missing = [line.strip() for line in out.splitlines() if "not found" in line]
+        # files only: a library's version links would repeat its ldd
+        listing = f'for f in {IMAGE_LIB_DIR}/*.so*; do [ -L "$f" ] || echo "$f"; done'
+        code, out = _exec(container, ["sh", "-c", listing])
+        libraries = out.split() if code == 0 else []
+        for path in [f"{IMAGE_BIN_DIR}/{tool}" for tool in IMAGE_TOOLS] + libraries:
+            code, out = _exec(container, ["ldd", path])
+            missing = _unresolved(out)
             libs = len([line for line in out.splitlines() if "=>" in line])
             checks.append(
                 SelftestCheck(
-                    f"{tool} libraries",
+                    f"{path.rsplit('/', 1)[1]} libraries",
                     code == 0 and not missing,
                     f"missing: {', '.join(missing)}" if missing else f"{libs} resolved",
                 )
+            )
+        if gpu:
+            present = CUDA_BACKEND_MODULE in libraries
+            checks.append(
+                SelftestCheck("CUDA backend module", present, CUDA_BACKEND_MODULE if present else "missing")
             )
         code, out = _exec(container, ["id", "-u"])
         checks.append(

@@ -32,6 +32,10 @@ EXPERIMENTAL = f"{OWN}.experimental-patches"
 TARGET = f"{OWN}.target"
 CUDA_ARCHITECTURES = f"{OWN}.cuda-architectures"
 CUDA_VERSION = f"{OWN}.cuda-version"
+CUDA_SASS = f"{OWN}.cuda-sass"
+CUDA_PTX = f"{OWN}.cuda-ptx"
+CUDA_WHEELS = f"{OWN}.cuda-wheels"
+BASE_KIND = f"{OWN}.base-kind"
 MIN_DRIVER = f"{OWN}.min-driver"
 BUILD_BASE = f"{OWN}.build-base"
 RUNTIME_BASE = f"{OWN}.runtime-base"
@@ -67,9 +71,15 @@ def stable_identity(identity: dict[str, Any]) -> dict[str, Any]:
 
 
 def image_tag(
-    lock: Lock, target: str, identity: dict[str, Any], experimental: Sequence[str] = (), series: str = ""
+    lock: Lock,
+    target: str,
+    identity: dict[str, Any],
+    experimental: Sequence[str] = (),
+    series: str = "",
+    cuda_version: str = "",
 ) -> str:
-    """`moe-expert-cache:<target>-<lockdigest12>`, plus the source when it is not canonical."""
+    """`moe-expert-cache:<target>-<lockdigest12>`, plus the source when it is not canonical and
+    the CUDA version when it is not the target's own."""
     tag = f"{IMAGE_REPOSITORY}:{target}-{lock.digest[:12]}"
     kind = identity.get("kind")
     if kind == "stand-in":
@@ -78,6 +88,8 @@ def image_tag(
         tag += f"-local-{str(identity.get('tree_digest', ''))[:12]}"
     if experimental:
         tag += f"-exp-{series[:8]}"
+    if cuda_version:
+        tag += f"-cuda{cuda_version}"
     return tag
 
 
@@ -141,6 +153,38 @@ class BuildInputs:
         )
 
 
+def base_kind(target: Target) -> str:
+    """Where the image's bases came from: `debian` (mmdebstrap, cpu), or the CUDA toolkit's kind
+    (`pypi-wheels`: registry-free, made from pinned wheels; `nvidia-cuda`: nvidia/cuda images)."""
+    return target.cuda.base_kind if target.cuda else "debian"
+
+
+def cuda_labels(lock: Lock, target: Target) -> dict[str, str]:
+    """CUDA version, SASS and PTX architectures, driver floor and every wheel's sha256 ("" for cpu)."""
+    cuda = target.cuda
+    wheels = lock.cuda_toolkit(cuda.version).wheels if cuda else ()
+    return {
+        CUDA_ARCHITECTURES: cuda.architectures if cuda else "",
+        CUDA_SASS: ",".join(cuda.sass) if cuda else "",
+        CUDA_PTX: ",".join(cuda.ptx) if cuda else "",
+        CUDA_VERSION: cuda.version if cuda else "",
+        MIN_DRIVER: cuda.min_driver if cuda else "",
+        CUDA_WHEELS: canonical_json({w.file: w.sha256 for w in wheels}).decode() if wheels else "",
+        BASE_KIND: base_kind(target),
+    }
+
+
+def cuda_summary(labels: dict[str, str]) -> str:
+    """One line naming a GPU image's CUDA build, from its labels ("" for a cpu image)."""
+    version = labels.get(CUDA_VERSION)
+    if not version:
+        return ""
+    return (
+        f"CUDA {version} on {labels.get(BASE_KIND)} bases, SASS {labels.get(CUDA_SASS)} + PTX "
+        f"{labels.get(CUDA_PTX)}, needs NVIDIA driver {labels.get(MIN_DRIVER)} or newer"
+    )
+
+
 def expected_labels(lock: Lock, inputs: BuildInputs, created: str) -> dict[str, str]:
     """The full label set for a build of `inputs`, `created` being an RFC 3339 time."""
     target, identity = inputs.target, inputs.identity
@@ -159,9 +203,7 @@ def expected_labels(lock: Lock, inputs: BuildInputs, created: str) -> dict[str, 
         SERIES_DIGEST: inputs.series_digest,
         EXPERIMENTAL: ",".join(inputs.experimental),
         TARGET: target.name,
-        CUDA_ARCHITECTURES: target.cuda.architectures if target.cuda else "",
-        CUDA_VERSION: target.cuda.version if target.cuda else "",
-        MIN_DRIVER: target.cuda.min_driver if target.cuda else "",
+        **cuda_labels(lock, target),
         BUILD_BASE: f"{target.build_base}@{inputs.build_base_id}",
         RUNTIME_BASE: f"{target.runtime_base}@{inputs.runtime_base_id}",
         INPUTS_DIGEST: inputs.digest(),
@@ -179,9 +221,12 @@ class Drift:
     meaning: str
 
 
-def lock_view(lock: Lock, target_name: str, series_digest: str) -> dict[str, tuple[str, str]]:
+def lock_view(
+    lock: Lock, target_name: str, series_digest: str, cuda_version: str | None = None
+) -> dict[str, tuple[str, str]]:
     """label -> (value the lock implies now, what a difference means)."""
-    target = lock.target(target_name)
+    target = lock.target_on(target_name, cuda_version or None)
+    cuda = cuda_labels(lock, target)
     return {
         LOCK_DIGEST: (lock.digest, "built from another engine lock"),
         UPSTREAM_COMMIT: (lock.upstream.commit, "built against another upstream pin"),
@@ -190,7 +235,8 @@ def lock_view(lock: Lock, target_name: str, series_digest: str) -> dict[str, tup
             target.cuda.architectures if target.cuda else "",
             "built for other CUDA architectures",
         ),
-        MIN_DRIVER: (target.cuda.min_driver if target.cuda else "", "minimum driver differs"),
+        MIN_DRIVER: (cuda[MIN_DRIVER], "minimum driver differs"),
+        CUDA_WHEELS: (cuda[CUDA_WHEELS], "built on other CUDA wheels"),
     }
 
 
@@ -244,9 +290,21 @@ def compare(lock: Lock, labels: dict[str, str], series_digest: str) -> list[Drif
                 "not an engine image of this lock (no known target label)",
             )
         ]
+    cuda_version = labels.get(CUDA_VERSION) or None
+    if cuda_version and cuda_version not in lock.cuda_toolkits:
+        return [
+            Drift(
+                CUDA_VERSION,
+                cuda_version,
+                " | ".join(sorted(lock.cuda_toolkits)),
+                "built on a CUDA version the lock does not name",
+            )
+        ]
     drifts = [
         Drift(label, labels.get(label), expected, meaning)
-        for label, (expected, meaning) in lock_view(lock, target_name, series_digest).items()
-        if labels.get(label) != expected
+        for label, (expected, meaning) in lock_view(
+            lock, target_name, series_digest, labels.get(CUDA_VERSION) or None
+        ).items()
+        if labels.get(label, "") != expected
     ]
     return drifts + source_drift(lock, labels)

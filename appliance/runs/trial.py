@@ -15,7 +15,7 @@ from rich.console import Console
 
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
-from appliance.core.strict_load import read_text
+from appliance.core.strict_load import load_json, read_text
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
 from appliance.images import labels as L
@@ -152,6 +152,16 @@ def _status(record: dict[str, Any]) -> TrialStatus:
     return TrialStatus.FAILED
 
 
+def engine_backend(timing_path: Path) -> str | None:
+    """The backend the engine says it ran on (timing.json `backend`: CPU, CUDA), else None."""
+    try:
+        timing = load_json(timing_path)
+    except ConfigError:
+        return None
+    backend = timing.get("backend") if isinstance(timing, dict) else None
+    return backend if isinstance(backend, str) else None
+
+
 def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
     """Outputs and logs into the trial directory, trial.json last; the scratch dir goes."""
     trial_dir = RunDir(ctx.run_dir).trial(trial.name, ctx.trials_subdir)
@@ -170,6 +180,7 @@ def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str,
         atomic.write_json(trial_dir.cgroup, record["cgroup"])
     files[trial_dir.cgroup.name] = trial_dir.cgroup.exists()
     record["files"] = files
+    record["engine_backend"] = engine_backend(trial_dir.timing)
     record["status"] = _status(record)
     atomic.write_json(trial_dir.record_file, record)
     for leftover in results.iterdir():

@@ -30,6 +30,7 @@ from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
 from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, compare, find_finding
 from appliance.host.docker import docker_client
+from appliance.images import labels as L
 from appliance.images.build import build_image
 from appliance.models.shapes import ModelSynthSpec
 from appliance.models.synth import synthesize
@@ -166,6 +167,8 @@ def ensure_engine_image(
     built = build_image(lock, target, source, progress=progress)
     state = "reused (inputs unchanged)" if built.reused else f"built in {built.seconds:.0f} s"
     console.print(f"image {built.tag} {state}")
+    if L.cuda_summary(built.labels):
+        console.print(f"[bold yellow]{L.cuda_summary(built.labels)}[/bold yellow]")
     return built.tag
 
 

@@ -44,7 +44,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def engine_like_image(docker_client, runtime_base_image: str) -> Iterator[str]:  # type: ignore[no-untyped-def]
     lock = load_lock()
-    inputs = plan_inputs(lock, "cpu", fetch_source(lock, "b10229"), docker_client)
+    inputs = plan_inputs(lock, lock.target("cpu"), fetch_source(lock, "b10229"), docker_client)
     labels = {**L.expected_labels(lock, inputs, "2026-11-30T00:00:00Z"), "test.nonce": secrets.token_hex(8)}
     tag = f"{REPOSITORY}:{secrets.token_hex(6)}"
     image = _build(docker_client, runtime_base_image, labels, tag)

@@ -42,8 +42,56 @@ def test_base_tags_round_trip_and_the_lock_names_them() -> None:
     assert parse_base_tag(base_tag("build")) == ("build", DEFAULT_EPOCH)
     assert parse_base_tag("debian:bookworm-slim") is None
     cpu = load_lock().target("cpu")
-    assert parse_base_tag(cpu.runtime_base) == ("runtime", DEFAULT_EPOCH)
+    assert parse_base_tag(cpu.runtime_base) == ("runtime-slim", DEFAULT_EPOCH)
     assert parse_base_tag(cpu.build_base) == ("build", DEFAULT_EPOCH)
+
+
+def test_the_slim_runtime_is_extracted_without_dpkg_and_writes_its_users(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    slim = mmdebstrap_command("runtime-slim", tmp_path / "s.tar")
+    assert "--variant=extract" in slim
+    assert "--include=libgomp1,libstdc++6,dash,bash,coreutils,libc-bin,base-passwd,base-files" in slim
+    hooks = [arg for arg in slim if arg.startswith("--extract-hook=")]
+    assert any("usr/share/doc" in hook and "rm -rf" in hook for hook in hooks)
+    assert any("passwd.master" in hook for hook in hooks) and not any("dpkgopt" in a for a in slim)
+
+
+@pytest.mark.docker
+def test_the_slim_runtime_base_has_what_trials_need_and_no_package_manager(docker_client) -> None:  # type: ignore[no-untyped-def]
+    from appliance.images.base import ensure_base
+
+    tag = load_lock().target("cpu").runtime_base
+    ensure_base(tag, log=lambda _: None)
+    script = (
+        "for c in sh bash date mv sleep id ldd ldconfig sha256sum readlink cut; do command -v $c >/dev/null "
+        "|| echo missing $c; done; for c in apt-get perl; do command -v $c >/dev/null && echo has $c; done; "
+        "id -un 65534; ls /usr/share/doc 2>&1 | head -1"
+    )
+    out = docker_client.containers.run(tag, ["sh", "-c", script], remove=True, network_mode="none").decode()
+    assert out.splitlines()[0] == "nobody" and "missing" not in out and "has " not in out
+    assert "No such file" in out
+    assert docker_client.images.get(tag).attrs["Size"] < 40_000_000
+
+
+@pytest.mark.docker
+def test_a_nvidia_base_present_under_another_digest_is_refused_in_one_line(docker_client) -> None:  # type: ignore[no-untyped-def]
+    """A local image under the pinned nvidia/cuda tag but without the pinned repository digest."""
+    from appliance.images.base import ensure_base
+
+    toolkit = load_lock().cuda_toolkit("12.8.1")
+    by_tag, pinned = toolkit.build_base.split("@", 1)
+    stand_in = base_tag("runtime")
+    ensure_base(stand_in, log=lambda _: None)
+    if docker_client.images.list(name=by_tag):
+        pytest.fail(f"{by_tag} exists locally: this test tags it itself")
+    docker_client.images.get(stand_in).tag(by_tag)
+    try:
+        result = run_cli("image", "build", "--target", "sm89", "--cuda", "12.8.1", "--source", "b10229")
+    finally:
+        docker_client.images.remove(by_tag)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"base image {by_tag} is present as" in lines[0] and f"the lock pins {pinned}: refused" in lines[0]
 
 
 def test_unknown_role_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]

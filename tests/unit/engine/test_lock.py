@@ -18,7 +18,8 @@ def test_repository_lock_loads_with_the_canonical_pin() -> None:
     assert lock.stand_ins["b10229"].sdist_sha256.startswith("d2924b89")
     assert set(lock.targets) == {"cpu", "sm89", "sm120"}
     assert lock.targets["sm120"].cuda is not None
-    assert lock.targets["sm120"].cuda.architectures == "120a-real"
+    assert lock.targets["sm120"].cuda.architectures == "120a-real;90-virtual"
+    assert lock.targets["sm120"].cuda.sass == ("120a",) and lock.targets["sm120"].cuda.ptx == ("90",)
 
 
 def test_digest_ignores_formatting_but_not_content(tmp_path: Path) -> None:

@@ -21,11 +21,11 @@ STAND_IN_IDENTITY = {
 }
 
 
-def _inputs(lock, identity=None, series="11" * 32):  # type: ignore[no-untyped-def]
+def _inputs(lock, identity=None, series="11" * 32, target=None):  # type: ignore[no-untyped-def]
     identity = identity or dict(STAND_IN_IDENTITY, sdist_sha256=lock.stand_ins["b10229"].sdist_sha256)
     return L.BuildInputs(
         lock_digest=lock.digest,
-        target=lock.target("cpu"),
+        target=target or lock.target("cpu"),
         identity=identity,
         series_digest=series,
         experimental=(),
@@ -42,6 +42,49 @@ def test_labels_of_a_build_match_the_lock_they_came_from() -> None:
     assert L.compare(lock, labels, "11" * 32) == []
     assert json.loads(labels[L.SOURCE_IDENTITY])["name"] == "b10229"
     assert "fetched_at" not in labels[L.SOURCE_IDENTITY]
+
+
+def test_a_gpu_image_names_its_cuda_build_in_labels() -> None:
+    lock = load_lock()
+    labels = L.expected_labels(lock, _inputs(lock, target=lock.target("sm120")), "2026-11-29T12:00:00Z")
+    assert labels[L.TARGET] == "sm120"
+    assert (labels[L.CUDA_SASS], labels[L.CUDA_PTX]) == ("120a", "90")
+    assert labels[L.CUDA_ARCHITECTURES] == "120a-real;90-virtual"
+    assert (labels[L.CUDA_VERSION], labels[L.MIN_DRIVER]) == ("13.0.2", "580.95.05")
+    assert labels[L.BASE_KIND] == "pypi-wheels"
+    wheels = json.loads(labels[L.CUDA_WHEELS])
+    assert wheels == {w.file: w.sha256 for w in lock.cuda_toolkit("13.0.2").wheels} and len(wheels) == 6
+    assert L.compare(lock, labels, "11" * 32) == []
+    assert L.cuda_summary(labels) == (
+        "CUDA 13.0.2 on pypi-wheels bases, SASS 120a + PTX 90, needs NVIDIA driver 580.95.05 or newer"
+    )
+    cpu = L.expected_labels(lock, _inputs(lock), "2026-11-29T12:00:00Z")
+    assert (cpu[L.BASE_KIND], cpu[L.CUDA_WHEELS], cpu[L.CUDA_VERSION]) == ("debian", "", "")
+    assert L.cuda_summary(cpu) == ""
+
+
+def test_other_wheels_or_an_unknown_cuda_version_are_drift() -> None:
+    lock = load_lock()
+    labels = L.expected_labels(lock, _inputs(lock, target=lock.target("sm89")), "2026-11-29T12:00:00Z")
+    (drift,) = L.compare(lock, dict(labels, **{L.CUDA_WHEELS: "{}"}), "11" * 32)
+    assert drift.label == L.CUDA_WHEELS and drift.meaning == "built on other CUDA wheels"
+    (drift,) = L.compare(lock, dict(labels, **{L.CUDA_VERSION: "12.4.1"}), "11" * 32)
+    assert drift.label == L.CUDA_VERSION and drift.meaning == "built on a CUDA version the lock does not name"
+
+
+def test_a_build_on_another_cuda_toolkit_is_tagged_and_labelled_as_such() -> None:
+    lock = load_lock()
+    target = lock.target_on("sm89", "12.8.1")
+    assert target.build_base.startswith("nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:")
+    labels = L.expected_labels(lock, _inputs(lock, target=target), "2026-11-29T12:00:00Z")
+    assert (labels[L.BASE_KIND], labels[L.MIN_DRIVER], labels[L.CUDA_WHEELS]) == (
+        "nvidia-cuda",
+        "570.124.06",
+        "",
+    )
+    assert L.compare(lock, labels, "11" * 32) == []
+    tag = L.image_tag(lock, "sm89", STAND_IN_IDENTITY, cuda_version="12.8.1")
+    assert tag.endswith("-standin-b10229-cuda12.8.1")
 
 
 def test_another_series_is_drift() -> None:

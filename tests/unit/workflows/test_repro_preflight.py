@@ -11,9 +11,9 @@ from appliance.workflows.repro import preflight
 from tests.conftest import run_cli
 
 
-def gpu(cc: str, driver: str = "575.57.08", name: str = "NVIDIA GeForce RTX 5090") -> Gpu:
+def gpu(cc: str, driver: str = "580.95.05", name: str = "NVIDIA GeForce RTX 5090") -> Gpu:
     """A hand-made record of what NVML would report (no GPU exists on these machines)."""
-    return Gpu(0, name, cc, driver, 32 << 30, 31 << 30, "12.9")
+    return Gpu(0, name, cc, driver, 32 << 30, 31 << 30, "13.0")
 
 
 def test_cpu_target_needs_nothing() -> None:
@@ -40,8 +40,9 @@ def test_wrong_compute_capability_points_to_the_fitting_target() -> None:
 
 
 def test_old_driver_is_refused() -> None:
-    with pytest.raises(ApplianceError, match="needs NVIDIA driver 570.124.06 or newer .* found 560.35.03"):
-        preflight(load_lock(), "sm120", [gpu("12.0", driver="560.35.03")], Path("/"), None)
+    # an R570 driver is too old for the CUDA 13.0.2 images (the lock's cuda_toolkits floor)
+    with pytest.raises(ApplianceError, match="needs NVIDIA driver 580.95.05 or newer .* found 575.51.03"):
+        preflight(load_lock(), "sm120", [gpu("12.0", driver="575.51.03")], Path("/"), None)
 
 
 def test_gpu_target_needs_models(tmp_path: Path) -> None:
