@@ -28,7 +28,8 @@ from appliance.core.strict_load import load_json
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, compare, find_finding
+from appliance.evidence.compare import NOT_COMPARABLE, REPRODUCED, compare
+from appliance.evidence.finding import find_finding
 from appliance.host.docker import docker_client
 from appliance.images.build import build_image
 from appliance.models.shapes import ModelSynthSpec
