@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from appliance.core.errors import ApplianceError
 from appliance.core.strict_load import open_regular
 
@@ -294,6 +292,8 @@ def read_header_file(path: Path) -> GGUFHeader:
 
 def tensor_nbytes(name: str, shape: tuple[int, ...], type_id: int, source: str) -> tuple[str, int]:
     """(ggml type name, bytes of the tensor's data) from its type and shape, as the header gives them."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType  # gguf loads only when sizing
+
     try:
         qtype = GGMLQuantizationType(type_id)
         block, type_size = GGML_QUANT_SIZES[qtype]

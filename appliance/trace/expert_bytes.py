@@ -19,8 +19,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gguf import Keys
-
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.models.gguf_header import GGUFHeader, read_header_file, tensor_nbytes
@@ -51,6 +49,8 @@ def expert_slice_bytes(name: str, shape: tuple[int, ...], nbytes: int, experts: 
 def _header_experts(header: GGUFHeader) -> tuple[Any, Any, Any, dict[int, int]]:
     """(architecture, expert count, experts used, bytes of one expert per MoE layer) as the
     GGUF header states them (None where a key is missing)."""
+    from gguf import Keys  # gguf loads only when a model is read
+
     arch = header.get(Keys.General.ARCHITECTURE)
     n_experts = header.get(Keys.LLM.EXPERT_COUNT.format(arch=arch))
     n_used = header.get(Keys.LLM.EXPERT_USED_COUNT.format(arch=arch))
