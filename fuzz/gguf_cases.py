@@ -223,9 +223,9 @@ def mutate(rng: random.Random, seed: bytes) -> bytes:
 
 def seed_headers(workdir: Path) -> list[bytes]:
     """Headers of tiny models made by `appliance.models.synth`, one per architecture."""
+    from appliance.models.gguf_header import read_header_file
     from appliance.models.shapes import ModelSynthSpec
     from appliance.models.synth import synthesize
-    from appliance.planner.gguf_header import read_header_file
 
     seeds = []
     for arch, layers in (("qwen3moe", 2), ("qwen35moe", 4)):

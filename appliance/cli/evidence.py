@@ -7,17 +7,10 @@ import click
 from appliance.cli.options import OutputPath, finite, json_option, strict_json
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
-from appliance.evidence.findings import (
-    REPRODUCED,
-    UNTRUSTED_INPUT,
-    Comparison,
-    claimed_evidence,
-    compare,
-    draft_finding,
-    find_finding,
-    load_findings,
-    verified_input,
-)
+from appliance.evidence.bundle_facts import UNTRUSTED_INPUT, claimed_evidence, verified_input
+from appliance.evidence.compare import REPRODUCED, Comparison, compare
+from appliance.evidence.draft import draft_finding
+from appliance.evidence.finding import find_finding, load_findings
 
 allow_untrusted_option = click.option(
     "--allow-untrusted",

@@ -62,7 +62,6 @@ def sweep_command(
     from appliance.runs.report import print_header
     from appliance.runs.status import RunStatus
     from appliance.runs.sweep import plan_sweep, print_grid
-    from appliance.workflows.run import signing_key
     from appliance.workflows.sweep import execute_sweep
 
     refuse_key_with_unsigned(key, unsigned)
@@ -112,7 +111,8 @@ def sweep_command(
         client,
         lock,
         console,
-        key=signing_key(key, unsigned, console),
+        key=key,
+        unsigned=unsigned,
         trial_timeout=trial_timeout,
         executor=executor,
         resume=resume,

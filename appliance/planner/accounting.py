@@ -1,22 +1,27 @@
 """Where a GGUF's bytes are: per-tensor sizes by type, grouped the way placement needs them,
-expert bytes per (layer, expert), and the architecture facts a memory plan depends on.
+expert bytes per layer (the one tensor rule and formula of `appliance.trace.expert_bytes`), and
+the architecture facts a memory plan depends on.
 
-Everything comes from the header (`appliance.planner.gguf_header`); no weight is read. Group totals
+Everything comes from the header (`appliance.models.gguf_header`); no weight is read. Group totals
 plus alignment padding add up exactly to the tensor data section of the file.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from appliance.core.errors import ApplianceError
-from appliance.planner.gguf_header import ArrayInfo, ByteSource, GGUFHeader, read_header, read_header_file
+from appliance.models.gguf_header import (
+    ArrayInfo,
+    ByteSource,
+    GGUFHeader,
+    read_header,
+    read_header_file,
+    tensor_nbytes,
+)
+from appliance.trace.expert_bytes import LAYER_TENSOR, expert_slice_bytes, routed_expert_layer
 
 GROUPS = (
     "routed_experts",
@@ -43,9 +48,6 @@ HYBRID_ARCHES = {"qwen3next", "qwen35", "qwen35moe"}  # recurrent layers + every
 MAX_LAYERS = 512
 MAX_EXPERTS = 512
 MAX_HPARAM = (1 << 32) - 1  # hyperparameters are u32 in llama.cpp
-
-LAYER_RE = re.compile(r"^blk\.(\d{1,9})\.(.*)$")
-ROUTED_RE = re.compile(r"^ffn_[a-z_]*?_?exps(\b|_|\.)")
 
 
 @dataclass(frozen=True)
@@ -141,27 +143,9 @@ class Accounting:
         }
 
 
-def tensor_nbytes(name: str, shape: tuple[int, ...], type_id: int, source: str) -> tuple[str, int]:
-    try:
-        qtype = GGMLQuantizationType(type_id)
-        block, type_size = GGML_QUANT_SIZES[qtype]
-    except (ValueError, KeyError):
-        raise ApplianceError(
-            f"{source}: tensor {name!r} has ggml type id {type_id}, which this planner does not "
-            "know; refusing to guess its size (update the gguf package or report the type)"
-        ) from None
-    elements = math.prod(shape)
-    if shape and shape[0] % block:
-        raise ApplianceError(
-            f"{source}: tensor {name!r} ({qtype.name}) has a row of {shape[0]} "
-            f"elements, not a multiple of the {block}-element block"
-        )
-    return qtype.name, elements // block * type_size
-
-
 def classify(name: str) -> tuple[str, int]:
     """(group, layer) of a tensor name in llama.cpp's GGUF naming."""
-    match = LAYER_RE.match(name)
+    match = LAYER_TENSOR.match(name)
     if not match:
         if name.startswith("token_embd") or name.startswith("per_layer_token_embd"):
             return "embeddings", -1
@@ -171,7 +155,7 @@ def classify(name: str) -> tuple[str, int]:
     layer, rest = int(match.group(1)), match.group(2)
     if "shexp" in rest:
         return "shared_experts", layer
-    if ROUTED_RE.match(rest):
+    if routed_expert_layer(name) is not None:
         return "routed_experts", layer
     if rest.startswith("ffn_gate_inp") or rest.startswith("exp_probs"):
         return "router", layer
@@ -291,13 +275,8 @@ def account(header: GGUFHeader) -> Accounting:
         types[t.type_name] = types.get(t.type_name, 0) + t.nbytes
         if t.group == "routed_experts":
             routed_by_layer[t.layer] = routed_by_layer.get(t.layer, 0) + t.nbytes
-            n_experts = t.shape[-1] if len(t.shape) == 3 else max(facts.experts, 1)
-            if n_experts == 0:
-                raise ApplianceError(
-                    f"{header.source}: corrupt GGUF header: routed expert "
-                    f"tensor {t.name!r} has shape {list(t.shape)}, 0 experts"
-                )
-            expert_bytes[t.layer] = expert_bytes.get(t.layer, 0) + t.nbytes // n_experts
+            one = expert_slice_bytes(t.name, t.shape, t.nbytes, facts.experts, header.source)
+            expert_bytes[t.layer] = expert_bytes.get(t.layer, 0) + one
     data_bytes = sum(t.nbytes for t in tensors)
     return Accounting(
         source=header.source,

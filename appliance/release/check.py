@@ -15,7 +15,7 @@ from pathlib import Path
 
 from appliance.core.checks import Check, Status
 from appliance.core.errors import ApplianceError, ConfigError
-from appliance.evidence.findings import load_findings
+from appliance.evidence.finding import load_findings
 
 DEFAULT_MAX_BYTES = 1 << 20
 WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".pt", ".pth", ".ckpt", ".onnx", ".h5", ".tflite")

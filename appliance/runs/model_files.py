@@ -107,10 +107,15 @@ def locate_model(manifest: ModelManifest, models_dir: Path) -> tuple[Path, int]:
 
 
 def check_model(
-    manifest: ModelManifest, models_dir: Path, skip_digest: bool = False, progress: ProgressFn | None = None
+    manifest: ModelManifest,
+    models_dir: Path,
+    skip_digest: bool = False,
+    progress: ProgressFn | None = None,
+    located: tuple[Path, int] | None = None,
 ) -> CheckedModel:
-    """Size first (cheap), then sha256 unless skipped; refuses a missing or different file."""
-    path, size = locate_model(manifest, models_dir)
+    """Size first (cheap), then sha256 unless skipped; refuses a missing or different file.
+    `located` is `locate_model`'s answer when the caller has it already (then not asked again)."""
+    path, size = located if located is not None else locate_model(manifest, models_dir)
     if skip_digest:
         return CheckedModel(path, manifest.file, size, None, SKIPPED, False)
     digest, from_cache = cached_sha256(path, progress)

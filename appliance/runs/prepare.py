@@ -137,11 +137,13 @@ def prepare_run(
     client_factory: Any,
     progress: ProgressFn | None = None,
     resume: bool = False,
+    located: tuple[Path, int] | None = None,
 ) -> tuple[PreparedRun, Any]:
     """All checks, cheapest first, for the trials given (`trial_plan` or `sweep_plan`).
     Returns the prepared run and a Docker client (None in a dry run); `client_factory()`
     connects (or raises the "Docker down" error). With resume, `out` must be an existing run
-    directory (its trials so far are kept)."""
+    directory (its trials so far are kept). `located` is `locate_model`'s answer when the
+    caller (a sweep's plan) has it already: the model file is located once per run."""
     run_dir = out if out is not None else default_run_dir(profile)
     if resume:
         if out is None or not RunDir(run_dir).run_file.is_file():
@@ -152,7 +154,8 @@ def prepare_run(
         raise ApplianceError(
             f"{run_dir} already exists and is not empty: choose another --out (or --resume it)"
         )
-    locate_model(profile.model, models_dir)
+    if located is None:
+        located = locate_model(profile.model, models_dir)
     if run_dir.resolve().is_relative_to(models_dir.resolve()):
         raise ApplianceError(
             f"--out {run_dir} is inside the models directory, which is never written to: choose another --out"
@@ -171,7 +174,9 @@ def prepare_run(
     elif client is not None:
         find_image(client, [(image, None)])
         stand_in = stand_in_of_labels(client.images.get(image).labels or {})
-    model = check_model(profile.model, models_dir, skip_digest=skip_digest, progress=progress)
+    model = check_model(
+        profile.model, models_dir, skip_digest=skip_digest, progress=progress, located=located
+    )
     settings = ContainerSettings(
         models_dir=models_dir,
         block_device=block_device_for(model.path),

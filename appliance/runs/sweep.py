@@ -15,7 +15,13 @@ from appliance.core.errors import ConfigError
 from appliance.core.progress import ProgressFn
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
-from appliance.runs.memory_points import MemoryPoint, SweepLimit, parse_memory_list, resolve_limits
+from appliance.runs.memory_points import (
+    MemoryPoint,
+    SweepLimit,
+    limit_label,
+    parse_memory_list,
+    resolve_limits,
+)
 from appliance.runs.model_files import locate_model
 from appliance.runs.plan import DiskProbeEngine, Trial, sweep_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
@@ -41,6 +47,16 @@ class SweepPlan:
     limits: list[SweepLimit]  # resolved once, ascending; every trial carries its own
     expert_bytes: int
     estimate_s: float
+
+    def run_record(self) -> dict[str, Any]:
+        """run.json's `sweep`: the limits as written and as the trials ran under them."""
+        return {
+            "memory": [p.text for p in self.points],
+            "limits": [limit.bytes for limit in self.limits],
+            "labels": [limit_label(limit.bytes) for limit in self.limits],
+            "n_predict": self.profile.schedule.n_predict,
+            "probe_block_bytes": self.expert_bytes,
+        }
 
     def probe_trial(self) -> Trial:
         largest = max(self.limits)
@@ -91,8 +107,6 @@ def plan_sweep(
     """Every check before anything starts, cheapest first: limits, length, then the run's."""
     profile = sweep_profile(profile)
     points = memory_points(profile, memory)
-    if max_hours <= 0:
-        raise ConfigError("--max-hours must be above zero")
     path, model_bytes = locate_model(profile.model, models_dir)
     floor = max(profile.limits.engine_min_memory, DOCKER_MIN_MEMORY)
     limits = resolve_limits(points, model_bytes, floor, profile.name)
@@ -118,6 +132,7 @@ def plan_sweep(
         client_factory=docker_client,
         progress=progress,
         resume=resume,
+        located=(path, model_bytes),
     )
     return SweepPlan(profile, prepared, points, limits, max(per_layer.values()), estimate), client
 

@@ -1,9 +1,16 @@
-"""Bytes of one routed expert per MoE layer, read from a GGUF's expert tensors.
+"""Bytes of one routed expert per MoE layer: the one definition, shared by the trace's replay
+(capacities, `trace replay --expert-bytes auto`, the sweep's plan) and the planner's byte
+accounting (`appliance.planner.accounting`).
 
-An expert of block N is its slice of `blk.N.ffn_{gate,up,down}_exps.weight` (the last tensor
-dimension counts experts), so its size is the three tensors' bytes divided by the expert
-count. The GGUF must be the model the trace was recorded with: architecture, expert counts,
-MoE layers, file size and (when the trace carries it) sha256 must agree.
+A routed expert tensor is `blk.N.ffn_*exps*` (`ffn_gate_exps.weight`, `ffn_up_exps.weight`,
+`ffn_down_exps.weight`, fused or biased forms alike; a shared expert's `shexp` is not one). Its
+last dimension counts experts, so one expert's slice of it is its bytes divided by that count;
+an expert of block N is the sum of its slices. Sizes come from the GGUF header alone, read by
+the one bounded reader (`appliance.models.gguf_header`): no weight is read, so a header-only
+skeleton gives the same numbers as the full file.
+
+Against a trace, the GGUF must be the model the trace was recorded with: architecture, expert
+counts, MoE layers, file size and (when the trace carries it) sha256 must agree.
 """
 
 from __future__ import annotations
@@ -13,40 +20,62 @@ from pathlib import Path
 from typing import Any
 
 from appliance.core.digests import sha256_file
-from appliance.core.errors import ConfigError, IntegrityError
+from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
+from appliance.models.gguf_header import GGUFHeader, read_header_file, tensor_nbytes
 
-EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$")
-
-
-def _field(reader: Any, key: str) -> Any:
-    field = reader.fields.get(key)
-    return None if field is None else field.contents()
+LAYER_TENSOR = re.compile(r"^blk\.(\d{1,9})\.(.*)$")  # a tensor of the layer stack: (layer, rest)
+ROUTED_EXPERT = re.compile(r"^ffn_[a-z_]*?_?exps(\b|_|\.)")  # `rest` of a routed expert tensor
 
 
-def _expert_tensors(path: Path) -> tuple[Any, Any, Any, dict[int, int]]:
-    """(architecture, expert count, experts used, bytes of all expert tensors per MoE layer) as
-    the GGUF states them (None where a key is missing)."""
-    from gguf import GGUFReader, Keys
+def routed_expert_layer(name: str) -> int | None:
+    """The layer of a routed expert tensor; None for any other tensor."""
+    match = LAYER_TENSOR.match(name)
+    if not match or "shexp" in match.group(2) or not ROUTED_EXPERT.match(match.group(2)):
+        return None
+    return int(match.group(1))
 
-    try:
-        reader = GGUFReader(str(path))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read GGUF ({exc})") from None
-    arch = _field(reader, Keys.General.ARCHITECTURE)
-    n_experts = _field(reader, Keys.LLM.EXPERT_COUNT.format(arch=arch))
-    n_used = _field(reader, Keys.LLM.EXPERT_USED_COUNT.format(arch=arch))
+
+def expert_slice_bytes(name: str, shape: tuple[int, ...], nbytes: int, experts: int, source: str) -> int:
+    """Bytes of one expert's slice of a routed expert tensor: its bytes over its expert
+    dimension (the last of a 3-d tensor, else the model's expert count)."""
+    n_experts = shape[-1] if len(shape) == 3 else max(experts, 1)
+    if n_experts == 0:
+        raise ApplianceError(
+            f"{source}: corrupt GGUF header: routed expert tensor {name!r} has shape {list(shape)}, 0 experts"
+        )
+    return nbytes // n_experts
+
+
+def _header_experts(header: GGUFHeader) -> tuple[Any, Any, Any, dict[int, int]]:
+    """(architecture, expert count, experts used, bytes of one expert per MoE layer) as the
+    GGUF header states them (None where a key is missing)."""
+    from gguf import Keys  # gguf loads only when a model is read
+
+    arch = header.get(Keys.General.ARCHITECTURE)
+    n_experts = header.get(Keys.LLM.EXPERT_COUNT.format(arch=arch))
+    n_used = header.get(Keys.LLM.EXPERT_USED_COUNT.format(arch=arch))
+    experts = n_experts if isinstance(n_experts, int) and not isinstance(n_experts, bool) else 0
     per_layer: dict[int, int] = {}
-    for tensor in reader.tensors:
-        match = EXPERT_TENSOR.match(tensor.name)
-        if match:
-            layer = int(match.group(1))
-            per_layer[layer] = per_layer.get(layer, 0) + int(tensor.n_bytes)
-    return arch, n_experts, n_used, per_layer
+    for info in header.tensors:
+        layer = routed_expert_layer(info.name)
+        if layer is not None:
+            _, nbytes = tensor_nbytes(info.name, info.shape, info.type_id, header.source)
+            one = expert_slice_bytes(info.name, info.shape, nbytes, experts, header.source)
+            per_layer[layer] = per_layer.get(layer, 0) + one
+    return arch, n_experts, n_used, dict(sorted(per_layer.items()))
+
+
+def _read_experts(path: Path) -> tuple[Any, Any, Any, dict[int, int]]:
+    try:
+        header = read_header_file(path)
+    except ApplianceError as exc:
+        raise ConfigError(f"cannot read GGUF: {exc}") from None
+    return _header_experts(header)
 
 
 def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]:
     """Per MoE layer, the bytes one expert occupies; error if the GGUF is not the trace's model."""
-    arch, n_experts, n_used, per_layer = _expert_tensors(path)
+    arch, n_experts, n_used, per_layer = _read_experts(path)
     name = path.name
 
     def disagree(what: str, gguf_value: Any, trace_value: Any) -> ConfigError:
@@ -72,13 +101,13 @@ def expert_bytes_from_gguf(path: Path, header: dict[str, Any]) -> dict[int, int]
             f"{name}: sha256 differs from the trace header's model_sha256; "
             "pass the exact model the trace was recorded with"
         )
-    return {layer: total // int(n_experts) for layer, total in per_layer.items()}
+    return per_layer
 
 
 def gguf_expert_layout(path: Path) -> tuple[int, int, dict[int, int]]:
     """(experts per layer, experts used per token, bytes of one expert per MoE layer) of a GGUF,
     for planning before any trace exists; ConfigError when it is not a MoE model."""
-    _, n_experts, n_used, totals = _expert_tensors(path)
-    if not n_experts or not n_used or not totals:
+    _, n_experts, n_used, per_layer = _read_experts(path)
+    if not n_experts or not n_used or not per_layer:
         raise ConfigError(f"{path.name} is not a mixture-of-experts GGUF (no expert tensors)")
-    return int(n_experts), int(n_used), {layer: total // int(n_experts) for layer, total in totals.items()}
+    return int(n_experts), int(n_used), per_layer

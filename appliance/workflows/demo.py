@@ -8,7 +8,7 @@ from appliance.core.errors import ApplianceError
 from appliance.core.paths import cache_dir
 from appliance.core.progress import ProgressFn
 from appliance.engine.lock import Lock
-from appliance.evidence.findings import claimed_evidence
+from appliance.evidence.bundle_facts import claimed_evidence
 from appliance.runs.profile import load_profile
 from appliance.runs.status import RunStatus
 from appliance.runs.sweep import DEFAULT_MAX_HOURS, plan_sweep

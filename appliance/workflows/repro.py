@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from appliance.analysis.run_analyses import read_paging_analysis
 from appliance.core.errors import ApplianceError
 from appliance.core.paths import cache_dir
 from appliance.core.progress import ProgressFn
@@ -23,7 +24,6 @@ from appliance.workflows.run import (
     ensure_synth_model,
     execute_profile,
     print_report,
-    read_paging_analysis,
     signing_key,
     verify_and_compare,
 )

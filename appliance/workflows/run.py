@@ -1,12 +1,17 @@
 """Run a profile to a sealed, verified bundle: the chain `appliance run` and every workflow share.
 
-`execute_profile` is what `appliance run` does after parsing. The rest are the steps a new
-user would otherwise run by hand around it: a verified source, the engine image, the model,
-the signing key, bundle verification, the paging check and the evidence comparison.
+`run_prepared` is the one chain of every run kind once `prepare_run` has checked it: header,
+trials, results, the kind's analyses, seal; a `RunKind` says what differs (the analyses, what
+runs before the trials, what is printed before them, its own run.json fields).
+`execute_profile` is what `appliance run` does after parsing; `appliance.workflows.sweep` is
+the other kind. The rest are the steps a new user would otherwise run by hand around it: a
+verified source, the engine image, the model, the signing key, bundle verification, the
+paging check and the evidence comparison.
 """
 
 import functools
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,19 +21,18 @@ from rich.table import Table
 
 from appliance.analysis.report import print_summary
 from appliance.analysis.results import analyze_run
-from appliance.analysis.stats import trial_metrics
+from appliance.analysis.run_analyses import write_paging_analysis
 from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
 from appliance.attest.trust import init_trusted_keys
 from appliance.attest.verify import Verdict, Verification, verify_bundle
-from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.core.progress import ProgressFn
-from appliance.core.strict_load import load_json
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.findings import NOT_COMPARABLE, REPRODUCED, compare, find_finding
+from appliance.evidence.compare import NOT_COMPARABLE, REPRODUCED, compare
+from appliance.evidence.finding import find_finding
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
 from appliance.images.build import build_image
@@ -37,10 +41,9 @@ from appliance.models.synth import synthesize
 from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
-from appliance.runs.prepare import prepare_run
+from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import Profile
 from appliance.runs.report import print_header, print_stand_in
-from appliance.runs.run_dir import RunDir
 from appliance.runs.trial import RunContext
 
 FALLBACK_STAND_IN = "b10229"
@@ -66,6 +69,72 @@ def signing_key(key: Path | None, unsigned: bool, console: Console) -> Path | No
         soft_wrap=True,
     )
     return pair.private.parent
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """What a kind of run (`appliance run`, `appliance sweep`) adds to the one chain."""
+
+    analyze: Callable[[Path], object]  # writes its analyses into the run directory before the seal
+    announce: Callable[[Console], None] | None = None  # printed after the header (a sweep's grid)
+    before_trials: Callable[[RunContext], None] | None = None  # run first (a sweep's disk probe)
+    record: dict[str, Any] = field(default_factory=dict)  # its own fields of run.json
+
+
+def run_prepared(
+    prepared: PreparedRun,
+    client: Any,
+    lock: Lock,
+    console: Console,
+    kind: RunKind,
+    *,
+    key: Path | None,
+    unsigned: bool = False,
+    trial_timeout: float | None = None,
+    executor: ExecutorFactory | None = None,
+    resume: bool = False,
+) -> RunOutcome:
+    """The one chain of every run kind after `prepare_run`: the header, the trials (here or
+    through `executor`, e.g. a cluster), the run's results and plots, the kind's analyses, the
+    seal (signed with `signing_key`). With resume, only the trials the run directory lacks."""
+    print_header(console, prepared)
+    trial_executor = executor(prepared, lock, console) if executor is not None else None
+    stand_in = print_stand_in(console, prepared, lock)
+    if kind.announce is not None:
+        kind.announce(console)
+    ctx = RunContext(
+        client,
+        prepared.profile,
+        LlamaMoeTraceEngine(prepared.image),
+        prepared.model,
+        prepared.settings,
+        prepared.run_dir,
+        secrets.token_hex(6),
+        console,
+        trial_timeout_s=trial_timeout,
+    )
+    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned, console), docker_client=client)
+
+    def finalize(run_dir: Path) -> None:
+        kind.analyze(run_dir)
+        seal(run_dir)
+
+    return execute_run(
+        ctx,
+        prepared.trials,
+        lock.raw,
+        {
+            "target": prepared.choice.target,
+            "stand_in": stand_in,
+            "image_id": client.images.get(prepared.image).id,
+            **kind.record,
+        },
+        finalize=finalize,
+        analyze=functools.partial(analyze_run, profile=prepared.profile),
+        before_trials=kind.before_trials,
+        executor=trial_executor,
+        resume=resume,
+    )
 
 
 def execute_profile(
@@ -102,38 +171,19 @@ def execute_profile(
         progress=progress,
         resume=resume,
     )
-    print_header(console, prepared)
-    trial_executor = executor(prepared, lock, console) if executor is not None else None
-    stand_in = print_stand_in(console, prepared, lock)
-    ctx = RunContext(
-        client,
-        profile,
-        LlamaMoeTraceEngine(prepared.image),
-        prepared.model,
-        prepared.settings,
-        prepared.run_dir,
-        secrets.token_hex(6),
-        console,
-        trial_timeout_s=trial_timeout,
+    kind = RunKind(
+        analyze=functools.partial(write_paging_analysis, model_path=prepared.model.path, profile=profile)
     )
-    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned, console), docker_client=client)
-
-    def finalize(run_dir: Path) -> None:
-        write_paging_analysis(run_dir, prepared.model.path, profile)
-        seal(run_dir)
-
-    outcome = execute_run(
-        ctx,
-        prepared.trials,
-        lock.raw,
-        {
-            "target": prepared.choice.target,
-            "stand_in": stand_in,
-            "image_id": client.images.get(prepared.image).id,
-        },
-        finalize=finalize,
-        analyze=functools.partial(analyze_run, profile=profile),
-        executor=trial_executor,
+    outcome = run_prepared(
+        prepared,
+        client,
+        lock,
+        console,
+        kind,
+        key=key,
+        unsigned=unsigned,
+        trial_timeout=trial_timeout,
+        executor=executor,
         resume=resume,
     )
     print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
@@ -200,42 +250,6 @@ def ensure_synth_model(
     return path
 
 
-def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: int) -> list[dict[str, Any]]:
-    """Per trial with a trace and a block-read count: bytes read against the LRU prediction."""
-    from appliance.analysis.capacity import anon_bytes
-    from appliance.analysis.paging import predicted_cold_read  # numba loads only for this analysis
-
-    rows = []
-    layout = RunDir(run_dir)
-    for trial in layout.load_trials():
-        trace = layout.trial(trial["dir"]).trace
-        measured = trial_metrics(trial, n_predict)["block_read_bytes"]
-        if not trace.exists() or not measured:
-            continue
-        prediction = predicted_cold_read(trace, model_path, memory_limit, anon_bytes(trial))
-        rows.append(
-            {
-                "trial": trial["dir"],
-                "variant": trial["variant"],
-                "measured_read_bytes": int(measured),
-                **prediction,
-                "ratio": measured / prediction["predicted_read_bytes"],
-            }
-        )
-    return rows
-
-
-def write_paging_analysis(run_dir: Path, model_path: Path, profile: Profile) -> None:
-    """analysis/paging.json, inside the bundle: measured reads against the LRU prediction."""
-    if not profile.trace or not profile.schedule.cold_cache:
-        return
-    try:
-        rows: Any = paging_rows(run_dir, model_path, profile.limits.memory, profile.schedule.n_predict)
-    except ApplianceError as exc:  # an analysis that cannot run must not block the seal
-        rows = {"error": str(exc)}
-    atomic.write_json(RunDir(run_dir).paging_analysis, {"lru_prediction": rows})
-
-
 @dataclass
 class PipelineReport:
     run_dir: Path
@@ -276,15 +290,6 @@ def verify_and_compare(
             continue
         report.comparisons.append(compare(outcome.run_dir, finding, verification).as_dict())
     return report
-
-
-def read_paging_analysis(run_dir: Path) -> list[dict[str, Any]]:
-    path = RunDir(run_dir).paging_analysis
-    if not path.exists():
-        return []
-    record = load_json(path)
-    rows = record.get("lru_prediction") if isinstance(record, dict) else None
-    return rows if isinstance(rows, list) else []
 
 
 def print_report(report: PipelineReport, console: Console) -> None:

@@ -12,7 +12,7 @@ import pytest
 from appliance.core import paths
 from appliance.engine.lock import load_lock
 from appliance.engine.patches import patches_dir
-from appliance.evidence.findings import load_findings
+from appliance.evidence.finding import load_findings
 from tests.conftest import REPO, run_cli
 
 

@@ -63,6 +63,18 @@ HOMES = {
     "ModelExperts": "appliance/analysis/capacity.py",
     "anon_bytes": "appliance/analysis/capacity.py",
     "model_read_bytes": "appliance/analysis/stats.py",
+    # bytes per expert: one tensor-name rule and one formula, shared by the trace and the
+    # planner, over one GGUF header reader
+    "LAYER_TENSOR": "appliance/trace/expert_bytes.py",
+    "ROUTED_EXPERT": "appliance/trace/expert_bytes.py",
+    "routed_expert_layer": "appliance/trace/expert_bytes.py",
+    "expert_slice_bytes": "appliance/trace/expert_bytes.py",
+    "LAYER_RE": None,
+    "ROUTED_RE": None,
+    "EXPERT_TENSOR": None,
+    "read_header": "appliance/models/gguf_header.py",
+    "read_header_file": "appliance/models/gguf_header.py",
+    "tensor_nbytes": "appliance/models/gguf_header.py",
 }
 
 
@@ -204,3 +216,53 @@ def test_gguf_keys_come_from_gguf_keys_not_spelled_by_hand() -> None:
             ):
                 spelled.append(f"{rel}:{node.lineno} {node.value}")
     assert spelled == []
+
+
+EXPERT_BYTES_MODULE = "appliance/trace/expert_bytes.py"
+REGEX_CALLS = {"compile", "match", "fullmatch", "search", "findall", "finditer", "sub"}
+
+
+def expert_regexes_and_readers(path: Path) -> list[str]:
+    """A regex over expert tensor names (a pattern holding `exps`) or a use of gguf-py's
+    GGUFReader: either would be a second definition of bytes per expert."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in REGEX_CALLS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "re"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and "exps" in str(node.args[0].value)
+        ):
+            found.append(f"{node.lineno}: a regex over expert tensor names")
+        elif isinstance(node, ast.Name | ast.Attribute) and "GGUFReader" in (
+            node.id if isinstance(node, ast.Name) else node.attr
+        ):
+            found.append(f"{node.lineno}: gguf's GGUFReader (read headers with models/gguf_header.py)")
+        elif isinstance(node, ast.ImportFrom) and any(a.name == "GGUFReader" for a in node.names):
+            found.append(f"{node.lineno}: imports GGUFReader (read headers with models/gguf_header.py)")
+    return found
+
+
+def test_bytes_per_expert_have_one_regex_and_one_reader() -> None:
+    problems = [
+        f"{path.relative_to(REPO).as_posix()}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(REPO).as_posix() != EXPERT_BYTES_MODULE
+        for line in expert_regexes_and_readers(path)
+    ]
+    assert problems == []
+    assert expert_regexes_and_readers(REPO / EXPERT_BYTES_MODULE)  # the walker sees its home's
+
+
+def test_the_expert_walker_sees_a_second_regex_and_reader(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text(
+        "import re\nfrom gguf import GGUFReader\n"
+        'R = re.compile(r"^blk\\.(\\d+)\\.ffn_(gate|up|down)_exps\\.weight$")\n'
+        "def f(p):\n    return GGUFReader(p)\n"
+    )
+    assert [line.split(":")[0] for line in expert_regexes_and_readers(sample)] == ["2", "3", "5"]

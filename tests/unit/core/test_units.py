@@ -8,7 +8,7 @@ import yaml
 
 from appliance.core.errors import ApplianceError
 from appliance.core.units import SizeError, format_size, parse_size, size_or_none
-from appliance.evidence.findings import BundleFacts
+from appliance.evidence.bundle_facts import BundleFacts
 from appliance.runs.profile import PROFILES_DIR, parse_profile
 from tests.conftest import run_cli
 from tests.models import tiny_model

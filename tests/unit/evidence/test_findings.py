@@ -14,21 +14,16 @@ from appliance.attest.trust import trust_key
 from appliance.attest.verify import Verdict
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.validation import schema_problems
-from appliance.evidence.findings import (
-    NOT_COMPARABLE,
-    NOT_REPRODUCED,
-    REPRODUCED,
-    Comparison,
+from appliance.evidence.bundle_facts import claimed_evidence, verified_input
+from appliance.evidence.compare import NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, Comparison, compare
+from appliance.evidence.draft import draft_finding
+from appliance.evidence.finding import (
     Finding,
-    claimed_evidence,
-    compare,
-    draft_finding,
     find_finding,
     load_finding,
     load_findings,
     load_schema,
     validate_finding,
-    verified_input,
 )
 from tests.conftest import run_cli
 from tests.fake_run import MODEL, make_run, results

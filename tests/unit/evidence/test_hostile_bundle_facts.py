@@ -10,7 +10,9 @@ import pytest
 
 from appliance.attest.verify import Verdict, Verification
 from appliance.core.errors import ApplianceError
-from appliance.evidence.findings import BundleFacts, claimed_evidence, compare, load_findings
+from appliance.evidence.bundle_facts import BundleFacts, claimed_evidence
+from appliance.evidence.compare import compare
+from appliance.evidence.finding import load_findings
 from fuzz.mutate import mutate_tree
 from tests.fake_run import make_run
 

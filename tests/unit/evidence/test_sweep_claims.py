@@ -4,7 +4,7 @@ from typing import Any
 
 import jsonschema
 
-from appliance.evidence.findings import load_schema
+from appliance.evidence.finding import load_schema
 from appliance.evidence.sweep_claims import check_claim, draft_sweep, limits_mismatch
 
 LIMITS = [100, 200, 500]

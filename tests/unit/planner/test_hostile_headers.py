@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from appliance.core.errors import ApplianceError
+from appliance.models.gguf_header import HEADER_BUDGET, FileSource, read_header
 from appliance.planner.accounting import account_file
-from appliance.planner.gguf_header import HEADER_BUDGET, FileSource, read_header
 from fuzz import gguf_cases
 from fuzz.gguf_cases import ARRAY, F32, F64, STRING, U32, U64, Entry, Header
 from tests.conftest import run_cli

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from appliance.core.errors import ApplianceError
+from appliance.models.gguf_header import CHUNK
 from appliance.planner.accounting import account_file, account_source
-from appliance.planner.gguf_header import CHUNK
 from appliance.planner.remote import HttpRangeSource
 from tests.conftest import run_cli
 from tests.models import tiny_model

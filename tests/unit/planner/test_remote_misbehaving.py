@@ -8,8 +8,8 @@ import time
 import pytest
 
 from appliance.core.errors import ApplianceError
+from appliance.models.gguf_header import CHUNK, HEADER_BUDGET
 from appliance.planner.accounting import account_source
-from appliance.planner.gguf_header import CHUNK, HEADER_BUDGET
 from appliance.planner.remote import HttpRangeSource
 from fuzz import gguf_cases, remote_server
 from tests.conftest import run_cli

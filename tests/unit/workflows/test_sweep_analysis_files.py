@@ -5,10 +5,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from appliance.analysis.run_analyses import write_sweep_analysis
 from appliance.core import atomic
 from appliance.trace.format import write_trace
 from appliance.trace.synth import TraceSynthSpec, synth_trace
-from appliance.workflows.sweep import write_sweep_analysis
 from tests.models import tiny_model
 
 MIB = 1 << 20

@@ -11,6 +11,7 @@ or fetched, so a corrupt or hostile header costs at most the budget.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -287,3 +288,24 @@ def read_header_file(path: Path) -> GGUFHeader:
         return read_header(source)
     finally:
         source.close()
+
+
+def tensor_nbytes(name: str, shape: tuple[int, ...], type_id: int, source: str) -> tuple[str, int]:
+    """(ggml type name, bytes of the tensor's data) from its type and shape, as the header gives them."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType  # gguf loads only when sizing
+
+    try:
+        qtype = GGMLQuantizationType(type_id)
+        block, type_size = GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise ApplianceError(
+            f"{source}: tensor {name!r} has ggml type id {type_id}, which this planner does not "
+            "know; refusing to guess its size (update the gguf package or report the type)"
+        ) from None
+    elements = math.prod(shape)
+    if shape and shape[0] % block:
+        raise ApplianceError(
+            f"{source}: tensor {name!r} ({qtype.name}) has a row of {shape[0]} "
+            f"elements, not a multiple of the {block}-element block"
+        )
+    return qtype.name, elements // block * type_size

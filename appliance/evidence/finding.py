@@ -1,0 +1,105 @@
+"""The finding model: one evidence file, valid against appliance/schemas/finding.schema.json
+(spec in docs/evidence.md) and the rules a schema cannot say, read strictly
+(appliance.core.strict_load); loading evidence/ and finding one by id.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.core.errors import ConfigError
+from appliance.core.paths import evidence_dir
+from appliance.core.strict_load import load_json
+from appliance.core.validation import load_schema as load_named_schema
+from appliance.core.validation import raise_for, schema_errors
+
+SCHEMA_NAME = "finding"
+MAX_FINDING_BYTES = 256 << 10  # published findings are under 4 KiB
+RATIO_CONSISTENCY = 1e-3
+
+
+def load_schema() -> dict[str, Any]:
+    """The findings schema, shipped with the package (appliance/schemas/finding.schema.json)."""
+    return load_named_schema(SCHEMA_NAME)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One evidence file: its id, where it was read from and its validated content."""
+
+    id: str
+    path: Path
+    raw: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return str(self.raw["status"])
+
+    @property
+    def scope(self) -> dict[str, Any]:
+        scope: dict[str, Any] = self.raw["scope"]
+        return scope
+
+
+def _ratio_problems(raw: dict[str, Any]) -> list[str]:
+    problems = []
+    values = {m["name"]: m["values"] for m in raw.get("metrics", [])}
+    for index, claim in enumerate(raw.get("claims", [])):
+        where = f"/claims/{index}"
+        for role in ("baseline", "treatment"):
+            if claim[role] not in raw["variants"]:
+                problems.append(f"{where}/{role}: variant {claim[role]!r} is not in variants")
+        ratio = claim["ratio"]
+        if ratio is not None and (ratio < 1) != (claim["direction"] == "lower"):
+            problems.append(f"{where}: ratio {ratio} contradicts direction {claim['direction']!r}")
+        measured = values.get(claim["metric"], {})
+        if claim["ratio"] is not None and measured.get(claim["baseline"]) and claim["treatment"] in measured:
+            actual = measured[claim["treatment"]] / measured[claim["baseline"]]
+            if abs(actual / claim["ratio"] - 1) > RATIO_CONSISTENCY:
+                problems.append(
+                    f"{where}: ratio {claim['ratio']} disagrees with the metric values ({actual:.5f})"
+                )
+    return problems
+
+
+def validate_finding(raw: Any, schema: dict[str, Any] | None = None) -> list[str]:
+    """Schema violations plus the rules a schema cannot say, one line each naming the field's
+    JSON pointer; [] when the finding is valid. `schema` is accepted for callers that loaded
+    it; validation always uses the packaged schema."""
+    errors = schema_errors(raw, SCHEMA_NAME)
+    if errors:
+        return errors
+    if raw["origin"] == "reproduction" and raw["bundle_digest"] is None:
+        errors.append("/bundle_digest: a reproduction must name the bundle it came from")
+    if raw["status"] == "rejected" and not raw.get("rejected_because"):
+        errors.append("/rejected_because: a rejected finding must say why")
+    variants = set(raw["variants"])
+    for index, metric in enumerate(raw["metrics"]):
+        unknown = set(metric["values"]) - variants
+        if unknown:
+            errors.append(f"/metrics/{index}/values: values for unknown variants {sorted(unknown)}")
+    return errors + _ratio_problems(raw)
+
+
+def load_finding(path: Path, schema: dict[str, Any] | None = None) -> Finding:
+    raw = load_json(path, MAX_FINDING_BYTES)
+    errors = validate_finding(raw, schema)
+    if errors:
+        raise_for(path, errors)
+    if raw["id"] != path.stem:
+        raise ConfigError(f"{path}: /id: {raw['id']!r} must equal the file name {path.stem!r}")
+    return Finding(id=raw["id"], path=path, raw=raw)
+
+
+def load_findings(directory: Path | None = None) -> list[Finding]:
+    directory = directory or evidence_dir()
+    return [load_finding(p) for p in sorted(directory.glob("*.json"))]
+
+
+def find_finding(finding_id: str, directory: Path | None = None) -> Finding:
+    findings = {f.id: f for f in load_findings(directory)}
+    if finding_id not in findings:
+        raise ConfigError(
+            f"no evidence {finding_id!r}: `appliance evidence list` shows {', '.join(sorted(findings))}"
+        )
+    return findings[finding_id]
