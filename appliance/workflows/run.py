@@ -18,7 +18,7 @@ from appliance.analysis.report import print_summary
 from appliance.analysis.results import analyze_run
 from appliance.analysis.stats import trial_metrics
 from appliance.attest.bundle import finalize_bundle
-from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
+from appliance.attest.dsse import existing_default_key
 from appliance.attest.trust import init_trusted_keys
 from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core import atomic
@@ -41,6 +41,7 @@ from appliance.runs.profile import Profile
 from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.run_dir import RunDir
 from appliance.runs.trial import RunContext
+from appliance.workflows.resume_check import resume_verifier, signing_public_key
 
 FALLBACK_STAND_IN = "b10229"
 
@@ -115,7 +116,8 @@ def execute_profile(
         console,
         trial_timeout_s=trial_timeout,
     )
-    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned, console), docker_client=client)
+    signer = signing_key(key, unsigned, console)
+    seal = functools.partial(finalize_bundle, key=signer, docker_client=client)
 
     def finalize(run_dir: Path) -> None:
         write_paging_analysis(run_dir, prepared.model.path, profile)
@@ -134,6 +136,7 @@ def execute_profile(
         analyze=functools.partial(analyze_run, profile=profile),
         executor=trial_executor,
         resume=resume,
+        verify_resume=resume_verifier(signer),
     )
     print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     return outcome
@@ -259,7 +262,7 @@ def verify_and_compare(
     (default: the profile's findings)."""
     pubkey = None
     if key is not None:
-        pubkey = key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
+        pubkey = signing_public_key(key)
     verification = verify_bundle(outcome.run_dir, pubkey)
     report = PipelineReport(outcome.run_dir, verification)
     console.print(f"bundle verification: {verification.summary()}", markup=False, soft_wrap=True)

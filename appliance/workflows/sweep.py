@@ -29,6 +29,7 @@ from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.run_dir import RunDir
 from appliance.runs.sweep import SweepPlan, print_grid, run_disk_probe
 from appliance.runs.trial import RunContext
+from appliance.workflows.resume_check import resume_verifier
 
 
 def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:
@@ -108,6 +109,7 @@ def execute_sweep(
         before_trials=None if probed else functools.partial(run_disk_probe, plan=plan),
         executor=trial_executor,
         resume=resume,
+        verify_resume=resume_verifier(key),
     )
     sweep = RunDir(outcome.run_dir).read_results().get("sweep", {})
     print_sweep(console, sweep)
