@@ -21,6 +21,7 @@ from appliance.core.units import size_or_none
 from appliance.core.validation import load_schema as load_named_schema
 from appliance.core.validation import raise_for, schema_errors
 from appliance.evidence import sweep_claims
+from appliance.evidence.contamination import with_contamination
 from appliance.runs.run_dir import MODEL_INPUT, PROFILE_INPUT, RESULTS_FILE, SCHEDULE_INPUT, RunDir
 
 SCHEMA_NAME = "finding"
@@ -362,7 +363,7 @@ def compare(bundle: Path, finding: Finding, verification: Verification) -> Compa
         result.reasons.append("the evidence is a plan with nothing measured to compare with")
         return result
     facts = BundleFacts.read(bundle)
-    blockers, caveats = _scope_mismatches(facts, finding)
+    blockers, caveats = with_contamination(bundle, facts.results, *_scope_mismatches(facts, finding))
     if blockers:
         result.reasons.extend(blockers)
         return result

@@ -203,6 +203,7 @@ def ensure_synth_model(
 def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: int) -> list[dict[str, Any]]:
     """Per trial with a trace and a block-read count: bytes read against the LRU prediction."""
     from appliance.analysis.capacity import anon_bytes
+    from appliance.analysis.contamination import run_trial_contamination
     from appliance.analysis.paging import predicted_cold_read  # numba loads only for this analysis
 
     rows = []
@@ -220,6 +221,7 @@ def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: i
                 "measured_read_bytes": int(measured),
                 **prediction,
                 "ratio": measured / prediction["predicted_read_bytes"],
+                "contamination": run_trial_contamination(trial, trace, model_path),
             }
         )
     return rows
