@@ -86,6 +86,14 @@ def sealed_incomplete_run(tmp_path: Path, signer: KeyPair | None) -> tuple[Path,
     return run, plan
 
 
+def resume(
+    run: Path, plan: list[Trial], signer: KeyPair, ctx: RunContext | None = None, image_id: str = IMAGE_ID
+) -> tuple[str, list[Trial], list[dict[str, Any]]]:
+    """resume_point as `appliance run|sweep --resume` calls it, signing with `signer`."""
+    ctx = ctx or context(run, load_profile("tiny-oversub"))
+    return resume_point(ctx, plan, load_lock().raw, resume_verifier(signer.private), image_id)
+
+
 def tree(directory: Path) -> str:
     """sha256 over every entry's path, kind and bytes: equal only for byte-identical trees."""
     digest = hashlib.sha256()
@@ -161,13 +169,7 @@ def test_an_altered_run_is_refused_in_one_line_and_nothing_changes(
     alter(run)
     before = tree(run)
     with pytest.raises(ConfigError, match=r"^cannot resume .*" + message + r"; nothing was changed") as err:
-        resume_point(
-            context(run, load_profile("tiny-oversub")),
-            plan,
-            load_lock().raw,
-            resume_verifier(keys.trusted.private),
-            IMAGE_ID,
-        )
+        resume(run, plan, keys.trusted)
     assert "\n" not in str(err.value)
     assert tree(run) == before
 
@@ -176,13 +178,7 @@ def test_a_bundle_signed_by_an_untrusted_key_is_refused(tmp_path: Path, keys: Ke
     run, plan = sealed_incomplete_run(tmp_path, keys.untrusted)
     before = tree(run)
     with pytest.raises(ConfigError, match=r"verdict untrusted, signature: valid ed25519 signature by "):
-        resume_point(
-            context(run, load_profile("tiny-oversub")),
-            plan,
-            load_lock().raw,
-            resume_verifier(keys.trusted.private),
-            IMAGE_ID,
-        )
+        resume(run, plan, keys.trusted)
     assert tree(run) == before
 
 
@@ -243,13 +239,7 @@ def test_a_run_of_another_profile_image_model_or_plan_is_refused(
     given.update(change(run))
     before = tree(run)
     with pytest.raises(ConfigError, match=r"^\S+ was started with " + message + r".*nothing was changed$"):
-        resume_point(
-            given["ctx"],
-            given["plan"],
-            load_lock().raw,
-            resume_verifier(keys.trusted.private),
-            given["image_id"],
-        )
+        resume(run, given["plan"], keys.trusted, given["ctx"], given["image_id"])
     assert tree(run) == before
 
 
