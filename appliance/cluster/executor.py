@@ -33,10 +33,10 @@ from appliance.runs.executor import OneTrial, OnStart
 from appliance.runs.plan import Trial
 from appliance.runs.run_dir import RunDir, TrialDir
 from appliance.runs.status import TrialStatus
-from appliance.runs.trial import TrialJob, base_record, utc_now
+from appliance.runs.trial import INTERRUPT_STOP_S, TrialJob, base_record, exit_now, utc_now
 
 WAIT_S = 2.0
-CANCEL_WAIT_S = 30.0
+CANCEL_WAIT_S = INTERRUPT_STOP_S  # a node stops its trial's container within this after Ctrl-C
 # Set to 1 when every node of the cluster has its own disk and page cache, even where several
 # share one host: then nodes on one host run trials at the same time.
 ISOLATED_NODES_ENV = "APPLIANCE_CLUSTER_ISOLATED_NODES"
@@ -269,7 +269,11 @@ class RayExecutor:
 
         for ref in running:
             ray.cancel(ref)
-        ray.wait(list(running), num_returns=len(running), timeout=CANCEL_WAIT_S)
+        try:
+            ray.wait(list(running), num_returns=len(running), timeout=CANCEL_WAIT_S)
+        except KeyboardInterrupt:
+            names = ", ".join(trial.name for trial, _, _ in running.values())
+            exit_now(f"the containers of trials {names} may still run on their nodes and have no record")
         for trial, node, started in running.values():
             attempts[trial.name].append(
                 {"node_id": node, "started_utc": started, "ended_utc": utc_now(), "error": "interrupted"}

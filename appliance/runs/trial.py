@@ -167,12 +167,8 @@ class TrialContainer:
         try:
             finished = within(stop, seconds)
         except KeyboardInterrupt:
-            sys.stderr.write(
-                f"second Ctrl-C: exiting now; container {self.name} may still exist "
-                f"(docker rm -f {self.name}) and its trial has no record; the run stays incomplete\n"
-            )
-            sys.stderr.flush()
-            os._exit(130)
+            left = f"container {self.name} may still exist (docker rm -f {self.name})"
+            exit_now(f"{left} and its trial has no record")
         self.removed = True
         if finished:
             record.update(collected)
@@ -181,6 +177,14 @@ class TrialContainer:
                 f"Docker did not stop and remove container {self.name} within {seconds:.0f} s: "
                 f"it may be left (docker rm -f {self.name})"
             )
+
+
+def exit_now(left: str) -> None:
+    """A second Ctrl-C while the first is being handled: say what may be left, exit 130 now
+    (run.json already says incomplete: it does from the moment a run starts)."""
+    sys.stderr.write(f"second Ctrl-C: exiting now; {left}; the run stays incomplete\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def within(step: Callable[[], None], seconds: float) -> bool:

@@ -1,6 +1,7 @@
 """A trial whose measured decode reads fall below what Belady must re-read for its own trace
-and capacity (its decode capacity misses, beyond two pages of rounding per miss) is flagged not comparable and left out of the sweep's
-medians and of evidence comparisons. Numbers made by hand."""
+and capacity (its decode capacity misses, beyond two pages of rounding per miss) is flagged
+not comparable and left out of the sweep's medians and of evidence comparisons. Numbers made
+by hand."""
 
 from typing import Any
 
