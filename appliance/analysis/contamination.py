@@ -16,7 +16,6 @@ resident from its neighbour. Measured decode reads may therefore fall below Bela
 capacity-miss bytes by up to two pages per such miss before the trial is flagged.
 """
 
-from pathlib import Path
 from typing import Any
 
 PAGE_BYTES = 4096
@@ -64,22 +63,3 @@ def flag_sweep_row(row: dict[str, Any]) -> None:
 def comparable(row: dict[str, Any]) -> bool:
     """Whether a flagged row (sweep trial or paging row) may enter medians and comparisons."""
     return bool((row.get("contamination") or {}).get("comparable", True))
-
-
-def run_trial_contamination(trial: dict[str, Any], trace: Path, model_path: Path) -> dict[str, Any]:
-    """The flag for one trial of a run (`appliance run`): its decode reads against Belady at
-    the capacity its limit leaves, as the sweep computes them."""
-    from appliance.analysis.capacity import anon_bytes, capacity_for, model_experts
-    from appliance.analysis.sweep_analysis import phase_reads, predicted_reads
-    from appliance.trace.format import read_trace
-
-    phases = phase_reads(trial.get("timing") or {})
-    if phases is None:
-        return {"comparable": True, "checked": False}
-    loaded = read_trace(trace)
-    experts = model_experts(model_path, loaded)
-    capacity, _ = capacity_for(int(trial["memory_limit"]), anon_bytes(trial), experts)
-    belady = predicted_reads(loaded, capacity, experts)["policies"]["belady"]
-    return contamination(
-        phases["decode"], belady["decode_capacity_read_bytes"], belady["decode_capacity_misses"]
-    )

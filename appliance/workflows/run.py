@@ -203,8 +203,10 @@ def ensure_synth_model(
 def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: int) -> list[dict[str, Any]]:
     """Per trial with a trace and a block-read count: bytes read against the LRU prediction."""
     from appliance.analysis.capacity import anon_bytes
-    from appliance.analysis.contamination import run_trial_contamination
-    from appliance.analysis.paging import predicted_cold_read  # numba loads only for this analysis
+    from appliance.analysis.paging import (  # numba loads only for this analysis
+        predicted_cold_read,
+        run_trial_contamination,
+    )
 
     rows = []
     layout = RunDir(run_dir)

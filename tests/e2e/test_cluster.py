@@ -164,6 +164,8 @@ def test_run_spreads_over_two_nodes_refuses_the_stale_one_and_verifies(
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["run"]["executor"]["trial_nodes"] == nodes_used
     assert verified(run)
+    paging = json.loads((run / "analysis" / "paging.json").read_text())["lru_prediction"]
+    assert [row["contamination"]["comparable"] for row in paging] == [True] * len(paging), paging
 
     local = cluster["nodes"].appliance(*run_args(models, tmp_path / "local"))
     assert local.returncode == 0, local.stdout[-4000:] + local.stderr[-4000:]
