@@ -129,7 +129,7 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's goals at the smallest limit, each with its figure and whether it was met."""
+    """The expert cache's goals at the smallest limit, each with its figure and whether it was met."""
     if not rows:
         return {}
     smallest = min(r["memory_limit"] for r in rows)

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from appliance.analysis.capacity import capacity_for, model_experts
+from appliance.analysis.capacity import anon_bytes, capacity_for, model_experts
+from appliance.analysis.contamination import contamination
+from appliance.analysis.sweep_analysis import phase_reads, predicted_reads
 from appliance.trace.events import trace_events
 from appliance.trace.format import read_trace
 from appliance.trace.replay import ReplaySetup, replay_one
@@ -47,3 +49,18 @@ def distinct_experts(layers: np.ndarray, ids: np.ndarray, n_experts: int) -> int
     """(layer, expert) pairs the trace touched: a cold start reads at least these experts."""
     keys = layers.astype(np.int64)[:, None] * n_experts + ids.astype(np.int64)
     return int(np.unique(keys).size)
+
+
+def run_trial_contamination(trial: dict[str, Any], trace: Path, model_path: Path) -> dict[str, Any]:
+    """The flag for one trial of a run (`appliance run`): its decode reads against Belady at
+    the capacity its limit leaves, as the sweep computes them."""
+    phases = phase_reads(trial.get("timing") or {})
+    if phases is None:
+        return {"comparable": True, "checked": False}
+    loaded = read_trace(trace)
+    experts = model_experts(model_path, loaded)
+    capacity, _ = capacity_for(int(trial["memory_limit"]), anon_bytes(trial), experts)
+    belady = predicted_reads(loaded, capacity, experts)["policies"]["belady"]
+    return contamination(
+        phases["decode"], belady["decode_capacity_read_bytes"], belady["decode_capacity_misses"]
+    )

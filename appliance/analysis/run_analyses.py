@@ -18,7 +18,10 @@ from appliance.runs.run_dir import RunDir
 def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: int) -> list[dict[str, Any]]:
     """Per trial with a trace and a block-read count: bytes read against the LRU prediction."""
     from appliance.analysis.capacity import anon_bytes
-    from appliance.analysis.paging import predicted_cold_read  # numba loads only for this analysis
+    from appliance.analysis.paging import (  # numba loads only for this analysis
+        predicted_cold_read,
+        run_trial_contamination,
+    )
 
     rows = []
     layout = RunDir(run_dir)
@@ -35,6 +38,7 @@ def paging_rows(run_dir: Path, model_path: Path, memory_limit: int, n_predict: i
                 "measured_read_bytes": int(measured),
                 **prediction,
                 "ratio": measured / prediction["predicted_read_bytes"],
+                "contamination": run_trial_contamination(trial, trace, model_path),
             }
         )
     return rows

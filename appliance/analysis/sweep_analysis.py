@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for, model_experts
+from appliance.analysis.contamination import comparable, flag_sweep_row
 from appliance.analysis.stats import model_read_bytes
 from appliance.runs.status import TrialStatus
 from appliance.trace import kernels
@@ -105,6 +106,7 @@ def predicted_reads(trace: Trace, capacity: int, experts: ModelExperts) -> dict[
             "decode_misses": int((miss & decode).sum()),
             "decode_capacity_misses": int((miss & decode & ~compulsory).sum()),
             "decode_read_bytes": int(item_bytes[miss & decode].sum()),
+            "decode_capacity_read_bytes": int(item_bytes[miss & decode & ~compulsory].sum()),
         }
     return out
 
@@ -163,6 +165,7 @@ def trial_row(
         "decode_read_bytes_per_s": bandwidth,
         "disk_fraction": _ratio(bandwidth, probe_bps),
     }
+    flag_sweep_row(row)
     return row
 
 
@@ -172,7 +175,7 @@ def add_roofline(rows: list[dict[str, Any]], probe_bps: float | None, key: str =
     plus the LRU-predicted reads per token over the probed bandwidth. Stored under `key`."""
     if not probe_bps:
         return
-    done = [r for r in rows if r.get("reads_per_token") and r.get("decode_s")]
+    done = [r for r in rows if r.get("reads_per_token") and r.get("decode_s") and comparable(r)]
     for variant in sorted({r["variant"] for r in done}):
         mine = [r for r in done if r["variant"] == variant]
         top = max(r["memory_limit"] for r in mine)
@@ -207,7 +210,10 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             mine = [
                 r
                 for r in rows
-                if r["memory_limit"] == limit and r["variant"] == variant and r.get("reads_per_token")
+                if r["memory_limit"] == limit
+                and r["variant"] == variant
+                and r.get("reads_per_token")
+                and comparable(r)
             ]
             if not mine:
                 continue
@@ -276,5 +282,6 @@ def analyze_sweep(
         "phase_sums_within_tolerance": bool(phase_checks)
         and all(abs(x - 1) <= PHASE_TOLERANCE for x in phase_checks),
         "trials": rows,
+        "not_comparable": [r["trial"] for r in rows if not comparable(r)],
         "summary": summary_rows(rows),
     }

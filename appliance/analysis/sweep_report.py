@@ -67,6 +67,12 @@ def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
             "[yellow]phase reads do not all sum to within "
             f"{sweep['phase_tolerance']:.0%} of the cgroup's block reads[/yellow]"
         )
+    if sweep.get("not_comparable"):
+        console.print(
+            "[red]not comparable (measured decode reads below Belady for their own trace: "
+            "pages shared with another trial), left out of the figures: "
+            f"{', '.join(sweep['not_comparable'])}[/red]"
+        )
 
 
 def print_sweep_outcome(

@@ -132,7 +132,6 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_clie
     }
     envelope = envelope_for(make_statement(digests, predicate), signer)
     attestation_bytes = (json.dumps(envelope, indent=2) + "\n").encode()
-    atomic.write_bytes(run_dir / ATTESTATION_FILE, attestation_bytes)
     public = signer.public_key if signer is not None else None
     manifest = {
         "manifest_version": MANIFEST_VERSION,
@@ -149,7 +148,15 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_clie
             "public_key": key_as_dict(public) if public else None,
         },
     }
-    atomic.write_json(run_dir / MANIFEST_FILE, manifest, sort_keys=False)
+    # Both sealing files are written aside first; an old seal (a resumed run's) is replaced
+    # only once the new one is whole, and never half by half.
+    with (
+        atomic.replacing(run_dir / ATTESTATION_FILE) as attestation,
+        atomic.replacing(run_dir / MANIFEST_FILE) as manifest_file,
+    ):
+        attestation.write(attestation_bytes)
+        attestation.flush()
+        manifest_file.write((json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode())
 
 
 def sealed_digests_match(run_dir: Path) -> list[str]:

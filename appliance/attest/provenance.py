@@ -26,6 +26,7 @@ from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
 from appliance.host.gpu import visible_gpus
 from appliance.images import labels as L
+from appliance.runs.resume import RESUMED_FROM
 from appliance.runs.run_dir import LOCK_INPUT, MODEL_INPUT, PROFILE_INPUT, SCHEDULE_INPUT, RunDir
 
 PROVENANCE_VERSION = 1
@@ -46,6 +47,7 @@ RUN_FIELDS = (
     "model_digest_status",
     "cgroup_version",
     "executor",
+    RESUMED_FROM,  # the bundles a resumed run carried trials over from
 )
 HOME_PLACEHOLDER = "<home>"
 USER_PLACEHOLDER = "<user>"

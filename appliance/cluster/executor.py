@@ -1,7 +1,11 @@
 """The Ray trial executor: each trial on an admitted node, its directory shipped home.
 
 The driver keeps the queue: a trial goes to a free admitted node as a Ray task pinned there
-and holding the node's `appliance-<target>` unit, so a node runs one trial at a time. The
+and holding the node's `appliance-<target>` unit, so a node runs one trial at a time. Nodes
+on one host (the same kernel boot id) share its page cache and disk, and a trial beside
+another would read the other's pages (`appliance.analysis.contamination` flags that): such
+nodes take one trial at a time between them, unless the driver is told each node has its own
+disk and page cache (`APPLIANCE_CLUSTER_ISOLATED_NODES=1`, docs/cluster.md). The
 task returns the trial directory as a tar through Ray's object store; it is unpacked next to
 the run directory and renamed into `trials/` whole. A trial whose node is lost is started
 again on another node (at most `max_attempts` in all); its trial.json lists every attempt.
@@ -29,10 +33,27 @@ from appliance.runs.executor import OneTrial, OnStart
 from appliance.runs.plan import Trial
 from appliance.runs.run_dir import RunDir, TrialDir
 from appliance.runs.status import TrialStatus
-from appliance.runs.trial import TrialJob, base_record, utc_now
+from appliance.runs.trial import INTERRUPT_STOP_S, TrialJob, base_record, exit_now, utc_now
 
 WAIT_S = 2.0
-CANCEL_WAIT_S = 30.0
+CANCEL_WAIT_S = INTERRUPT_STOP_S  # a node stops its trial's container within this after Ctrl-C
+# Set to 1 when every node of the cluster has its own disk and page cache, even where several
+# share one host: then nodes on one host run trials at the same time.
+ISOLATED_NODES_ENV = "APPLIANCE_CLUSTER_ISOLATED_NODES"
+
+
+def isolated_nodes() -> bool:
+    """Whether the driver was told each node has its own disk and page cache."""
+    value = os.environ.get(ISOLATED_NODES_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"{ISOLATED_NODES_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def host_of(report: dict[str, Any]) -> str:
+    """What nodes on one machine share: the kernel's boot id (the host name for a node that
+    does not report one)."""
+    return str(report.get("boot_id") or f"hostname:{report.get('hostname')}")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -50,6 +71,7 @@ class RayExecutor:
         nodes: list[dict[str, Any]],
         refused: list[str],
         max_attempts: int = 3,
+        isolated: bool = False,
     ) -> None:
         self.address = address
         self.target = target
@@ -57,6 +79,7 @@ class RayExecutor:
         self.nodes = {n["node_id"]: n for n in nodes}
         self.refused = refused
         self.max_attempts = max_attempts
+        self.isolated = isolated
         self.trial_nodes: dict[str, str | None] = {}
         self.lost: list[str] = []
 
@@ -69,6 +92,7 @@ class RayExecutor:
             "refused": self.refused,
             "lost": self.lost,
             "max_attempts": self.max_attempts,
+            "isolated_nodes": self.isolated,
             "trial_nodes": dict(sorted(self.trial_nodes.items())),
         }
 
@@ -120,8 +144,9 @@ class RayExecutor:
                 alive = {n["NodeID"] for n in alive_nodes()}
                 usable &= alive
                 free = [n for n in free if n in usable]
-                while queue and free:
-                    trial, node = queue.popleft(), free.pop(0)
+                while queue and (node := self._next_node(free, running)) is not None:
+                    trial = queue.popleft()
+                    free.remove(node)
                     ref = on_node(
                         node,
                         run_trial_here,
@@ -200,6 +225,11 @@ class RayExecutor:
             self._cancel(job, running, run_dir, attempts)
             raise
 
+    def _next_node(self, free: list[str], running: dict[Any, tuple[Trial, str, str]]) -> str | None:
+        """The first free node whose host runs no trial now (any free node when isolated)."""
+        busy = {host_of(self.nodes[node]) for _, node, _ in running.values()}
+        return next((n for n in free if self.isolated or host_of(self.nodes[n]) not in busy), None)
+
     def _retry_or_give_up(
         self,
         job: TrialJob,
@@ -239,7 +269,11 @@ class RayExecutor:
 
         for ref in running:
             ray.cancel(ref)
-        ray.wait(list(running), num_returns=len(running), timeout=CANCEL_WAIT_S)
+        try:
+            ray.wait(list(running), num_returns=len(running), timeout=CANCEL_WAIT_S)
+        except KeyboardInterrupt:
+            names = ", ".join(trial.name for trial, _, _ in running.values())
+            exit_now(f"the containers of trials {names} may still run on their nodes and have no record")
         for trial, node, started in running.values():
             attempts[trial.name].append(
                 {"node_id": node, "started_utc": started, "ended_utc": utc_now(), "error": "interrupted"}

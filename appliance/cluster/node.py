@@ -17,7 +17,8 @@ from typing import Any
 from appliance import __version__
 from appliance.attest.provenance import host_facts
 from appliance.cluster.resources import node_image_overrides
-from appliance.core.errors import ApplianceError
+from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.strict_load import read_text
 from appliance.engine.lock import load_lock
 from appliance.host.cgroups import block_device_for, cgroup_version
 from appliance.host.docker import docker_client
@@ -27,6 +28,8 @@ from appliance.runs.plan import Trial
 from appliance.runs.run_dir import RunDir
 from appliance.runs.trial import TrialJob
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
 
 def node_id() -> str:
     import ray
@@ -34,9 +37,23 @@ def node_id() -> str:
     return str(ray.get_runtime_context().get_node_id())
 
 
+def boot_id() -> str | None:
+    """This kernel's boot id: nodes that share it share one page cache (and usually a disk)."""
+    try:
+        return read_text(BOOT_ID, max_bytes=64).strip() or None
+    except ConfigError:
+        return None
+
+
 def node_identity(client: Any = None) -> dict[str, Any]:
-    """Who ran a trial: Ray node id, host name and the host facts provenance records."""
-    return {"node_id": node_id(), "hostname": socket.gethostname(), "host": host_facts(client)}
+    """Who ran a trial: Ray node id, host name, kernel boot id and the host facts provenance
+    records."""
+    return {
+        "node_id": node_id(),
+        "hostname": socket.gethostname(),
+        "boot_id": boot_id(),
+        "host": host_facts(client),
+    }
 
 
 def node_image(client: Any, target: str) -> tuple[str, Any] | None:

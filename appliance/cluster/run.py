@@ -9,7 +9,7 @@ from collections.abc import Callable
 from rich.console import Console
 
 from appliance.cluster.connect import connect
-from appliance.cluster.executor import RayExecutor
+from appliance.cluster.executor import RayExecutor, isolated_nodes
 from appliance.cluster.preflight import Expected, admit, node_name
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock
@@ -42,6 +42,7 @@ def cluster_executor(
     """The executor factory `execute_profile` calls once the run is prepared."""
     if max_attempts < 1:
         raise ApplianceError("--max-attempts must be at least 1")
+    isolated = isolated_nodes()  # nodes on one host share its page cache unless told otherwise
 
     def make(prepared: PreparedRun, lock: Lock, console: Console) -> RayExecutor:
         expected = expected_of(prepared, lock)
@@ -63,6 +64,7 @@ def cluster_executor(
             admission.accepted,
             admission.refused,
             max_attempts,
+            isolated,
         )
 
     return make

@@ -11,6 +11,7 @@ from typing import Any
 from appliance.attest.verify import Verification
 from appliance.evidence import sweep_claims
 from appliance.evidence.bundle_facts import UNTRUSTED_INPUT, BundleFacts
+from appliance.evidence.contamination import with_contamination
 from appliance.evidence.finding import Finding
 from appliance.runs.run_dir import RESULTS_FILE
 
@@ -159,7 +160,7 @@ def compare(bundle: Path, finding: Finding, verification: Verification) -> Compa
         result.reasons.append("the evidence is a plan with nothing measured to compare with")
         return result
     facts = BundleFacts.read(bundle)
-    blockers, caveats = _scope_mismatches(facts, finding)
+    blockers, caveats = with_contamination(bundle, facts.results, *_scope_mismatches(facts, finding))
     if blockers:
         result.reasons.extend(blockers)
         return result

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from appliance.core import atomic
+from appliance.core.errors import ConfigError
 from appliance.runs.executor import LocalExecutor, TrialExecutor
 from appliance.runs.plan import (
     Trial,
 )
 from appliance.runs.record import run_record, schedule_record, write_inputs
-from appliance.runs.resume import resume_point
+from appliance.runs.resume import RESUMED_FROM, ResumeVerifier, resume_point
 from appliance.runs.run_dir import (
     RunDir,
 )
@@ -54,6 +55,7 @@ def execute_run(
     analyze: Analyzer | None = None,
     executor: TrialExecutor | None = None,
     resume: bool = False,
+    verify_resume: ResumeVerifier | None = None,
 ) -> RunOutcome:
     """Every trial through the executor (this machine by default), then the analyze hook
     (statistics and plots: `appliance.analysis.results.analyze_run`) and the finalize hook.
@@ -62,12 +64,18 @@ def execute_run(
     (a sweep's disk probe); Ctrl-C there ends the run as incomplete, like during a trial.
 
     `finalize(run_dir)` runs last, for complete and incomplete runs alike (the pipeline seals
-    the bundle there). With `resume`, ctx.run_dir is an incomplete run of the same plan and
-    only its missing trials run.
+    the bundle there). With `resume`, ctx.run_dir is an incomplete run of the same plan whose
+    seal `verify_resume` accepts (`appliance.workflows.resume_check`), and only its missing
+    trials run; run.json's `resumed_from` names the bundle it carried trials over from.
     """
     executor = executor or LocalExecutor()
     if resume:
-        started, pending = resume_point(ctx, trials, lock_raw)
+        if verify_resume is None:
+            raise ConfigError("resuming needs a check of the old seal (verify_resume): nothing was changed")
+        started, pending, resumed_from = resume_point(
+            ctx, trials, lock_raw, verify_resume, extra.get("image_id")
+        )
+        extra = {**extra, RESUMED_FROM: resumed_from}
         ctx.console.print(
             f"resuming {ctx.run_dir}: {len(trials) - len(pending)} of "
             f"{len(trials)} trials recorded, {len(pending)} to run"

@@ -1,6 +1,13 @@
 """Resuming an incomplete run directory: which trials run again, and the checks that it is the
-same profile, lock and trial plan."""
+same profile, lock, trial plan, image and model.
 
+Nothing in the directory changes before every check has passed: first the `verify` hook
+(the workflows pass `appliance.workflows.resume_check`, which verifies the old seal: this
+package cannot import `attest`), then the comparisons below. The old seal stays in place
+until the resumed run is sealed afresh (`appliance.attest.bundle` writes both sealing files
+aside before renaming either)."""
+
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +18,20 @@ from appliance.runs.plan import (
 )
 from appliance.runs.run_dir import (
     LOCK_INPUT,
+    MODEL_INPUT,
     PROFILE_INPUT,
     SCHEDULE_INPUT,
     RunDir,
 )
 from appliance.runs.status import RunStatus, TrialStatus
 from appliance.runs.trial import RunContext, utc_now
+
+# run_dir -> the old bundle's record (bundle digest, attestation sha256, signer); raises a
+# one-line ConfigError when the directory may not be resumed.
+ResumeVerifier = Callable[[Path], dict[str, Any]]
+# run.json's record of the bundles a run was resumed from, oldest first.
+RESUMED_FROM = "resumed_from"
+MODEL_IDENTITY = ("file", "bytes", "sha256")
 
 
 # Trials a resumed run starts again: never recorded, stopped by Ctrl-C, or left unrun because
@@ -41,32 +56,68 @@ def _text_or_none(path: Path) -> str | None:
         return None
 
 
-def resume_point(ctx: RunContext, trials: list[Trial], lock_raw: dict[str, Any]) -> tuple[str, list[Trial]]:
-    """(the run's original start time, the trials it still lacks) for an incomplete run
-    directory of the same profile, lock and trial plan; refuses anything else in one line."""
+def _differences(
+    ctx: RunContext, run: dict[str, Any], trials: list[Trial], lock_raw: dict[str, Any], image_id: Any
+) -> list[str]:
+    """What of profile, lock, trial plan, image and model differs from the recorded run."""
+    layout = RunDir(ctx.run_dir)
+    schedule = _json_or_none(layout.input(SCHEDULE_INPUT))
+    model = _json_or_none(layout.input(MODEL_INPUT))
+    current = ctx.model.manifest()
+    same_model = isinstance(model, dict) and all(
+        model.get(key) == current.get(key) or key == "sha256" and None in (model.get(key), current.get(key))
+        for key in MODEL_IDENTITY
+    )
+    checks = {
+        "profile": _text_or_none(layout.input(PROFILE_INPUT)) == ctx.profile.source_text,
+        "lock": _json_or_none(layout.input(LOCK_INPUT)) == lock_raw,
+        "trial plan (--repeats, --memory)": isinstance(schedule, dict)
+        and schedule.get("trials") == [t.name for t in trials],
+        "image": image_id is None or run.get("image_id") == image_id,
+        "model": same_model,
+    }
+    return [name for name, same in checks.items() if not same]
+
+
+def resume_point(
+    ctx: RunContext,
+    trials: list[Trial],
+    lock_raw: dict[str, Any],
+    verify: ResumeVerifier,
+    image_id: Any = None,
+) -> tuple[str, list[Trial], list[dict[str, Any]]]:
+    """(the run's original start time, the trials it still lacks, its `resumed_from` record)
+    for an incomplete run directory whose seal `verify` accepts and that was started with
+    the same profile, lock, trial plan, image (`image_id`) and model; refuses anything else
+    in one line and then nothing has changed. Once accepted, the trials to run again are
+    discarded and provenance.json goes (collected afresh when the run is sealed)."""
     run_dir = RunDir(ctx.run_dir)
+    old_bundle = verify(run_dir.path)
     run = run_dir.read_run()
-    if run is None or "run_id" not in run:
+    if run is None or not isinstance(run.get("run_id"), str):
         raise ConfigError(
             f"{run_dir.path}: no {run_dir.run_file.name} with a run id: not a run directory to resume"
         )
     if run.get("status") == RunStatus.COMPLETE:
         raise ConfigError(f"{run_dir.path} is complete: nothing to resume")
-    profile_input = run_dir.input(PROFILE_INPUT)
-    schedule = _json_or_none(run_dir.input(SCHEDULE_INPUT)) or {}
-    same = (
-        _text_or_none(profile_input) == ctx.profile.source_text
-        and _json_or_none(run_dir.input(LOCK_INPUT)) == lock_raw
-        and schedule.get("trials") == [t.name for t in trials]
-    )
-    if not same:
+    differ = _differences(ctx, run, trials, lock_raw, image_id)
+    if differ:
         raise ConfigError(
-            f"{run_dir.path} was started with another profile, lock or trial plan "
-            "(--repeats): resume it with the same ones, or start a new run"
+            f"{run_dir.path} was started with another {', '.join(differ)}: "
+            "resume it with the same ones, or start a new run; nothing was changed"
         )
-    ctx.run_id = str(run["run_id"])
     pending = [t for t in trials if needs_rerun(run_dir.trial(t.name).read_record())]
+    rerun = {t.name for t in pending}
+    earlier = run.get(RESUMED_FROM)
+    resumed_from = [
+        *(earlier if isinstance(earlier, list) else []),
+        {
+            **old_bundle,
+            "carried_over": [t.name for t in trials if t.name not in rerun],
+        },
+    ]
+    ctx.run_id = run["run_id"]
     for trial in pending:
         run_dir.discard_trial(trial.name)
-    run_dir.unseal()
-    return str(run.get("started_utc") or utc_now()), pending
+    run_dir.provenance_file.unlink(missing_ok=True)
+    return str(run.get("started_utc") or utc_now()), pending, resumed_from

@@ -33,7 +33,8 @@ MANIFEST_FILE = "manifest.json"
 ATTESTATION_FILE = "attestation.dsse.json"
 # Seal a bundle: written last, and not part of the contents they seal.
 SEALING_FILES = (MANIFEST_FILE, ATTESTATION_FILE)
-# Written when a run directory is sealed; a resumed run removes them and is sealed afresh.
+# Written when a run directory is sealed; a resumed run keeps the old seal until its new one
+# is complete and has provenance.json collected afresh.
 WRITTEN_AT_SEALING = (*SEALING_FILES, PROVENANCE_FILE)
 
 INPUTS_DIR = "inputs"
@@ -210,8 +211,3 @@ class RunDir:
         """A trial's directory and its scratch outputs, before it runs again."""
         shutil.rmtree(self.path / TRIALS_DIR / name, ignore_errors=True)
         shutil.rmtree(self.scratch_for(name), ignore_errors=True)
-
-    def unseal(self) -> None:
-        """Remove what sealing wrote, so the run can be sealed afresh."""
-        for name in WRITTEN_AT_SEALING:
-            (self.path / name).unlink(missing_ok=True)

@@ -3,7 +3,11 @@ always removes it, with one collect step for every ending), and its directory, t
 `TrialJob` is the picklable one-trial callable a local or cluster executor runs."""
 
 import contextlib
+import os
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +41,9 @@ from appliance.runs.run_dir import (
 from appliance.runs.status import TrialStatus
 
 POLL_S = 0.05
+# After Ctrl-C: the longest the container's stop, collection and removal may take, whatever
+# Docker does, so that the run records the trial and exits within 30 s.
+INTERRUPT_STOP_S = 20.0
 
 
 def utc_now() -> str:
@@ -135,9 +142,65 @@ class TrialContainer:
         record["stdout"] = container.logs(stdout=True, stderr=False)
         record["stderr"] = container.logs(stdout=False, stderr=True)
 
-    def __exit__(self, *exc: object) -> None:
+    removed = False  # set once the interrupt path removed the container (or gave up on it)
+
+    def remove(self) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             self.client.containers.get(self.name).remove(force=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.removed:
+            self.remove()
+
+    def stop_after_interrupt(self, record: dict[str, Any], seconds: float = INTERRUPT_STOP_S) -> None:
+        """After Ctrl-C: collect, stop and remove the container within `seconds`; when Docker
+        has not answered by then, record what may be left (`interrupt_cleanup`) and go on.
+        A second Ctrl-C meanwhile exits at once (status 130), saying what may be left."""
+
+        collected: dict[str, Any] = {}  # filled by the stopping thread, kept only if it ended
+
+        def stop() -> None:
+            with contextlib.suppress(docker.errors.DockerException):
+                self.collect(collected)
+            self.remove()
+
+        try:
+            finished = within(stop, seconds)
+        except KeyboardInterrupt:
+            left = f"container {self.name} may still exist (docker rm -f {self.name})"
+            exit_now(f"{left} and its trial has no record")
+        self.removed = True
+        if finished:
+            record.update(collected)
+        else:
+            record["interrupt_cleanup"] = (
+                f"Docker did not stop and remove container {self.name} within {seconds:.0f} s: "
+                f"it may be left (docker rm -f {self.name})"
+            )
+
+
+def exit_now(left: str) -> None:
+    """A second Ctrl-C while the first is being handled: say what may be left, exit 130 now
+    (run.json already says incomplete: it does from the moment a run starts)."""
+    sys.stderr.write(f"second Ctrl-C: exiting now; {left}; the run stays incomplete\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def within(step: Callable[[], None], seconds: float) -> bool:
+    """Run step in a daemon thread; True when it ended (however) within `seconds`. The wait is
+    interruptible: Ctrl-C reaches the caller at once."""
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            with contextlib.suppress(Exception):  # what a failed stop could not collect is absent
+                step()
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="trial-stop", daemon=True).start()
+    return done.wait(seconds)
 
 
 def _status(record: dict[str, Any]) -> TrialStatus:
@@ -255,7 +318,8 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         except KeyboardInterrupt:
             record["interrupted"] = True
             record.setdefault("ended_utc", utc_now())
-            box.collect(record)
+            box.stop_after_interrupt(record)
+            record.setdefault("oom_killed", False)
             _write_trial(ctx, trial, results, record)
             raise TrialInterrupted(record) from None
     _write_trial(ctx, trial, results, record)

@@ -23,7 +23,7 @@ from appliance.analysis.report import print_summary
 from appliance.analysis.results import analyze_run
 from appliance.analysis.run_analyses import write_paging_analysis
 from appliance.attest.bundle import finalize_bundle
-from appliance.attest.dsse import PUBLIC_KEY_FILE, existing_default_key
+from appliance.attest.dsse import existing_default_key
 from appliance.attest.trust import init_trusted_keys
 from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core.errors import ApplianceError
@@ -45,6 +45,7 @@ from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import Profile
 from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.trial import RunContext
+from appliance.workflows.resume_check import resume_verifier, signing_public_key
 
 FALLBACK_STAND_IN = "b10229"
 
@@ -113,7 +114,8 @@ def run_prepared(
         console,
         trial_timeout_s=trial_timeout,
     )
-    seal = functools.partial(finalize_bundle, key=signing_key(key, unsigned, console), docker_client=client)
+    signer = signing_key(key, unsigned, console)
+    seal = functools.partial(finalize_bundle, key=signer, docker_client=client)
 
     def finalize(run_dir: Path) -> None:
         kind.analyze(run_dir)
@@ -134,6 +136,7 @@ def run_prepared(
         before_trials=kind.before_trials,
         executor=trial_executor,
         resume=resume,
+        verify_resume=resume_verifier(signer),
     )
 
 
@@ -276,7 +279,7 @@ def verify_and_compare(
     (default: the profile's findings)."""
     pubkey = None
     if key is not None:
-        pubkey = key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
+        pubkey = signing_public_key(key)
     verification = verify_bundle(outcome.run_dir, pubkey)
     report = PipelineReport(outcome.run_dir, verification)
     console.print(f"bundle verification: {verification.summary()}", markup=False, soft_wrap=True)

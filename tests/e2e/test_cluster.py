@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,6 +164,8 @@ def test_run_spreads_over_two_nodes_refuses_the_stale_one_and_verifies(
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["run"]["executor"]["trial_nodes"] == nodes_used
     assert verified(run)
+    paging = json.loads((run / "analysis" / "paging.json").read_text())["lru_prediction"]
+    assert [row["contamination"]["comparable"] for row in paging] == [True] * len(paging), paging
 
     local = cluster["nodes"].appliance(*run_args(models, tmp_path / "local"))
     assert local.returncode == 0, local.stdout[-4000:] + local.stderr[-4000:]
@@ -194,16 +197,33 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     driver = cluster["nodes"].driver(*args)
     assert driver.stdout is not None
     seen: list[str] = []
-    for line in driver.stdout:
-        seen.append(line)
-        if any(": ok exit 0" in s for s in seen) and "starting container" in line:
-            time.sleep(2)  # Ctrl-C while a trial's container runs on its node
-            driver.send_signal(signal.SIGINT)
-            break
-    output = "".join(seen) + driver.stdout.read()
-    assert driver.wait(timeout=600) == 130, output[-4000:]
+    reader = threading.Thread(target=lambda: seen.extend(driver.stdout or []), daemon=True)
+    reader.start()
+    # A state, not a moment: Ctrl-C once one trial is recorded ok and another's container is
+    # seen running (this run's label, state running), never on a guess about timing.
+    interrupted_in = None
+    deadline = time.monotonic() + 900
+    while interrupted_in is None and driver.poll() is None and time.monotonic() < deadline:
+        if any(": ok exit 0" in s for s in list(seen)) and (run / "run.json").is_file():
+            run_id = json.loads((run / "run.json").read_text())["run_id"]
+            for container in docker_client.containers.list(filters={"label": f"{labels.RUN}={run_id}"}):
+                if container.status == "running":
+                    interrupted_in = container.labels[labels.RUN_TRIAL]
+                    driver.send_signal(signal.SIGINT)
+                    break
+        time.sleep(0.1)
+    if interrupted_in is None:
+        driver.kill()
+    code = driver.wait(timeout=600)
+    reader.join(timeout=60)
+    output = "".join(seen)
+    assert interrupted_in is not None, "no trial container seen running after an ok trial\n" + output[-4000:]
+    assert code == 130, output[-4000:]
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "incomplete"
+    assert trials(run)[interrupted_in]["status"] == "interrupted"
+    sealed = json.loads((run / "manifest.json").read_text())
+    envelope_sha = hashlib.sha256((run / "attestation.dsse.json").read_bytes()).hexdigest()
     assert (
         docker_client.containers.list(all=True, filters={"label": f"{labels.RUN}={record['run_id']}"}) == []
     )
@@ -230,8 +250,23 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "complete" and record["executor"]["kind"] == "ray"
     assert len({t["node"]["node_id"] for t in trials(run).values()}) == 2, trials(run)
-    assert "sweep" in json.loads((run / "results.json").read_text())
+    sweep = json.loads((run / "results.json").read_text())["sweep"]
     assert verified(run)
+    resumed_from = json.loads((run / "provenance.json").read_text())["run"]["resumed_from"]
+    assert resumed_from == [
+        {
+            "bundle_digest": sealed["bundle_digest"],
+            "attestation_sha256": envelope_sha,
+            "signer": KEYS.keyid,
+            "carried_over": sorted(done),
+        }
+    ]
+    # one trial at a time on this one host: no trial read fewer bytes than Belady allows
+    assert sweep["not_comparable"] == []
+    checked = [r for r in sweep["trials"] if (r.get("contamination") or {}).get("checked")]
+    assert len(checked) == 6, sweep["trials"]
+    assert all(r["contamination"]["comparable"] for r in checked)
+    assert record["executor"]["isolated_nodes"] is False
 
 
 def test_a_trial_whose_node_is_lost_runs_again_elsewhere(

@@ -11,7 +11,7 @@ import pytest
 
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Status
-from appliance.evidence.findings import REPRODUCED
+from appliance.evidence.compare import REPRODUCED
 from tests.conftest import run_cli
 from tests.e2e.conftest import DemoRun, make, user_env
 

@@ -296,22 +296,26 @@ def test_ctrl_c_stops_the_container_and_marks_the_run_incomplete(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    running = None
     try:
-        for _ in range(600):  # until the first trial's engine is running
-            scratch = tmp_path / "run" / ".scratch" / "001-baseline-r1"
-            if _leftover_containers(docker_client, run_id) and scratch.exists():
-                logs = docker_client.containers.get(f"appliance-{run_id}-001").logs()
-                if b"waiting" in logs:
-                    break
+        deadline = time.monotonic() + 600  # a state, not a moment: the engine is known to run
+        while running is None and time.monotonic() < deadline and proc.poll() is None:
+            for container in docker_client.containers.list(filters={"label": f"{LABEL}={run_id}"}):
+                if container.status == "running" and b"waiting" in container.logs():
+                    running = container.name
             time.sleep(0.1)
-        else:
-            pytest.fail("the first trial never started")
+        if running is None:
+            pytest.fail("the first trial's container was never seen running")
         proc.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
         output, _ = proc.communicate(timeout=120)
+        stopped_s = time.monotonic() - interrupted
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert running == f"appliance-{run_id}-001"
     assert proc.returncode == 0, output
+    assert stopped_s < 30, f"{stopped_s:.1f} s from Ctrl-C to exit\n{output}"
     assert "STATUS incomplete" in output
     assert _leftover_containers(docker_client, run_id) == []
     run_dir = tmp_path / "run"

@@ -143,7 +143,7 @@ def test_trial_rows_ratios_fraction_and_roofline() -> None:
     large = 5_000_000 + 1_000_000 + 200 * EXPERT
     bps = 100 * EXPERT
     rows = [
-        trial_row(_trial("001-small", small, 4.0, 150 * EXPERT), trace, EXPERTS, bps),
+        trial_row(_trial("001-small", small, 4.0, 500 * EXPERT), trace, EXPERTS, bps),
         trial_row(_trial("002-large", large, 1.0, 0), trace, EXPERTS, bps),
     ]
     add_roofline(rows, bps)
@@ -151,8 +151,8 @@ def test_trial_rows_ratios_fraction_and_roofline() -> None:
     assert low["capacity_experts"] == 24 and high["capacity_experts"] == 200
     assert low["phase_sum_over_cgroup"] == 1.0
     lru = low["predicted"]["policies"]["lru"]["decode_read_bytes"]
-    assert low["measured_over_lru"] == pytest.approx(150 * EXPERT / lru)
-    assert low["disk_fraction"] == pytest.approx(150 * EXPERT / 4.0 / bps)
+    assert low["measured_over_lru"] == pytest.approx(500 * EXPERT / lru)
+    assert low["disk_fraction"] == pytest.approx(500 * EXPERT / 4.0 / bps)
     assert high["roofline"]["compute_s_per_token"] == pytest.approx(1.0 / 96)
     predicted = 1 / (1.0 / 96 + lru / 96 / bps)
     assert low["roofline"]["predicted_decode_tps"] == pytest.approx(predicted)

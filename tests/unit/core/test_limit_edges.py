@@ -19,7 +19,7 @@ from appliance.core.strict_load import (
     parse_yaml,
 )
 from appliance.engine.lock import MAX_LOCK_BYTES, load_lock
-from appliance.evidence.findings import MAX_FINDING_BYTES, load_finding
+from appliance.evidence.finding import MAX_FINDING_BYTES, load_finding
 from appliance.runs.profile import MAX_PROFILE_BYTES, load_profile
 from tests.conftest import REPO
 

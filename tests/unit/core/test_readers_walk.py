@@ -41,6 +41,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("appliance/host/pagecache.py", "open"): "os.open of a model file only to fadvise/mincore it, "
     "never read (non-blocking: a FIFO opens at once and fadvise refuses it)",
     ("appliance/images/base.py", "open"): WRITES + " (a tar stream into docker import)",
+    ("appliance/images/cuda_base.py", "open"): "a member of a CUDA wheel verified by its pinned sha256 "
+    "first (zipfile.open), copied to a file the appliance writes",
     ("appliance/images/base.py", "json.loads"): "a deep copy of data in memory (json.loads(json.dumps))",
     ("appliance/images/build.py", "read_text"): CHECKOUT + " (Dockerfile), build logs and the iidfile "
     "docker wrote",
