@@ -180,6 +180,7 @@ def test_decode_reads_of_a_thrashing_cycle_by_hand(policy: str) -> None:
         "decode_misses": 8 * 4 * 4,
         "decode_capacity_misses": 6 * 4 * 4,
         "decode_read_bytes": 8 * per_step,
+        "decode_capacity_read_bytes": 6 * per_step,  # the six steps after A and B's first touch
     }
 
 
@@ -192,6 +193,7 @@ def test_decode_reads_when_everything_fits_by_hand() -> None:
             "decode_misses": 2 * 4 * 4,
             "decode_capacity_misses": 0,
             "decode_read_bytes": 2 * 4 * sum(LAYER_BYTES.values()),
+            "decode_capacity_read_bytes": 0,
         }
 
 
