@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,32 @@ class LoopbackCluster:
             if argv and argv[0].endswith(b"/raylet") and f"--node_id={node_id}".encode() in argv:
                 return pid
         raise LookupError(f"no raylet of node {node_id} in the namespace")
+
+    def lose_node(self, node_id: str, meanwhile: Callable[[], None] = lambda: None) -> list[int]:
+        """A node's host going away: its raylet and every process under it (workers, agents)
+        are frozen (SIGSTOP), `meanwhile` runs (what else the host takes with it), then they
+        are killed (SIGKILL). Frozen, none of them can report anything in between. Returns
+        the pids killed."""
+        parents = {}
+        for pid in self.pids():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+        doomed = {self.raylet_pid(node_id)}
+        grew = True
+        while grew:
+            below = {pid for pid, parent in parents.items() if parent in doomed} - doomed
+            doomed |= below
+            grew = bool(below)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in doomed:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if sig == signal.SIGSTOP:
+                meanwhile()
+        return sorted(doomed)
 
     def stop(self) -> None:
         for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):

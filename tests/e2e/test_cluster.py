@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -269,8 +270,19 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     assert record["executor"]["isolated_nodes"] is False
 
 
+def running_container(docker_client: Any, trial: str, timeout_s: float = 120.0) -> Any:  # noqa: ANN401
+    """The trial's container once Docker says it runs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for container in docker_client.containers.list(filters={"label": f"{labels.RUN_TRIAL}={trial}"}):
+            if container.status == "running":
+                return container
+        time.sleep(0.05)
+    raise AssertionError(f"trial {trial}'s container never ran")
+
+
 def test_a_trial_whose_node_is_lost_runs_again_elsewhere(
-    cluster: dict[str, Any], models: Path, tmp_path: Path
+    cluster: dict[str, Any], docker_client: Any, models: Path, tmp_path: Path
 ) -> None:
     worker = cluster["worker"]["node_id"]
     driver = cluster["nodes"].driver(*run_args(models, tmp_path / "run", "--cluster", ADDRESS))
@@ -280,8 +292,10 @@ def test_a_trial_whose_node_is_lost_runs_again_elsewhere(
         seen.append(line)
         if f"on node {worker[:8]}" in line and "starting container" in line:
             victim = line.split()[1]
-            time.sleep(3)  # the trial's container is running
-            os.kill(cluster["nodes"].raylet_pid(worker), signal.SIGKILL)
+            # the node goes while its trial's container runs, and the container with it, as
+            # on a host that went away
+            container = running_container(docker_client, victim)
+            assert cluster["nodes"].lose_node(worker, partial(container.remove, force=True))
             break
     output = "".join(seen) + driver.stdout.read()
     assert driver.wait(timeout=1800) == 0, output[-4000:]

@@ -2,6 +2,7 @@
 
 import ast
 import io
+import os
 import re
 import subprocess
 import sys
@@ -45,10 +46,12 @@ def test_the_formatter_would_change_nothing() -> None:
 
 
 def test_make_alone_prints_the_targets_and_runs_nothing_else() -> None:
-    dry = subprocess.run(["make", "-n"], cwd=REPO, capture_output=True, text=True)
+    # as typed at a shell: not as a sub-make of `make test`, which would print its directory
+    alone = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    dry = subprocess.run(["make", "-n"], cwd=REPO, capture_output=True, text=True, env=alone)
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines() == [dry.stdout.splitlines()[0]] and "awk" in dry.stdout
-    shown = subprocess.run(["make", "-s"], cwd=REPO, capture_output=True, text=True)
+    shown = subprocess.run(["make", "-s"], cwd=REPO, capture_output=True, text=True, env=alone)
     assert shown.returncode == 0, shown.stderr
     listed = {line.split()[0] for line in shown.stdout.splitlines()}
     assert {"help", "venv", "test", "lint", "demo", "fuzz", "release-check"} <= listed
