@@ -8,6 +8,7 @@ mutation, and what a case runs (the reader and the code that consumes what it ac
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -494,6 +495,101 @@ def run_sidecar(case: bytes) -> None:
     verify_sidecar(sidecar, load_public_key(Path(os.environ["APPLIANCE_FUZZ_SIDECAR_KEY"])))
 
 
+# an incomplete run's files, handed to --resume: one file of a genuine sealed run replaced by
+# the case (first byte: which file; second: its kind); resume must refuse any change in one
+# line, leave the directory as it found it, and accept the genuine directory
+
+RESUME_FILES = (
+    "run.json",
+    "manifest.json",
+    "attestation.dsse.json",
+    "inputs/profile.yaml",
+    "inputs/model.json",
+    "trials/001-baseline-r1/trial.json",
+    "trials/001-baseline-r1/timing.json",
+)
+
+
+def resume_seeds(workdir: Path) -> list[bytes]:
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from appliance.attest.dsse import init_keys
+    from tests.fake_run import sealed_incomplete_run
+
+    keys = init_keys(workdir / "resume-keys")
+    run, _ = sealed_incomplete_run(workdir / "resume", keys)
+    os.environ["APPLIANCE_FUZZ_RESUME_RUN"] = str(run)
+    os.environ["APPLIANCE_FUZZ_RESUME_KEY"] = str(keys.private)
+    return [bytes([i, PLAIN]) + (run / name).read_bytes() for i, name in enumerate(RESUME_FILES)]
+
+
+def mutate_resume(rng: random.Random, seed: bytes) -> bytes:
+    if rng.random() < 0.05:  # the genuine directory: it must resume
+        return seed
+    which, body = seed[0], seed[2:]
+    mutated = mutate_yaml(rng, body) if RESUME_FILES[which].endswith(".yaml") else mutate_json(rng, body)
+    return bytes([which]) + _with_kind(rng, seed[1:], mutated)
+
+
+def _tree_state(directory: Path) -> list[tuple[str, bytes | str]]:
+    """Each entry's path with its bytes (regular files) or its kind (anything else, unread)."""
+    state: list[tuple[str, bytes | str]] = []
+    for path in sorted(directory.rglob("*")):
+        name = path.relative_to(directory).as_posix()
+        regular = path.is_file() and not path.is_symlink()
+        state.append((name, path.read_bytes() if regular else ("dir" if path.is_dir() else "other")))
+    return state
+
+
+def run_resume(case: bytes) -> None:
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from rich.console import Console
+
+    from appliance.core.errors import ApplianceError
+    from appliance.engine.lock import load_lock
+    from appliance.runs.plan import trial_plan
+    from appliance.runs.profile import load_profile
+    from appliance.runs.resume import resume_point
+    from appliance.runs.trial import RunContext
+    from appliance.workflows.resume_check import resume_verifier
+    from tests.fake_run import RESUME_IMAGE_ID, resume_model
+
+    genuine = Path(os.environ["APPLIANCE_FUZZ_RESUME_RUN"])
+    run = _scratch() / "resume-run"
+    if run.exists():
+        shutil.rmtree(run)
+    shutil.copytree(genuine, run, symlinks=True)
+    os.environ["APPLIANCE_TRUSTED_KEYS"] = str(_scratch() / "no-trusted-keys")
+    name = RESUME_FILES[case[0] % len(RESUME_FILES)]
+    _place_case(run / name, case[1:])
+    changed = _tree_state(run) != _tree_state(genuine)
+    if name == "manifest.json" and changed and case[1] % 4 == PLAIN:  # the index: its content counts
+        with contextlib.suppress(ValueError, RecursionError):  # unparsable: a change
+            changed = json.loads(case[2:]) != json.loads((genuine / name).read_bytes())
+    before = _tree_state(run)
+    profile = load_profile("tiny-oversub")
+    ctx = RunContext(None, profile, None, resume_model(), None, run, "new", Console(quiet=True))  # type: ignore[arg-type]
+    try:
+        resume_point(
+            ctx,
+            trial_plan(profile, 1),
+            load_lock().raw,
+            resume_verifier(Path(os.environ["APPLIANCE_FUZZ_RESUME_KEY"])),
+            RESUME_IMAGE_ID,
+        )
+    except ApplianceError:
+        if _tree_state(run) != before:
+            raise AssertionError(f"a refused resume changed the directory ({name})") from None
+        if not changed:
+            raise AssertionError("the genuine incomplete run was refused") from None
+        raise
+    if changed:
+        raise AssertionError(f"a run whose {name} was changed was resumed")
+
+
 READERS = {  # cheapest first
     "gguf": Reader("gguf", gguf_cases.seed_headers, gguf_cases.mutate, run_gguf),
     "lock": Reader("lock", lock_seeds, mutate_json, run_lock),
@@ -504,6 +600,7 @@ READERS = {  # cheapest first
     "key": Reader("key", key_seeds, mutate_key, run_key),
     "sidecar": Reader("sidecar", sidecar_seeds, mutate_sidecar, run_sidecar),
     "trust-store": Reader("trust-store", trust_seeds, mutate_key, run_trust),
+    "resume": Reader("resume", resume_seeds, mutate_resume, run_resume),
 }
 
 

@@ -10,9 +10,14 @@ import shutil
 import struct
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.conftest import REPO
+
+if TYPE_CHECKING:
+    from appliance.attest.dsse import KeyPair
+    from appliance.runs.model_files import CheckedModel
+    from appliance.runs.plan import Trial
 
 MODEL = {
     "file": "tiny-oversub-qwen3moe.gguf",
@@ -181,3 +186,60 @@ def make_run(
         (run / "results.json").write_text(json.dumps(res, indent=2))
         (run / "plots" / "decode_tps.png").write_bytes(_png())
     return run
+
+
+# an interrupted, sealed run to resume (tests/unit/workflows/test_resume_check.py, fuzz's
+# resume reader)
+
+RESUME_IMAGE_ID = "sha256:" + "ab" * 32
+RESUME_MODEL = {"file": "tiny.gguf", "bytes": 4096, "sha256": "cd" * 32}
+
+
+def resume_model(bytes_: int = RESUME_MODEL["bytes"]) -> "CheckedModel":  # type: ignore[assignment]
+    from appliance.runs.model_files import UNPINNED, CheckedModel
+
+    return CheckedModel(
+        Path("/models") / str(RESUME_MODEL["file"]),
+        str(RESUME_MODEL["file"]),
+        int(bytes_),
+        str(RESUME_MODEL["sha256"]),
+        UNPINNED,
+        False,
+    )
+
+
+def sealed_incomplete_run(root: Path, signer: "KeyPair | None") -> "tuple[Path, list[Trial]]":
+    """An interrupted run of tiny-oversub in root/run (one ok trial, one interrupted, one never
+    started), sealed as the runner seals it: signed by `signer` (unsigned when None)."""
+    from appliance.attest.bundle import finalize_bundle
+    from appliance.engine.lock import load_lock
+    from appliance.runs.model_files import UNPINNED
+    from appliance.runs.plan import trial_plan
+    from appliance.runs.profile import load_profile
+    from appliance.runs.record import schedule_record
+
+    profile = load_profile("tiny-oversub")
+    plan = trial_plan(profile, 1)
+    run = root / "run"
+    (run / "inputs").mkdir(parents=True)
+    (run / "inputs" / "profile.yaml").write_text(profile.source_text)
+    (run / "inputs" / "lock.json").write_text(json.dumps(load_lock().raw))
+    (run / "inputs" / "schedule.json").write_text(json.dumps(schedule_record(profile, plan)))
+    (run / "inputs" / "model.json").write_text(json.dumps({**RESUME_MODEL, "digest_status": UNPINNED}))
+    record = {
+        "status": "incomplete",
+        "profile": profile.name,
+        "run_id": "abc123",
+        "started_utc": "2026-01-01T00:00:00.000Z",
+        "ended_utc": "2026-01-01T00:01:00.000Z",
+        "image_id": RESUME_IMAGE_ID,
+    }
+    (run / "run.json").write_text(json.dumps(record))
+    for name, status in (("001-baseline-r1", "ok"), ("002-demand-mmap-r1", "interrupted")):
+        trial = run / "trials" / name
+        trial.mkdir(parents=True)
+        (trial / "trial.json").write_text(json.dumps({"name": name, "status": status}))
+        (trial / "timing.json").write_text(json.dumps({"decode_tokens_per_s": 2.11}))
+        (trial / "stdout.txt").write_text("kept")
+    finalize_bundle(run, signer.private if signer else None)
+    return run, plan

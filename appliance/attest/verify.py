@@ -51,6 +51,30 @@ MAX_SEAL_BYTES = 64 << 20
 RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc")
 
 
+# the fields the sealer (appliance.attest.bundle) writes, and no others
+MANIFEST_FIELDS = ("manifest_version", "created_by", "run_status", "bundle_digest", "files", "attestation")
+ATTESTATION_FIELDS = {"file", "sha256", "signed", "public_key"}
+FILE_ENTRY_FIELDS = {"sha256", "bytes"}
+PUBLIC_KEY_FIELDS = {"keyid", "keytype", "scheme", "keyval"}
+
+
+def _manifest_shape_ok(manifest: Any) -> bool:
+    if not isinstance(manifest, dict) or set(manifest) != set(MANIFEST_FIELDS):
+        return False
+    files, attestation = manifest["files"], manifest["attestation"]
+    key = attestation.get("public_key") if isinstance(attestation, dict) else None
+    return (
+        manifest["manifest_version"] == MANIFEST_VERSION
+        and isinstance(manifest["created_by"], str)
+        and isinstance(files, dict)
+        and all(isinstance(e, dict) and set(e) == FILE_ENTRY_FIELDS for e in files.values())
+        and isinstance(attestation, dict)
+        and set(attestation) == ATTESTATION_FIELDS
+        and attestation["file"] == ATTESTATION_FILE
+        and (key is None or (isinstance(key, dict) and set(key) == PUBLIC_KEY_FIELDS))
+    )
+
+
 class Verdict(Enum):
     """A bundle's verdict; `exit_code` is `appliance bundle verify`'s exit status."""
 
@@ -210,22 +234,12 @@ class _Verifier:
             hint = " (seal it with `appliance bundle sign DIR`)" if problem == "is missing" else ""
             self.add("manifest", False, f"{MANIFEST_FILE} {problem}{hint}", [MANIFEST_FILE])
             return
-        files = manifest.get("files") if isinstance(manifest, dict) else None
-        shape_ok = (
-            isinstance(manifest, dict)
-            and manifest.get("manifest_version") == MANIFEST_VERSION
-            and isinstance(files, dict)
-            and all(isinstance(e, dict) for e in files.values())
-            and isinstance(manifest.get("attestation"), dict)
-            and manifest["attestation"].get("file") == ATTESTATION_FILE
-            and isinstance(manifest.get("created_by"), str)
-        )
-        if not shape_ok:
+        if not _manifest_shape_ok(manifest):
             self.add(
                 "manifest",
                 False,
-                f"{MANIFEST_FILE} is not a version {MANIFEST_VERSION} manifest "
-                f"(created_by, files, attestation naming {ATTESTATION_FILE})",
+                f"{MANIFEST_FILE} is not a version {MANIFEST_VERSION} manifest (exactly "
+                f"{', '.join(MANIFEST_FIELDS)}; attestation naming {ATTESTATION_FILE})",
                 [MANIFEST_FILE],
             )
             return
@@ -306,8 +320,12 @@ class _Verifier:
             if signed_by(envelope, key):
                 self.state.signer = keyid
                 named = self._recorded_key()
+                written_key = (self.state.manifest or {}).get("attestation", {}).get("public_key", {}) or {}
                 if self.state.manifest is not None and (
-                    claimed is not True or named is None or named.keyid != keyid
+                    claimed is not True
+                    or named is None
+                    or named.keyid != keyid
+                    or written_key.get("keyid") != keyid
                 ):
                     self.add(
                         "signature",

@@ -16,17 +16,16 @@ from appliance.attest.dsse import KeyPair, init_keys
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ConfigError
 from appliance.engine.lock import load_lock
-from appliance.runs.model_files import UNPINNED, CheckedModel
+from appliance.runs.model_files import CheckedModel
 from appliance.runs.plan import Trial, trial_plan
 from appliance.runs.profile import Profile, load_profile
-from appliance.runs.record import schedule_record
 from appliance.runs.resume import needs_rerun, resume_point
 from appliance.runs.trial import RunContext
 from appliance.workflows.resume_check import resume_verifier, verify_for_resume
+from tests.fake_run import RESUME_IMAGE_ID as IMAGE_ID
+from tests.fake_run import resume_model as model
+from tests.fake_run import sealed_incomplete_run
 from tests.tamper import Keys
-
-IMAGE_ID = "sha256:" + "ab" * 32
-MODEL = {"file": "tiny.gguf", "bytes": 4096, "sha256": "cd" * 32}
 
 
 @pytest.fixture(scope="module")
@@ -41,49 +40,8 @@ def empty_trust_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APPLIANCE_TRUSTED_KEYS", str(tmp_path / "trusted-keys"))
 
 
-def model(bytes_: int = MODEL["bytes"]) -> CheckedModel:  # type: ignore[assignment]
-    return CheckedModel(
-        Path("/models") / str(MODEL["file"]),
-        str(MODEL["file"]),
-        int(bytes_),
-        str(MODEL["sha256"]),
-        UNPINNED,
-        False,
-    )
-
-
 def context(run: Path, profile: Profile, checked: CheckedModel | None = None) -> RunContext:
     return RunContext(None, profile, None, checked or model(), None, run, "new", Console(quiet=True))  # type: ignore[arg-type]
-
-
-def sealed_incomplete_run(tmp_path: Path, signer: KeyPair | None) -> tuple[Path, list[Trial]]:
-    """An interrupted run of tiny-oversub (one ok trial, one interrupted, one never started),
-    sealed as the runner seals it: signed by `signer` (unsigned when None)."""
-    profile = load_profile("tiny-oversub")
-    plan = trial_plan(profile, 1)
-    run = tmp_path / "run"
-    (run / "inputs").mkdir(parents=True)
-    (run / "inputs" / "profile.yaml").write_text(profile.source_text)
-    (run / "inputs" / "lock.json").write_text(json.dumps(load_lock().raw))
-    (run / "inputs" / "schedule.json").write_text(json.dumps(schedule_record(profile, plan)))
-    (run / "inputs" / "model.json").write_text(json.dumps({**MODEL, "digest_status": UNPINNED}))
-    record = {
-        "status": "incomplete",
-        "profile": profile.name,
-        "run_id": "abc123",
-        "started_utc": "2026-01-01T00:00:00.000Z",
-        "ended_utc": "2026-01-01T00:01:00.000Z",
-        "image_id": IMAGE_ID,
-    }
-    (run / "run.json").write_text(json.dumps(record))
-    for name, status in (("001-baseline-r1", "ok"), ("002-demand-mmap-r1", "interrupted")):
-        trial = run / "trials" / name
-        trial.mkdir(parents=True)
-        (trial / "trial.json").write_text(json.dumps({"name": name, "status": status}))
-        (trial / "timing.json").write_text(json.dumps({"decode_tokens_per_s": 2.11}))
-        (trial / "stdout.txt").write_text("kept")
-    finalize_bundle(run, signer.private if signer else None)
-    return run, plan
 
 
 def resume(
