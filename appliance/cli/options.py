@@ -6,13 +6,16 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.core.limits import MAX_REPEATS, MAX_SEED
+
+if TYPE_CHECKING:
+    from appliance.workflows.run import RunOptions
 
 MAX_COUNT = 1 << 31
 MAX_ATTEMPTS = 10  # per trial, on a cluster whose nodes are lost
@@ -94,6 +97,26 @@ def refuse_key_with_unsigned(key: Path | None, unsigned: bool) -> None:
     """`--key` and `--unsigned` together are refused the same way by every verb that signs."""
     if unsigned and key is not None:
         raise ConfigError("--key and --unsigned contradict each other: choose one")
+
+
+def run_options(
+    key: Path | None,
+    unsigned: bool,
+    trial_timeout: float | None,
+    cluster_address: str | None,
+    max_attempts: int,
+    resume: bool,
+) -> "RunOptions":
+    """The trial options `run` and `sweep` take, as the one value their workflows share (a
+    cluster address becomes the Ray executor; ray loads only for cluster runs)."""
+    from appliance.workflows.run import RunOptions
+
+    executor = None
+    if cluster_address is not None:
+        from appliance.cluster.run import cluster_executor
+
+        executor = cluster_executor(cluster_address, max_attempts)
+    return RunOptions(key, unsigned, trial_timeout, executor, resume)
 
 
 def trial_options(what: str) -> Callable[[F], F]:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from appliance.cli.options import (
     refuse_key_with_unsigned,
+    run_options,
     strict_json,
     trial_options,
 )
@@ -90,11 +91,7 @@ def run_command(
         print_header(console, prepared)
         print_plan(console, prepared, specs)
         return
-    executor = None
-    if cluster_address is not None:
-        from appliance.cluster.run import cluster_executor  # ray loads only for cluster runs
-
-        executor = cluster_executor(cluster_address, max_attempts)
+    options = run_options(key, unsigned, trial_timeout, cluster_address, max_attempts, resume)
     outcome = execute_profile(
         profile,
         models_dir,
@@ -103,13 +100,9 @@ def run_command(
         image=image,
         out=out,
         repeats=repeats,
-        key=key,
-        unsigned=unsigned,
-        trial_timeout=trial_timeout,
+        options=options,
         skip_digest=skip_digest_check,
         gpu_index=gpu_index,
-        executor=executor,
-        resume=resume,
     )
     if outcome.status != RunStatus.COMPLETE:
         raise ApplianceError(

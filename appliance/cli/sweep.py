@@ -9,6 +9,7 @@ from rich.console import Console
 from appliance.cli.options import (
     finite,
     refuse_key_with_unsigned,
+    run_options,
     strict_json,
     trial_options,
 )
@@ -101,21 +102,13 @@ def sweep_command(
                 )
             )
         return
-    executor = None
-    if cluster_address is not None:
-        from appliance.cluster.run import cluster_executor  # ray loads only for cluster runs
-
-        executor = cluster_executor(cluster_address, max_attempts)
+    options = run_options(key, unsigned, trial_timeout, cluster_address, max_attempts, resume)
     outcome, sweep = execute_sweep(
         plan,
         client,
         lock,
         console,
-        key=key,
-        unsigned=unsigned,
-        trial_timeout=trial_timeout,
-        executor=executor,
-        resume=resume,
+        options,
     )
     if as_json:
         click.echo(

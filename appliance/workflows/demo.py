@@ -14,6 +14,7 @@ from appliance.runs.status import RunStatus
 from appliance.runs.sweep import DEFAULT_MAX_HOURS, plan_sweep
 from appliance.workflows.run import (
     PipelineReport,
+    RunOptions,
     choose_source,
     ensure_engine_image,
     ensure_synth_model,
@@ -55,7 +56,7 @@ def demo(
         max_hours=DEFAULT_MAX_HOURS,
         image=tag,
     )
-    outcome, _ = execute_sweep(plan, client, lock, console, key=key)
+    outcome, _ = execute_sweep(plan, client, lock, console, RunOptions(key=key))
     report = verify_and_compare(
         outcome, plan.profile, key, console, evidence=claimed_evidence(outcome.run_dir)
     )

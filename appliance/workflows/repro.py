@@ -19,6 +19,7 @@ from appliance.host.gpu import Gpu, driver_satisfies, target_for_capability, vis
 from appliance.runs.profile import load_profile
 from appliance.workflows.run import (
     PipelineReport,
+    RunOptions,
     choose_source,
     ensure_engine_image,
     ensure_synth_model,
@@ -120,7 +121,15 @@ def reproduce(
         ensure_synth_model(profile, directory, console, progress)
         out = out_root / name if out_root is not None else None
         outcome = execute_profile(
-            profile, directory, lock, console, image=tag, out=out, repeats=repeats, key=key, progress=progress
+            profile,
+            directory,
+            lock,
+            console,
+            image=tag,
+            out=out,
+            repeats=repeats,
+            options=RunOptions(key=key),
+            progress=progress,
         )
         report = verify_and_compare(outcome, profile, key, console)
         report.paging = read_paging_analysis(outcome.run_dir)

@@ -73,6 +73,17 @@ def signing_key(key: Path | None, unsigned: bool, console: Console) -> Path | No
 
 
 @dataclass(frozen=True)
+class RunOptions:
+    """How a prepared run's trials run and how it is sealed: the same for every run kind."""
+
+    key: Path | None = None  # the signing key (None: the default key, made when missing)
+    unsigned: bool = False
+    trial_timeout: float | None = None
+    executor: ExecutorFactory | None = None  # None: here; else e.g. a Ray cluster
+    resume: bool = False
+
+
+@dataclass(frozen=True)
 class RunKind:
     """What a kind of run (`appliance run`, `appliance sweep`) adds to the one chain."""
 
@@ -88,17 +99,13 @@ def run_prepared(
     lock: Lock,
     console: Console,
     kind: RunKind,
-    *,
-    key: Path | None,
-    unsigned: bool = False,
-    trial_timeout: float | None = None,
-    executor: ExecutorFactory | None = None,
-    resume: bool = False,
+    options: RunOptions,
 ) -> RunOutcome:
     """The one chain of every run kind after `prepare_run`: the header, the trials (here or
     through `executor`, e.g. a cluster), the run's results and plots, the kind's analyses, the
     seal (signed with `signing_key`). With resume, only the trials the run directory lacks."""
     print_header(console, prepared)
+    executor = options.executor
     trial_executor = executor(prepared, lock, console) if executor is not None else None
     stand_in = print_stand_in(console, prepared, lock)
     if kind.announce is not None:
@@ -112,9 +119,9 @@ def run_prepared(
         prepared.run_dir,
         secrets.token_hex(6),
         console,
-        trial_timeout_s=trial_timeout,
+        trial_timeout_s=options.trial_timeout,
     )
-    signer = signing_key(key, unsigned, console)
+    signer = signing_key(options.key, options.unsigned, console)
     seal = functools.partial(finalize_bundle, key=signer, docker_client=client)
 
     def finalize(run_dir: Path) -> None:
@@ -135,7 +142,7 @@ def run_prepared(
         analyze=functools.partial(analyze_run, profile=prepared.profile),
         before_trials=kind.before_trials,
         executor=trial_executor,
-        resume=resume,
+        resume=options.resume,
         verify_resume=resume_verifier(signer),
     )
 
@@ -149,14 +156,10 @@ def execute_profile(
     image: str | None = None,
     out: Path | None = None,
     repeats: int | None = None,
-    key: Path | None = None,
-    unsigned: bool = False,
-    trial_timeout: float | None = None,
+    options: RunOptions = RunOptions(),
     skip_digest: bool = False,
     gpu_index: int | None = None,
     progress: ProgressFn | None = None,
-    executor: ExecutorFactory | None = None,
-    resume: bool = False,
 ) -> RunOutcome:
     """Run every trial of profile (here, or through `executor`, e.g. a cluster) and seal the
     run directory as a (signed) bundle; with resume, only the trials `out` still lacks."""
@@ -172,23 +175,12 @@ def execute_profile(
         gpu_index=gpu_index,
         client_factory=docker_client,
         progress=progress,
-        resume=resume,
+        resume=options.resume,
     )
     kind = RunKind(
         analyze=functools.partial(write_paging_analysis, model_path=prepared.model.path, profile=profile)
     )
-    outcome = run_prepared(
-        prepared,
-        client,
-        lock,
-        console,
-        kind,
-        key=key,
-        unsigned=unsigned,
-        trial_timeout=trial_timeout,
-        executor=executor,
-        resume=resume,
-    )
+    outcome = run_prepared(prepared, client, lock, console, kind, options)
     print_summary(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
     return outcome
 

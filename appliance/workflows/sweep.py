@@ -8,7 +8,6 @@ leaves (`appliance.analysis.run_analyses.write_sweep_analysis`).
 """
 
 import functools
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -17,10 +16,9 @@ from appliance.analysis.run_analyses import write_sweep_analysis
 from appliance.analysis.sweep_report import print_sweep, print_sweep_outcome
 from appliance.engine.lock import Lock
 from appliance.runs.execute import RunOutcome
-from appliance.runs.executor import ExecutorFactory
 from appliance.runs.run_dir import RunDir
 from appliance.runs.sweep import SweepPlan, print_grid, run_disk_probe
-from appliance.workflows.run import RunKind, run_prepared
+from appliance.workflows.run import RunKind, RunOptions, run_prepared
 
 
 def execute_sweep(
@@ -28,36 +26,20 @@ def execute_sweep(
     client: Any,
     lock: Lock,
     console: Console,
-    *,
-    key: Path | None,
-    unsigned: bool = False,
-    trial_timeout: float | None = None,
-    executor: ExecutorFactory | None = None,
-    resume: bool = False,
+    options: RunOptions,
 ) -> tuple[RunOutcome, dict[str, Any]]:
     """The probe (on this machine), every trial (here or through `executor`, e.g. a cluster),
     the analysis, the seal; prints the sweep's table. With resume, only the trials the run
     directory lacks run, and the probe only if it has none."""
     prepared = plan.prepared
-    probed = resume and RunDir(prepared.run_dir).read_probe() is not None
+    probed = options.resume and RunDir(prepared.run_dir).read_probe() is not None
     kind = RunKind(
         analyze=functools.partial(write_sweep_analysis, model_path=prepared.model.path),
         announce=functools.partial(print_grid, plan=plan),
         before_trials=None if probed else functools.partial(run_disk_probe, plan=plan),
         record={"sweep": plan.run_record()},
     )
-    outcome = run_prepared(
-        prepared,
-        client,
-        lock,
-        console,
-        kind,
-        key=key,
-        unsigned=unsigned,
-        trial_timeout=trial_timeout,
-        executor=executor,
-        resume=resume,
-    )
+    outcome = run_prepared(prepared, client, lock, console, kind, options)
     sweep = RunDir(outcome.run_dir).read_results().get("sweep", {})
     print_sweep(console, sweep)
     print_sweep_outcome(console, outcome.results, outcome.run_dir, outcome.status, outcome.plots)
