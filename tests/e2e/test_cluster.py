@@ -235,6 +235,23 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     assert any(t["status"] == "interrupted" for t in trials(run).values())
     kept = {name: tree_digest(run / "trials" / name) for name in done}
 
+    # a recorded trial edited after the seal: resume refuses in one line and changes nothing
+    timing = run / "trials" / sorted(done)[0] / "timing.json"
+    genuine = timing.read_bytes()
+    timing.write_bytes(genuine + b" ")  # still JSON, another digest
+    edited = tree_digest(run)
+    refused = cluster["nodes"].appliance(*args, "--resume")
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: cannot resume {run}: its seal does not verify as an incomplete run (verdict tampered"
+        )
+    ), refused.stderr[-2000:]
+    assert tree_digest(run) == edited and "starting container" not in refused.stdout
+    timing.write_bytes(genuine)
+
     resumed = cluster["nodes"].appliance(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-4000:]
     assert f"{len(done)} of 6 trials recorded, {6 - len(done)} to run" in resumed.stdout
