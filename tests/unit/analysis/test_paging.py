@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.analysis.paging import distinct_experts, predicted_cold_read
+from appliance.analysis.paging import distinct_experts, predicted_cold_read, run_trial_contamination
 from appliance.planner.accounting import account_file
 from appliance.trace.format import write_trace
 from tests.models import tiny_model
@@ -82,3 +82,40 @@ def test_distinct_experts_keeps_layers_apart_however_far() -> None:
     layers = np.array([0, 2], dtype=np.uint16)  # layer 2 is more than n_experts layers away
     ids = np.array([[1], [0]], dtype=np.int32)
     assert distinct_experts(layers, ids, 2) == 2
+
+
+def _timing(decode_read_bytes: int | None) -> dict[str, object]:
+    """A trial's timing.json: the engine's anonymous memory and, unless None, its io counters
+    with decode_read_bytes read between the end of prefill and the end of decode."""
+    timing: dict[str, object] = {"residency_after_load": {"anon_bytes": ANON}}
+    if decode_read_bytes is not None:
+        timing["io"] = {
+            "load_end": {"read_bytes": 1_000_000},
+            "prefill_end": {"read_bytes": 1_200_000},
+            "decode_end": {"read_bytes": 1_200_000 + decode_read_bytes},
+        }
+    return timing
+
+
+def test_a_run_trial_below_belady_at_k_slots_is_flagged(model: Path, tmp_path: Path) -> None:
+    """At a limit that leaves exactly k expert slots, every decode request misses for any
+    policy, Belady too; of those, A's and B's first touches (2·L·k) are not capacity misses,
+    so Belady must re-read (decode_steps − 2)·L·k experts. Page rounding allows two pages each."""
+    layers, experts, k, one, non_expert = _facts(model)
+    decode_steps = 6
+    trace = _write(hand_trace(layers, experts, k, decode_steps), tmp_path)
+    limit = non_expert + ANON + k * one + one - 1
+    rereads = (decode_steps - 2) * layers * k
+    floor = rereads * one - rereads * 2 * 4096
+
+    def flag(decode_read_bytes: int | None) -> dict[str, object]:
+        trial = {"memory_limit": limit, "timing": _timing(decode_read_bytes)}
+        return run_trial_contamination(trial, trace, model)
+
+    assert flag(floor) == {"comparable": True, "checked": True, "belady_floor_bytes": floor}
+    below = flag(floor - 1)
+    assert below["comparable"] is False and below["belady_floor_bytes"] == floor
+    assert str(below["reason"]).startswith(
+        f"measured decode reads {floor - 1} B are below the {rereads * one} B Belady must re-read"
+    )
+    assert flag(None) == {"comparable": True, "checked": False}
