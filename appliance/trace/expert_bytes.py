@@ -120,14 +120,16 @@ def gguf_trace_fields(path: Path) -> dict[str, Any]:
         header = read_header_file(path)
     except ApplianceError as exc:
         raise ConfigError(f"cannot read GGUF: {exc}") from None
+    from gguf import Keys
+
     arch, n_experts, n_used, per_layer = _header_experts(header)
-    blocks = header.get(f"{arch}.block_count")
+    blocks = header.get(Keys.LLM.BLOCK_COUNT.format(arch=arch))
     if not n_experts or not n_used or not per_layer:
         raise ConfigError(f"{path.name} is not a mixture-of-experts GGUF (no expert tensors)")
     if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks <= max(per_layer):
         raise ConfigError(
-            f"{path.name}: {arch}.block_count is {blocks!r}, not a number of blocks above its "
-            f"last MoE layer {max(per_layer)}; the GGUF header is corrupt"
+            f"{path.name}: {Keys.LLM.BLOCK_COUNT.format(arch=arch)} is {blocks!r}, not a number "
+            f"of blocks above its last MoE layer {max(per_layer)}; the GGUF header is corrupt"
         )
     return {
         "arch": str(arch),
