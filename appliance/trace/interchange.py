@@ -18,7 +18,7 @@ import numpy as np
 
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
-from appliance.core.strict_load import read_bytes
+from appliance.core.strict_load import parse_json_bytes, read_bytes
 from appliance.trace.events import EventStream, single_item_stream, trace_events
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, VERSION, Trace, row_dtype
 from appliance.trace.names import EXPORT_FORMATS, IMPORT_FORMATS
@@ -27,6 +27,7 @@ MAX_IMPORT_BYTES = 1 << 30  # a CSV row is at least 4 bytes: 268M activations
 # What each source cannot record (the header's `not_recorded`, in the schema's enum).
 NOT_RECORDED = {
     "llamacpp-csv": ["gate_weights", "step_boundaries", "prompt_decode_split", "positions"],
+    "vllm": ["gate_weights", "step_boundaries"],
 }
 CSV_HEADER = b"layer,expert"
 _CSV_BODY = re.compile(rb"(?:-?[0-9]{1,9},-?[0-9]{1,9}\n)*(?:-?[0-9]{1,9},-?[0-9]{1,9}\n?)?")
@@ -174,9 +175,103 @@ def import_trace(path: Path, fmt: str, model: dict[str, Any]) -> Trace:
         raise ConfigError(f"unknown import format {fmt!r}; choose from {', '.join(IMPORT_FORMATS)}")
     data = read_bytes(path, MAX_IMPORT_BYTES)
     source = {"format": fmt, "file": path.name, "sha256": sha256_bytes(data)}
+    if fmt == "vllm":
+        return vllm_to_trace(parse_json_bytes(data, str(path), MAX_IMPORT_BYTES), model, source, str(path))
     first_line = 2 if data.startswith(CSV_HEADER + b"\n") else 1
     pairs = parse_llamacpp_csv(data, str(path))
     return routes_to_trace(pairs, model, source, str(path), first_line)
+
+
+# --- vLLM routed experts ------------------------------------------------------------------------
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def vllm_to_trace(doc: Any, model: dict[str, Any], source: dict[str, Any], where: str) -> Trace:
+    """Requests of vLLM's `--enable-return-routed-experts` output, one after another.
+
+    A request is an object whose `routed_experts` is `[token][layer][k]` expert ids (vLLM's
+    `CompletionOutput.routed_experts` as a list; the layer axis is every block, or only the
+    MoE blocks), with `prompt_token_ids` (or `num_prompt_tokens`) telling how many of its
+    tokens are prompt. Each prompt is one step and each generated token one step: vLLM does
+    not say how its scheduler split the prompt."""
+    records = doc if isinstance(doc, list) else [doc]
+    k, n_experts = model["n_expert_used"], model["n_experts"]
+    moe_layers = model["moe_layers"]
+    steps: list[np.ndarray] = []
+    step = 0
+    for index, record in enumerate(records):
+        at = f"{where}: request {index}"
+        routed = record.get("routed_experts") if isinstance(record, dict) else None
+        if not isinstance(routed, list) or not routed:
+            raise ConfigError(
+                f"{at} has no routed_experts; run vLLM with --enable-return-routed-experts "
+                "and keep each output's routed_experts"
+            )
+        if (
+            not all(
+                isinstance(t, list) and all(isinstance(layer, list) and len(layer) == k for layer in t)
+                for t in routed
+            )
+            or len({len(t) for t in routed}) != 1
+        ):
+            raise ConfigError(f"{at}: routed_experts is not a [token][layer][{k}] array of expert ids")
+        ids = np.array(routed, dtype=object)
+        if not all(_whole(x) for x in ids.ravel()):
+            raise ConfigError(f"{at}: routed_experts holds a value that is not an expert id")
+        ids = ids.astype(np.int64)
+        n_axis = ids.shape[1]
+        if n_axis == model["n_layers"]:
+            ids = ids[:, moe_layers, :]
+        elif n_axis != len(moe_layers):
+            raise ConfigError(
+                f"{at}: routed_experts has {n_axis} layers; {model['model_file']} has "
+                f"{model['n_layers']} blocks, {len(moe_layers)} of them MoE"
+            )
+        if int(ids.min()) < 0 or int(ids.max()) >= n_experts:
+            raise ConfigError(
+                f"{at}: an expert id is outside 0..{n_experts - 1}, the experts of {model['model_file']}"
+            )
+        prompt = record.get("prompt_token_ids")
+        n_prompt = len(prompt) if isinstance(prompt, list) else record.get("num_prompt_tokens")
+        if not _whole(n_prompt) or not 0 <= n_prompt <= len(ids):
+            raise ConfigError(
+                f"{at}: needs prompt_token_ids or num_prompt_tokens (0..{len(ids)}) "
+                "to split prompt and decode"
+            )
+        n_tokens = len(ids)
+        token_step = np.where(np.arange(n_tokens) < n_prompt, 0, np.arange(n_tokens) - n_prompt + 1)
+        token_step = step + token_step - (0 if n_prompt else 1)
+        rows = np.zeros(n_tokens * len(moe_layers), dtype=row_dtype(k, False))
+        # rows in evaluation order: step, then layer, then position
+        order = np.lexsort(
+            (
+                np.arange(n_tokens)[:, None].repeat(len(moe_layers), 1).ravel(),
+                np.tile(np.arange(len(moe_layers)), n_tokens),
+                token_step.repeat(len(moe_layers)),
+            )
+        )
+        tok = np.arange(n_tokens).repeat(len(moe_layers))[order]
+        lay = np.tile(np.arange(len(moe_layers)), n_tokens)[order]
+        rows["step"] = token_step[tok]
+        rows["layer"] = np.asarray(moe_layers)[lay]
+        rows["kind"] = np.where(tok < n_prompt, KIND_PROMPT, KIND_DECODE)
+        rows["pos"] = tok
+        rows["ids"] = ids[tok, lay]
+        steps.append(rows)
+        step = int(token_step[-1]) + 1
+    header = {
+        "format": "moetrace",
+        "version": VERSION,
+        **model,
+        "has_weights": False,
+        "engine": {"tool": "appliance trace import --from vllm", "llama_build": None, "backend": None},
+        "source": source,
+        "not_recorded": list(NOT_RECORDED["vllm"]),
+    }
+    return Trace(header=header, rows=np.concatenate(steps))
 
 
 def llamacpp_csv(trace: Trace) -> bytes:

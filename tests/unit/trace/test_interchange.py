@@ -265,3 +265,36 @@ def test_bad_input_one_line_each(tmp_path: Path, model: Path) -> None:
     )
     result = run_cli(*args, "s3fifo")
     assert result.returncode == 2 and "s3fifo needs a capacity of at least 20 experts" in last_line(result)
+
+
+def vllm_record(prompt: int, routed: list[list[list[int]]]) -> dict[str, object]:
+    """One request as vLLM returns it with --enable-return-routed-experts (PR 28284):
+    `routed_experts` of shape [token][layer][k], beside the prompt's token ids."""
+    return {"prompt_token_ids": list(range(100, 100 + prompt)), "routed_experts": routed}
+
+
+def test_vllm_import_places_prompt_and_decode(tmp_path: Path, model: Path) -> None:
+    routed = [[[3, 7], [2, 4], [5, 6]], [[1, 15], [9, 0], [5, 6]], [[3, 8], [2, 11], [5, 12]]]
+    src = tmp_path / "vllm.json"
+    src.write_text(json.dumps([vllm_record(2, routed), vllm_record(1, routed[:2])]))
+    out = tmp_path / "v.moetrace"
+    run_cli(
+        "trace", "import", str(src), "--from", "vllm", "--model", str(model), "--out", str(out), check=True
+    )
+    trace = read_trace(out)
+    assert trace.header["not_recorded"] == ["gate_weights", "step_boundaries"]
+    assert trace.steps.tolist() == [0] * 6 + [1] * 3 + [2] * 3 + [3] * 3
+    assert trace.layers.tolist() == [0, 0, 1, 1, 2, 2] + [0, 1, 2] * 3
+    assert trace.rows["kind"].tolist() == [0] * 6 + [1] * 3 + [0] * 3 + [1] * 3
+    assert trace.ids.tolist()[:6] == [[3, 7], [1, 15], [2, 4], [9, 0], [5, 6], [5, 6]]
+    csv = tmp_path / "v.csv"
+    run_cli("trace", "export", str(out), "--to", "llamacpp-csv", "--out", str(csv), check=True)
+    back = read_trace(imported(tmp_path, model, csv.read_text()))
+    assert back.ids.tolist() == trace.ids.tolist() and back.layers.tolist() == trace.layers.tolist()
+    src.write_text(json.dumps([vllm_record(2, routed), {"prompt_token_ids": [1, 2], "text": "hi"}]))
+    result = run_cli("trace", "import", str(src), "--from", "vllm", "--model", str(model), "--out", str(out))
+    assert result.returncode == 2
+    assert last_line(result) == (
+        f"error: {src}: request 1 has no routed_experts; run vLLM with "
+        "--enable-return-routed-experts and keep each output's routed_experts"
+    )
