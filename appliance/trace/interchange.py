@@ -198,6 +198,8 @@ def vllm_to_trace(doc: Any, model: dict[str, Any], source: dict[str, Any], where
     tokens are prompt. Each prompt is one step and each generated token one step: vLLM does
     not say how its scheduler split the prompt."""
     records = doc if isinstance(doc, list) else [doc]
+    if not records:
+        raise ConfigError(f"{where}: no request in the file; nothing to import")
     k, n_experts = model["n_expert_used"], model["n_experts"]
     moe_layers = model["moe_layers"]
     steps: list[np.ndarray] = []
@@ -221,6 +223,10 @@ def vllm_to_trace(doc: Any, model: dict[str, Any], source: dict[str, Any], where
         ids = np.array(routed, dtype=object)
         if not all(_whole(x) for x in ids.ravel()):
             raise ConfigError(f"{at}: routed_experts holds a value that is not an expert id")
+        if not all(0 <= x < n_experts for x in ids.ravel()):
+            raise ConfigError(
+                f"{at}: an expert id is outside 0..{n_experts - 1}, the experts of {model['model_file']}"
+            )
         ids = ids.astype(np.int64)
         n_axis = ids.shape[1]
         if n_axis == model["n_layers"]:
@@ -229,10 +235,6 @@ def vllm_to_trace(doc: Any, model: dict[str, Any], source: dict[str, Any], where
             raise ConfigError(
                 f"{at}: routed_experts has {n_axis} layers; {model['model_file']} has "
                 f"{model['n_layers']} blocks, {len(moe_layers)} of them MoE"
-            )
-        if int(ids.min()) < 0 or int(ids.max()) >= n_experts:
-            raise ConfigError(
-                f"{at}: an expert id is outside 0..{n_experts - 1}, the experts of {model['model_file']}"
             )
         prompt = record.get("prompt_token_ids")
         n_prompt = len(prompt) if isinstance(prompt, list) else record.get("num_prompt_tokens")
