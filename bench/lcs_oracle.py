@@ -11,27 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
-ORACLE_DTYPE = np.dtype([("time", "<u4"), ("obj", "<u8"), ("size", "<u4"), ("next", "<i8")])
+from appliance.trace.interchange import oracle_records
+
 LCS_POLICIES = ("fifo", "lru", "lfu", "belady")
-
-
-def next_vtime(objs: np.ndarray) -> np.ndarray:
-    """Index (vtime) of each request's next request for the same object, -1 when none."""
-    n = len(objs)
-    order = np.lexsort((np.arange(n), objs))
-    nxt = np.full(n, -1, dtype=np.int64)
-    same = objs[order[1:]] == objs[order[:-1]]
-    nxt[order[:-1][same]] = order[1:][same]
-    return nxt
 
 
 def write_oracle_trace(path: Path, objs: np.ndarray) -> Path:
     """Write a flat stream of object ids (size 1 each) as an oracleGeneral trace."""
-    rec = np.zeros(len(objs), dtype=ORACLE_DTYPE)
-    rec["time"] = np.arange(len(objs)) // 1000
-    rec["obj"] = objs.astype(np.uint64) + 1  # keep id 0 out: some readers treat it as empty
-    rec["size"] = 1
-    rec["next"] = next_vtime(objs)
+    n = len(objs)
+    # keep id 0 out: some readers treat it as empty
+    rec = oracle_records(objs.astype(np.uint64) + 1, np.ones(n, dtype=np.int64), np.arange(n) // 1000)
     path.write_bytes(rec.tobytes())
     return path
 

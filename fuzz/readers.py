@@ -242,6 +242,47 @@ def run_trace(case: bytes) -> None:
 # engine lock and profiles, through the public loaders
 
 
+# other tools' routing records (trace import) -> .moetrace rows -> the header check
+
+IMPORT_MODEL = {  # a model layout as gguf_trace_fields gives it (3 MoE blocks, 16 experts, k 2)
+    "arch": "qwen3moe",
+    "model_file": "m.gguf",
+    "model_bytes": 1,
+    "model_sha256": None,
+    "n_layers": 4,
+    "moe_layers": [0, 1, 3],
+    "n_experts": 16,
+    "n_expert_used": 2,
+}
+
+
+def import_seeds(workdir: Path) -> list[bytes]:
+    csv = b"0,3\n0,7\n0,1\n0,15\n1,2\n1,4\n1,9\n1,0\n3,5\n3,6\n0,3\n0,8\n1,2\n1,11\n3,5\n3,12\n"
+    routed = [[[3, 7], [2, 4], [0, 0], [5, 6]], [[1, 15], [9, 0], [0, 0], [5, 6]]]
+    vllm = json.dumps([{"prompt_token_ids": [1], "routed_experts": routed}]).encode()
+    return [b"C" + csv, b"V" + vllm]
+
+
+def mutate_import(rng: random.Random, seed: bytes) -> bytes:
+    kind, body = seed[:1], seed[1:]
+    if kind == b"V" and rng.random() < 0.6:
+        return kind + mutate_json(rng, body)
+    return kind + mutate_bytes(rng, body)
+
+
+def run_import(case: bytes) -> None:
+    from appliance.trace.format import encode_header, parse_trace
+    from appliance.trace.interchange import import_trace
+
+    path = _scratch() / "routes"
+    path.write_bytes(case[1:])
+    trace = import_trace(path, "vllm" if case[:1] == b"V" else "llamacpp-csv", IMPORT_MODEL)
+    encoded = encode_header({**trace.header})
+
+    whole = struct.pack("<8sII", b"MOETRACE", 1, len(encoded)) + encoded + trace.rows.tobytes()
+    parse_trace(whole + struct.pack("<8sQ", b"MOETEND\0", len(trace.rows)), where="imported")
+
+
 def lock_seeds(workdir: Path) -> list[bytes]:
     return [(REPO / "engine" / "llama.cpp.lock.json").read_bytes()]
 
@@ -594,6 +635,7 @@ READERS = {  # cheapest first
     "gguf": Reader("gguf", gguf_cases.seed_headers, gguf_cases.mutate, run_gguf),
     "lock": Reader("lock", lock_seeds, mutate_json, run_lock),
     "trace": Reader("trace", trace_seeds, mutate_trace, run_trace),
+    "trace-import": Reader("trace-import", import_seeds, mutate_import, run_import),
     "remote": Reader("remote", remote_seeds, mutate_remote, run_remote, workers=4),
     "profile": Reader("profile", profile_seeds, mutate_yaml, run_profile),
     "bundle": Reader("bundle", bundle_seeds, mutate_bundle, run_bundle),

@@ -19,13 +19,14 @@ from appliance.cli.options import (
 )
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
-from appliance.trace.names import POLICIES
+from appliance.trace.names import EXPORT_FORMATS, IMPORT_FORMATS, POLICIES
 
 if TYPE_CHECKING:
     from appliance.trace.format import Trace
     from appliance.trace.replay import ReplaySetup
 
 SCOPE = click.Choice(["per-layer", "global"])
+ENGINES = ("appliance", "libcachesim")
 
 
 def _emit(data: dict[str, Any]) -> None:
@@ -216,6 +217,14 @@ def _replay_options(func: Any) -> Any:
     "--capacity", "capacity", multiple=True, required=True, help="Experts per cache (repeat or comma list)."
 )
 @_replay_options
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="appliance",
+    show_default=True,
+    help="appliance: our MoE-atomic replay; libcachesim: libCacheSim's policies (--policy names "
+    "them) on the request-level view, printed beside ours.",
+)
 @json_option
 def replay_cmd(
     trace_path: Path,
@@ -225,27 +234,95 @@ def replay_cmd(
     expert_bytes: str | None,
     model: Path | None,
     calibration: Path | None,
+    engine: str,
     as_json: bool,
 ) -> None:
     """Replay TRACE through cache policies: hits, misses, hit rate, bytes moved."""
     from appliance.trace.replay import replay_report
 
+    capacities = _capacities(capacity)
+    lcs_names: list[str] = []
+    if engine == "libcachesim":
+        from appliance.trace.lcs_replay import check_capacities, check_policies
+
+        lcs_names = check_policies(_split(policy))
+        check_capacities(lcs_names, capacities)
+        policy = ()
     trace, setup = _setup(trace_path, expert_bytes, model, calibration)
-    report = replay_report(setup, trace.header, _policies(policy), _capacities(capacity), scope)
+    report = replay_report(setup, trace.header, _policies(policy), capacities, scope)
+    theirs = None
+    if engine == "libcachesim":
+        from appliance.trace.lcs_replay import lcs_report
+
+        theirs = lcs_report(setup.events, lcs_names, capacities, scope)
     if as_json:
-        _emit(report)
+        _emit(report if theirs is None else {"appliance": report, "libcachesim": theirs})
         return
     click.echo(f"{report['requests']} requests in {report['events']} events, scope {scope}")
+    if theirs is not None:
+        click.echo("appliance replay (MoE-atomic events, pins)")
+    _table(report["results"])
+    if theirs is not None:
+        click.echo(f"libCacheSim, {theirs['view']}")
+        _table(theirs["results"])
+
+
+def _table(results: list[dict[str, Any]]) -> None:
     click.echo(
         f"{'policy':<12} {'capacity':>8} {'hits':>10} {'misses':>10} {'hit rate':>9} {'bytes moved':>14}"
     )
-    for r in report["results"]:
+    for r in results:
         t = r["total"]
         moved = "-" if t["bytes_moved"] is None else str(t["bytes_moved"])
         rate = "-" if t["hit_rate"] is None else f"{t['hit_rate']:.4f}"
         click.echo(
             f"{r['policy']:<12} {r['capacity']:>8} {t['hits']:>10} {t['misses']:>10} {rate:>9} {moved:>14}"
         )
+
+
+@trace_group.command("import")
+@click.argument("source", metavar="FILE", type=click.Path(path_type=Path))
+@click.option("--from", "fmt", type=click.Choice(IMPORT_FORMATS), required=True, help="FILE's format.")
+@click.option(
+    "--model", type=click.Path(path_type=Path), required=True, help="GGUF the routes were recorded with."
+)
+@click.option("--out", type=OutputPath(), required=True, help="The .moetrace to write.")
+def import_cmd(source: Path, fmt: str, model: Path, out: Path) -> None:
+    """Turn another tool's routing record into a .moetrace (the header says what it lacks)."""
+    from appliance.trace.expert_bytes import gguf_trace_fields
+    from appliance.trace.format import write_trace
+    from appliance.trace.interchange import import_trace
+
+    trace = import_trace(source, fmt, gguf_trace_fields(model))
+    write_trace(out, trace.header, trace.rows)
+    missing = ", ".join(trace.header["not_recorded"])
+    click.echo(f"wrote {out}: {len(trace.rows)} rows, {trace.n_steps} steps; not recorded: {missing}")
+
+
+@trace_group.command("export")
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--to", "fmt", type=click.Choice(EXPORT_FORMATS), required=True, help="Format to write.")
+@click.option("--out", type=OutputPath(), required=True, help="File to write.")
+@click.option(
+    "--model",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="GGUF the trace was recorded with (libcachesim: object sizes are its expert bytes).",
+)
+def export_cmd(trace_path: Path, fmt: str, out: Path, model: Path | None) -> None:
+    """Write TRACE as llama.cpp's moe-trace CSV or libCacheSim's oracleGeneral binary."""
+    from appliance.trace.expert_bytes import expert_bytes_from_gguf
+    from appliance.trace.format import read_trace
+    from appliance.trace.interchange import export_trace
+
+    trace = read_trace(trace_path)
+    per_layer = expert_bytes_from_gguf(model, trace.header) if model is not None else None
+    data = export_trace(trace, fmt, per_layer)
+    try:
+        atomic.write_bytes(out, data)
+    except OSError as exc:
+        raise ConfigError(f"{out}: cannot write ({exc.strerror})") from None
+    click.echo(f"wrote {out}: {len(data)} bytes ({fmt})")
 
 
 @trace_group.command("curves")

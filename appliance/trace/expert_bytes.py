@@ -111,3 +111,33 @@ def gguf_expert_layout(path: Path) -> tuple[int, int, dict[int, int]]:
     if not n_experts or not n_used or not per_layer:
         raise ConfigError(f"{path.name} is not a mixture-of-experts GGUF (no expert tensors)")
     return int(n_experts), int(n_used), per_layer
+
+
+def gguf_trace_fields(path: Path) -> dict[str, Any]:
+    """The header fields a trace of this GGUF carries (arch, model identity, layers, experts),
+    for a trace made elsewhere and imported; ConfigError when it is not a MoE model."""
+    try:
+        header = read_header_file(path)
+    except ApplianceError as exc:
+        raise ConfigError(f"cannot read GGUF: {exc}") from None
+    from gguf import Keys
+
+    arch, n_experts, n_used, per_layer = _header_experts(header)
+    blocks = header.get(Keys.LLM.BLOCK_COUNT.format(arch=arch))
+    if not n_experts or not n_used or not per_layer:
+        raise ConfigError(f"{path.name} is not a mixture-of-experts GGUF (no expert tensors)")
+    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks <= max(per_layer):
+        raise ConfigError(
+            f"{path.name}: {Keys.LLM.BLOCK_COUNT.format(arch=arch)} is {blocks!r}, not a number "
+            f"of blocks above its last MoE layer {max(per_layer)}; the GGUF header is corrupt"
+        )
+    return {
+        "arch": str(arch),
+        "model_file": path.name,
+        "model_bytes": path.stat().st_size,
+        "model_sha256": sha256_file(path),
+        "n_layers": blocks,
+        "moe_layers": sorted(per_layer),
+        "n_experts": int(n_experts),
+        "n_expert_used": int(n_used),
+    }

@@ -2,3 +2,5 @@
 
 POLICIES = ("fifo", "lru", "lfu", "lfru", "least-stale", "static-hot", "belady")
 SCOPES = ("per-layer", "global")
+IMPORT_FORMATS = ("llamacpp-csv", "vllm")  # `trace import --from` (appliance.trace.interchange)
+EXPORT_FORMATS = ("llamacpp-csv", "libcachesim")  # `trace export --to`

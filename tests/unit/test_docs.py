@@ -26,7 +26,7 @@ import pytest
 
 from tests.conftest import REPO
 
-RUNNABLE_DOCS = ("README.md", "docs/reproducing.md", "docs/publication-scope.md")
+RUNNABLE_DOCS = ("README.md", "docs/reproducing.md", "docs/publication-scope.md", "docs/trace-format.md")
 SH_DOCS = (*RUNNABLE_DOCS, "CONTRIBUTING.md", "docs/limitations.md", "docs/zh-CN.md", "SUPPORT.md")
 FENCE = re.compile(r"^```(.*)$")
 LINE_TIMEOUT_S = 600
