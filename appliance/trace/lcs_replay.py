@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.trace.events import EventStream, TraceEvents, single_item_stream
 from appliance.trace.interchange import oracle_records
@@ -90,7 +91,7 @@ def pool_misses(
         return [0] * len(runs)
     path = work / f"pool-{index}.oracleGeneral"
     ones = np.ones(n, dtype=np.int64)
-    path.write_bytes(oracle_records(flat.items.astype(np.uint64) + 1, ones, flat.step).tobytes())
+    atomic.write_bytes(path, oracle_records(flat.items.astype(np.uint64) + 1, ones, flat.step).tobytes())
     reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
     hashpower = max(12, int(pool.n_objects).bit_length() + 1)
     out = []
