@@ -47,8 +47,8 @@ REFUSALS = {
     ),
     "bundle/manifest-a-list.json": (
         "manifest",
-        "manifest.json is not a version 1 manifest (created_by, files, attestation naming "
-        "attestation.dsse.json)",
+        "manifest.json is not a version 1 manifest (exactly manifest_version, created_by, "
+        "run_status, bundle_digest, files, attestation; attestation naming attestation.dsse.json)",
     ),
     "bundle/manifest-file-named-newline.json": (
         "attestation-digest",
@@ -57,8 +57,8 @@ REFUSALS = {
     ),
     "bundle/manifest-files-entry-a-number.json": (
         "manifest",
-        "manifest.json is not a version 1 manifest (created_by, files, attestation naming "
-        "attestation.dsse.json)",
+        "manifest.json is not a version 1 manifest (exactly manifest_version, created_by, "
+        "run_status, bundle_digest, files, attestation; attestation naming attestation.dsse.json)",
     ),
 }
 
