@@ -183,13 +183,16 @@ class LoopbackCluster:
             below = {pid for pid, parent in parents.items() if parent in doomed} - doomed
             doomed |= below
             grew = bool(below)
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in doomed:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            if sig == signal.SIGSTOP:
-                meanwhile()
+        self._signal(doomed, signal.SIGSTOP)
+        meanwhile()
+        self._signal(doomed, signal.SIGKILL)
         return sorted(doomed)
+
+    @staticmethod
+    def _signal(pids: set[int], sig: signal.Signals) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def stop(self) -> None:
         for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):

@@ -287,7 +287,7 @@ def test_an_interrupted_sweep_resumes_with_only_its_missing_trials(
     assert record["executor"]["isolated_nodes"] is False
 
 
-def running_container(docker_client: Any, trial: str, timeout_s: float = 120.0) -> Any:  # noqa: ANN401
+def running_container(docker_client: Any, trial: str, timeout_s: float = 120.0) -> Any:
     """The trial's container once Docker says it runs."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
