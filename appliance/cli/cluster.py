@@ -84,6 +84,7 @@ def join_command(
     """Join the Ray cluster at ADDRESS (or start its head with --head), offering this
     machine's targets (probed as `appliance doctor` does) as `appliance-<target>: 1`."""
     from appliance.cluster.join import (
+        check_head_answers,
         check_host,
         detect_targets,
         node_environment,
@@ -93,9 +94,11 @@ def join_command(
         run_ray_start,
     )
 
-    parse_address(address, "--head ADDRESS" if head else "ADDRESS")  # before Ray or Docker is asked
+    host, port = parse_address(address, "--head ADDRESS" if head else "ADDRESS")  # before Ray or Docker
     if node_ip is not None:
         check_host(node_ip, "--node-ip-address")
+    if not head and not dry_run:
+        check_head_answers(host, port)
     _require_ray()
     lock = load_lock(lock_path)
     chosen = parse_images(images, lock)

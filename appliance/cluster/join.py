@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,8 @@ from appliance.host.gpu import NvmlUnavailable, detect_gpus, fitting_target
 HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 MAX_PORT = 65535
 ADDRESS_FORM = "HOST:PORT (a host name, an IPv4 address or [IPv6]; port 1..65535)"
+HEAD_PROBE_S = 5.0  # a head that does not accept a TCP connection in this long is not there
+RAY_START_DEADLINE_S = 300.0
 
 
 def check_host(host: str, what: str) -> str:
@@ -73,6 +76,23 @@ def parse_address(address: str, what: str = "ADDRESS") -> tuple[str, int]:
     if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= MAX_PORT:
         raise ConfigError(f"{what}: port {one_line(port)!r} is not a number from 1 to {MAX_PORT}")
     return host, int(port)
+
+
+def check_head_answers(host: str, port: int, timeout_s: float = HEAD_PROBE_S) -> None:
+    """One line when nothing accepts a TCP connection at the head's address: `ray start`
+    would otherwise retry for minutes before it says so."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except TimeoutError:
+        why = f"no answer within {timeout_s:g} s"
+    except OSError as error:
+        why = one_line(error.strerror or type(error).__name__)
+    raise ApplianceError(
+        f"no Ray head answers at {shown} ({why}): start it there first with "
+        f"`appliance cluster join --head {shown}`, or check the address"
+    )
 
 
 def detect_targets(lock: Lock) -> list[str]:
@@ -143,14 +163,27 @@ def ray_start_command(
     return argv
 
 
-def run_ray_start(argv: list[str], env: dict[str, str]) -> str:
+def run_ray_start(argv: list[str], env: dict[str, str], deadline_s: float = RAY_START_DEADLINE_S) -> str:
     """Run `ray start`, its output kept in a log: on success its standard output comes back;
-    on failure one line with its last line (escaped) and the log's path, never Ray's traceback."""
+    on failure, or past the deadline, one line with its last line (escaped) and the log's
+    path, never Ray's traceback."""
     log = cache_dir() / "cluster" / "ray-start.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        argv, env={**os.environ, **env}, capture_output=True, text=True, errors="replace", check=False
-    )
+    try:
+        result = subprocess.run(
+            argv,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+            timeout=deadline_s,
+        )
+    except subprocess.TimeoutExpired as expired:
+        atomic.write_text(log, _text(expired.stdout) + _text(expired.stderr))
+        raise ApplianceError(
+            f"ray start did not finish within {deadline_s:g} s and was stopped; its output is in {log}"
+        ) from None
     output = result.stdout + result.stderr
     atomic.write_text(log, output)
     if result.returncode == 0:
@@ -159,6 +192,10 @@ def run_ray_start(argv: list[str], env: dict[str, str]) -> str:
     last = next((line for line in reversed(lines) if not line.startswith(("File ", "Traceback"))), "")
     said = f": {one_line(last)[:300]}" if last else ""
     raise ApplianceError(f"ray start failed (exit {result.returncode}){said}; its whole output is in {log}")
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def node_environment(images: dict[str, str]) -> dict[str, str]:

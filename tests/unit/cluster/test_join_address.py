@@ -1,14 +1,18 @@
 """`cluster join` checks ADDRESS itself, before Ray or Docker is asked (Ray would start a head
 on port 99999): a host name, an IPv4 or a bracketed IPv6 address, a port from 1 to 65535. A
 `ray start` that fails is one line with its last line and the log's path, never Ray's
-traceback."""
+traceback, and one that runs past its deadline is stopped; a worker's join to an address where
+nothing listens is refused before Ray is asked."""
 
 import re
+import socket
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from appliance.cluster.join import parse_address, ray_executable, run_ray_start
+from appliance.cluster.join import check_head_answers, parse_address, ray_executable, run_ray_start
 from appliance.core.errors import ApplianceError, ConfigError
 from tests.conftest import run_cli
 
@@ -88,3 +92,40 @@ def test_a_failing_ray_start_is_one_line_without_its_traceback(
     )
     assert "\n" not in message and "Traceback" not in message
     assert "not json" in log.read_text()  # what Ray said is kept, not printed
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # closed again when the block ends
+
+
+def test_a_worker_join_to_a_closed_port_is_one_line_before_ray_is_asked() -> None:
+    port = _closed_port()
+    result = run_cli("cluster", "join", f"127.0.0.1:{port}", timeout=120)
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr == (
+        f"error: no Ray head answers at 127.0.0.1:{port} (Connection refused): start it there first "
+        f"with `appliance cluster join --head 127.0.0.1:{port}`, or check the address\n"
+    )
+
+
+def test_the_head_probe_accepts_a_listening_port() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        check_head_answers("127.0.0.1", int(listener.getsockname()[1]))  # no error
+
+
+def test_a_ray_start_past_its_deadline_is_stopped_and_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("APPLIANCE_CACHE", str(tmp_path / "cache"))
+    argv = [sys.executable, "-c", "import time; print('still connecting', flush=True); time.sleep(60)"]
+    started = time.monotonic()
+    with pytest.raises(ApplianceError) as info:
+        run_ray_start(argv, {}, deadline_s=1.0)
+    assert time.monotonic() - started < 30
+    log = tmp_path / "cache" / "cluster" / "ray-start.log"
+    assert str(info.value) == f"ray start did not finish within 1 s and was stopped; its output is in {log}"
+    assert "still connecting" in log.read_text()
