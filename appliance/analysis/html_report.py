@@ -275,7 +275,7 @@ def _bytes(value: Any, unit: int = 1 << 20) -> str:
     return f"{value / unit:.1f}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
-def _trials(layout: RunDir) -> str:
+def _trials(layout: RunDir, run: dict[str, Any]) -> str:
     schedule = _read(load_json, layout.input(SCHEDULE_INPUT))
     variants = {str(_mapping(v).get("name")): _mapping(v) for v in schedule.get("variants") or []}
     columns = ("trial", "variant", "repeat", "limit", "placement", "peak MiB", "read MiB", "status")
@@ -291,7 +291,7 @@ def _trials(layout: RunDir) -> str:
         status = str(trial.get("status"))
         if trial.get("oom_killed") is True:
             status += " (OOM-killed)"
-        limit = trial.get("memory_limit")
+        limit = trial.get("memory_limit", _mapping(run.get("limits")).get("memory_bytes"))
         rows.append(
             [
                 trial.get("dir"),
@@ -406,7 +406,7 @@ def render_report(run_dir: Path, seal: SealView, comparisons: list[dict[str, Any
             _profile(layout, run, comparisons),
             _results(results),
             _plots(layout),
-            _trials(layout),
+            _trials(layout, run),
             _evidence(comparisons),
             _provenance(layout, run),
         ]
