@@ -32,7 +32,7 @@ from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, load_yaml, read_bytes
 from appliance.core.units import format_size
 from appliance.runs.memory_points import limit_label
-from appliance.runs.run_dir import PROFILE_INPUT, SCHEDULE_INPUT, RunDir
+from appliance.runs.run_dir import PROFILE_INPUT, PROVENANCE_FILE, RESULTS_FILE, SCHEDULE_INPUT, RunDir
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -209,7 +209,7 @@ def _limit(value: Any) -> str:
 
 def _results(results: dict[str, Any]) -> str:
     if not results:
-        return _section("results", "Results", '<p class="warning">the run has no results.json</p>')
+        return _section("results", "Results", f'<p class="warning">the run has no {RESULTS_FILE}</p>')
     parts = []
     sweep = results.get("sweep")
     try:
@@ -230,7 +230,7 @@ def _results(results: dict[str, Any]) -> str:
             parts.append(_table(SUMMARY_COLUMNS, summary_rows(results), SUMMARY_TITLE, attrs, "variants"))
             parts.extend(f"<p>{esc(line)}</p>" for line in ratio_lines(results))
     except SHAPE_ERRORS as exc:
-        parts.append(_unreadable("results.json", exc))
+        parts.append(_unreadable(RESULTS_FILE, exc))
     identity = _mapping(results.get("byte_identity"))
     if identity.get("all_identical") is True:
         parts.append(
@@ -341,7 +341,8 @@ def _evidence(comparisons: list[dict[str, Any]]) -> str:
 def _provenance(layout: RunDir, run: dict[str, Any]) -> str:
     provenance = _read(load_json, layout.provenance_file)
     if not provenance:
-        return _section("provenance", "Provenance", '<p class="warning">the run has no provenance.json</p>')
+        missing = f'<p class="warning">the run has no {PROVENANCE_FILE}</p>'
+        return _section("provenance", "Provenance", missing)
     engine = _mapping(provenance.get("engine"))
     upstream = _mapping(engine.get("upstream"))
     model = _mapping(provenance.get("model"))

@@ -7,6 +7,7 @@ import click
 
 from appliance.cli.options import json_option, strict_json
 from appliance.core.errors import ApplianceError
+from appliance.runs.run_dir import REPORT_FILE
 from appliance.workflows.report import make_report
 
 
@@ -16,7 +17,7 @@ from appliance.workflows.report import make_report
     "--out",
     type=click.Path(path_type=Path),
     default=None,
-    help="Where to write the page (default: RUN/report.html).",
+    help=f"Where to write the page (default: RUN/{REPORT_FILE}).",
 )
 @click.option("--open", "open_page", is_flag=True, help="Open the page in the default browser afterwards.")
 @click.option(

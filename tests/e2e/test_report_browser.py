@@ -108,7 +108,7 @@ def test_the_browser_check_sees_a_page_that_would_load_something(tmp_path: Path)
     with_policy = tmp_path / "with-policy.html"
     with_policy.write_text(
         '<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" '
-        "content=\"default-src 'none'\"></head><body><img src=\"http://127.0.0.1:9/x.png\"></body></html>"
+        'content="default-src \'none\'"></head><body><img src="http://127.0.0.1:9/x.png"></body></html>'
     )
     seen = render(with_policy, "1")
     assert any("Content Security Policy" in e for e in seen.errors), seen.console

@@ -64,9 +64,7 @@ def test_a_tampered_bundle_exits_with_its_verdict_after_writing_the_refusal(
     result = run_cli("report", str(copy), env=env)
     assert result.returncode == Verdict.TAMPERED.exit_code
     assert result.stdout.splitlines()[0] == f"report: {copy / 'report.html'}"
-    assert result.stderr.strip() == (
-        "error: bundle tampered: the report shows the refusal and no figure"
-    )
+    assert result.stderr.strip() == ("error: bundle tampered: the report shows the refusal and no figure")
     assert "REFUSED: bundle TAMPERED." in (copy / "report.html").read_text()
 
 
@@ -79,7 +77,9 @@ def refused(args: list[str], env: dict[str, str], watched: Path) -> str:
     return result.stderr.strip()
 
 
-def test_bad_input_is_one_line_and_writes_nothing(sealed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_bad_input_is_one_line_and_writes_nothing(
+    sealed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     run, env = sealed
     plain = tmp_path / "not-a-run"
     plain.mkdir()
