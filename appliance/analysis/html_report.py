@@ -71,7 +71,8 @@ class SealView:
 
     verdict: str
     readable: bool
-    summary: str
+    summary: str  # the verifier's one line: verdict, how accepted, advice
+    advice: str  # what the verdict rests on and what to do
     signer: str | None
     bundle_digest: str | None
     verified_utc: str
@@ -144,8 +145,8 @@ def _verification(seal: SealView, run_name: str) -> str:
     if not seal.readable:
         parts.insert(
             0,
-            f'<p id="refusal" class="refusal">REFUSED: bundle {esc(seal.verdict.upper())}. '
-            f"{esc(seal.summary)}. No figure of this bundle is shown: nothing in {esc(run_name)} "
+            f'<p id="refusal" class="refusal">REFUSED: bundle {esc(seal.verdict.upper())}: '
+            f"{esc(seal.advice)}. No figure of this bundle is shown: nothing in {esc(run_name)} "
             "can be trusted as a result.</p>",
         )
     elif seal.untrusted_input:

@@ -109,6 +109,7 @@ def make_report(
         verdict=verification.verdict.label,
         readable=shown,
         summary=verification.summary(),
+        advice=verification.advice,
         signer=verification.signer,
         bundle_digest=verification.bundle_digest,
         verified_utc=verified_utc,

@@ -160,14 +160,15 @@ def test_the_builder_escapes_what_the_verifier_says_too(tmp_path: Path) -> None:
     seal = SealView(
         verdict="tampered",
         readable=False,
-        summary=f"failed subjects-cover-files: added: {HOSTILE}",
+        summary=f"verdict: TAMPERED: failed subjects-cover-files: added: {HOSTILE}",
+        advice=f"failed subjects-cover-files: added: {HOSTILE}",
         signer=None,
         bundle_digest=None,
         verified_utc="2026-12-01T12:00:00Z",
         checks=[Check("subjects-cover-files", Status.FAIL, f"added: {HOSTILE}")],
     )
     text = render_report(tmp_path, seal, [], "appliance test")
-    assert HOSTILE not in text and text.count(esc(HOSTILE)) == 3  # summary twice, the check once
+    assert HOSTILE not in text and text.count(esc(HOSTILE)) == 3  # refusal, summary, the check
     assert not Page(text).named("img")
 
 
@@ -181,7 +182,7 @@ def test_a_tampered_bundle_gets_the_refusal_and_no_figure(
     assert not outcome.readable and outcome.verification.verdict is Verdict.TAMPERED
     text = outcome.path.read_text()
     page = Page(text)
-    assert page.under("refusal").startswith("REFUSED: bundle TAMPERED.")
+    assert page.under("refusal").startswith("REFUSED: bundle TAMPERED: failed file-digests")
     assert "file-digests" in page.under("refusal")
     assert page.under("verdict") == "verdict: TAMPERED"
     assert not page.named("img") and "987" not in text

@@ -65,7 +65,10 @@ def test_a_tampered_bundle_exits_with_its_verdict_after_writing_the_refusal(
     assert result.returncode == Verdict.TAMPERED.exit_code
     assert result.stdout.splitlines()[0] == f"report: {copy / 'report.html'}"
     assert result.stderr.strip() == ("error: bundle tampered: the report shows the refusal and no figure")
-    assert "REFUSED: bundle TAMPERED." in (copy / "report.html").read_text()
+    assert (
+        "REFUSED: bundle TAMPERED: failed file-digests, manifest-matches-statement, run-status"
+        in (copy / "report.html").read_text()
+    )
 
 
 def refused(args: list[str], env: dict[str, str], watched: Path) -> str:
