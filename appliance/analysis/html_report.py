@@ -404,14 +404,19 @@ def render_report(run_dir: Path, seal: SealView, comparisons: list[dict[str, Any
     if seal.readable:
         run = _mapping(layout.read_run())
         results = _read(load_json, layout.results_file)
-        sections += [
-            _profile(layout, run, comparisons),
-            _results(results),
-            _plots(layout),
-            _trials(layout, run),
-            _evidence(comparisons),
-            _provenance(layout, run),
+        parts: list[tuple[str, str, Callable[[], str]]] = [
+            ("profile", "Profile", lambda: _profile(layout, run, comparisons)),
+            ("results", "Results", lambda: _results(results)),
+            ("plots", "Plots", lambda: _plots(layout)),
+            ("trials", "Trials", lambda: _trials(layout, run)),
+            ("evidence", "Comparison with evidence/", lambda: _evidence(comparisons)),
+            ("provenance", "Provenance", lambda: _provenance(layout, run)),
         ]
+        for ident, title, build in parts:
+            try:
+                sections.append(build())
+            except SHAPE_ERRORS as exc:  # a signed record of a shape this version does not read
+                sections.append(_section(ident, title, _unreadable(f"the {ident} records", exc)))
     derived = (
         f'<p class="derived" id="derived">Derived by {esc(made_by)} at {esc(seal.verified_utc)} '
         "from the run directory; this page is not part of the sealed bundle and nothing in it is "

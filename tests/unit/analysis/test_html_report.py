@@ -214,3 +214,22 @@ def test_a_report_html_that_is_a_link_is_a_file_the_bundle_does_not_seal(
     result = verify_bundle(run)
     assert result.verdict is Verdict.TAMPERED
     assert "report.html (symbolic link)" in {c.name: c.reason for c in result.checks}["plain-files"]
+
+
+def test_records_of_an_odd_shape_leave_their_section_unreadable_not_a_traceback(tmp_path: Path) -> None:
+    """A bundle signed by a trusted key may still hold records this version cannot read."""
+    run = make_run(tmp_path)
+    schedule = json.loads((run / "inputs" / "schedule.json").read_text())
+    schedule["variants"] = [{"name": "baseline", "args": 5}]
+    (run / "inputs" / "schedule.json").write_text(json.dumps(schedule))
+    (run / "provenance.json").write_text(
+        json.dumps({"engine": {"patches": {"active": 3}}, "host": {"gpus": 7}})
+    )
+    (run / "results.json").write_text(json.dumps({"variants": {"baseline": {"counts": 1}}}))
+    seal = SealView(
+        "verified", True, "verdict: VERIFIED", "every check passed", "k", "d", "2026-12-01T12:00:00Z"
+    )
+    page = Page(render_report(run, seal, [], "appliance test"))
+    for section in ("trials", "provenance", "results"):
+        assert "could not be read in this version" in page.under(section), section
+    assert "tiny-oversub" in page.under("profile")
