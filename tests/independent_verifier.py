@@ -25,6 +25,7 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "urn:moe-appliance:predicate:run:v1"
 SEALS = {"manifest.json", "attestation.dsse.json"}
+DERIVED = {"report.html"}  # a regular file by this name is derived, never sealed
 
 
 def canonical(value: Any) -> bytes:
@@ -64,7 +65,7 @@ def walk(root: Path) -> tuple[dict[str, Path], list[str]]:
             if stat.S_ISDIR(mode):
                 pending.append(Path(entry.path))
             elif stat.S_ISREG(mode):
-                if rel not in SEALS:
+                if rel not in SEALS and rel not in DERIVED:
                     files[rel] = Path(entry.path)
             else:
                 others.append(rel)
@@ -111,6 +112,7 @@ def verify(bundle: Path, public_key_file: Path) -> tuple[list[str], str]:
             or posixpath.normpath(name) != name
             or ".." in name.split("/")
             or name in SEALS
+            or name in DERIVED
         ):
             problems.append(f"bad or repeated subject name {name!r}")
         subjects[name] = digest

@@ -23,23 +23,24 @@ def _cell(stat: dict[str, Any], scale: float = 1.0, digits: int = 3) -> str:
     )
 
 
-def print_summary(
-    console: Console, results: dict[str, Any], run_dir: Path, status: str, plots: list[Path]
-) -> None:
-    table = Table(title="median [min-max] per variant (! = MAD outlier among the samples)")
-    for column in (
-        "variant",
-        "ok/trials",
-        "wall s",
-        "prefill tok/s",
-        "decode tok/s",
-        "peak MiB",
-        "read MiB",
-        "read B/token",
-    ):
-        table.add_column(column)
-    for name, v in results["variants"].items():
-        table.add_row(
+SUMMARY_TITLE = "median [min-max] per variant (! = MAD outlier among the samples)"
+SUMMARY_COLUMNS = (
+    "variant",
+    "ok/trials",
+    "wall s",
+    "prefill tok/s",
+    "decode tok/s",
+    "peak MiB",
+    "read MiB",
+    "read B/token",
+)
+
+
+def summary_rows(results: dict[str, Any]) -> list[list[str]]:
+    """The cells of the per-variant table (SUMMARY_COLUMNS), one row per variant: what the
+    terminal and the HTML report both show."""
+    return [
+        [
             name,
             f"{v['counts']['ok']}/{len(v['trials'])}",
             _cell(v["wall_s"]),
@@ -48,18 +49,38 @@ def print_summary(
             _cell(v["peak_bytes"], MIB, 1),
             _cell(v["block_read_bytes"], MIB, 1),
             _cell(v["bytes_read_per_token"], 1, 0),
-        )
-    console.print(table)
+        ]
+        for name, v in results["variants"].items()
+    ]
+
+
+def ratio_lines(results: dict[str, Any]) -> list[str]:
+    """One line per pairwise ratio between variants (wall time, decode speed, reads)."""
+    lines = []
     for ratio in results["ratios"]:
         parts = [
             f"{metric} {m['median']:.3f}x [{m['min']:.3f}-{m['max']:.3f}]"
             for metric, m in ratio["metrics"].items()
             if metric in ("wall_s", "decode_tps", "block_read_bytes")
         ]
-        console.print(
+        lines.append(
             f"{ratio['numerator']} / {ratio['denominator']} (pairwise, by round): "
             + (", ".join(parts) or "no complete pairs")
         )
+    return lines
+
+
+def print_summary(
+    console: Console, results: dict[str, Any], run_dir: Path, status: str, plots: list[Path]
+) -> None:
+    table = Table(title=SUMMARY_TITLE)
+    for column in SUMMARY_COLUMNS:
+        table.add_column(column)
+    for cells in summary_rows(results):
+        table.add_row(*cells)
+    console.print(table)
+    for line in ratio_lines(results):
+        console.print(line)
     print_outcome(console, results, run_dir, status)
     for plot in plots:
         console.print(f"plot: {plot}")

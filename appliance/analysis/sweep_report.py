@@ -17,43 +17,93 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+READS_COLUMNS = ("limit", "variant", "n", "capacity", "MiB/token", "meas/LRU", "meas/Belady")
+SPEED_COLUMNS = ("limit", "variant", "tok/s", "disk", "roofline (err)", "roofline@page (err)")
+
+
+def reads_title() -> str:
+    return "sweep reads: medians; decode MiB per token measured / LRU / Belady"
+
+
+def speed_title(sweep: dict[str, Any]) -> str:
+    bps = (sweep.get("probe") or {}).get("expert_qd1_bytes_per_s")
+    return (
+        "sweep speed: medians; disk = decode read bandwidth / probe "
+        f"({_num(bps and bps / MIB, '.1f')} MiB/s, expert-size reads, QD1)"
+    )
+
+
+def sweep_rows(sweep: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
+    """The cells of the two sweep tables (READS_COLUMNS, SPEED_COLUMNS), one row per limit and
+    variant in `summary` order: what the terminal and the HTML report both show."""
+    reads: list[list[str]] = []
+    speed: list[list[str]] = []
+    for row in sweep.get("summary") or []:
+        per = row["reads_per_token"]
+        limit = limit_label(row["memory_limit"])
+        reads.append(
+            [
+                limit,
+                row["variant"],
+                str(row["n"]),
+                _num(row["capacity_experts"], ".0f"),
+                " / ".join(_num(per[k] and per[k] / MIB, ".3f") for k in ("measured", "lru", "belady")),
+                _num(row["measured_over_lru"], ".2f"),
+                _num(row["measured_over_belady"], ".2f"),
+            ]
+        )
+        speed.append(
+            [
+                limit,
+                row["variant"],
+                _num(row["decode_tps"], ".2f"),
+                _num(row["disk_fraction"], ".3f"),
+                f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(row['roofline_error'], '+.0%')})",
+                f"{_num(row.get('roofline_page_predicted_tps'), '.2f')} "
+                f"({_num(row.get('roofline_page_error'), '+.0%')})",
+            ]
+        )
+    return reads, speed
+
+
 def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
     """Two tables that each fit 100 columns, one row per limit and variant: what was read
     against the predictions, and how fast decoding went against the disk and the roofline.
     Everything else is in results.json's `sweep`."""
-    probe = sweep.get("probe") or {}
-    bps = probe.get("expert_qd1_bytes_per_s")
-    reads = Table(title="sweep reads: medians; decode MiB per token measured / LRU / Belady")
-    speed = Table(
-        title="sweep speed: medians; disk = decode read bandwidth / probe "
-        f"({_num(bps and bps / MIB, '.1f')} MiB/s, expert-size reads, QD1)"
-    )
-    for column in ("limit", "variant", "n", "capacity", "MiB/token", "meas/LRU", "meas/Belady"):
-        reads.add_column(column, no_wrap=True)
-    for column in ("limit", "variant", "tok/s", "disk", "roofline (err)", "roofline@page (err)"):
-        speed.add_column(column, no_wrap=True)
-    for row in sweep.get("summary") or []:
-        per = row["reads_per_token"]
-        limit = limit_label(row["memory_limit"])
-        reads.add_row(
-            limit,
-            row["variant"],
-            str(row["n"]),
-            _num(row["capacity_experts"], ".0f"),
-            " / ".join(_num(per[k] and per[k] / MIB, ".3f") for k in ("measured", "lru", "belady")),
-            _num(row["measured_over_lru"], ".2f"),
-            _num(row["measured_over_belady"], ".2f"),
+    tables = []
+    for title, columns, rows in zip(
+        (reads_title(), speed_title(sweep)), (READS_COLUMNS, SPEED_COLUMNS), sweep_rows(sweep), strict=True
+    ):
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column, no_wrap=True)
+        for cells in rows:
+            table.add_row(*cells)
+        tables.append(table)
+    return tables
+
+
+def sweep_notes(sweep: dict[str, Any]) -> list[tuple[str, str]]:
+    """(severity `warning` or `error`, text) of what a reader of the sweep tables must know."""
+    notes = []
+    if not sweep.get("phase_sums_within_tolerance"):
+        notes.append(
+            (
+                "warning",
+                "phase reads do not all sum to within "
+                f"{sweep['phase_tolerance']:.0%} of the cgroup's block reads",
+            )
         )
-        speed.add_row(
-            limit,
-            row["variant"],
-            _num(row["decode_tps"], ".2f"),
-            _num(row["disk_fraction"], ".3f"),
-            f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(row['roofline_error'], '+.0%')})",
-            f"{_num(row.get('roofline_page_predicted_tps'), '.2f')} "
-            f"({_num(row.get('roofline_page_error'), '+.0%')})",
+    if sweep.get("not_comparable"):
+        notes.append(
+            (
+                "error",
+                "not comparable (measured decode reads below Belady for their own trace: "
+                "pages shared with another trial), left out of the figures: "
+                f"{', '.join(sweep['not_comparable'])}",
+            )
         )
-    return [reads, speed]
+    return notes
 
 
 def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
@@ -62,17 +112,9 @@ def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
         return
     for table in sweep_tables(sweep):
         console.print(table)
-    if not sweep.get("phase_sums_within_tolerance"):
-        console.print(
-            "[yellow]phase reads do not all sum to within "
-            f"{sweep['phase_tolerance']:.0%} of the cgroup's block reads[/yellow]"
-        )
-    if sweep.get("not_comparable"):
-        console.print(
-            "[red]not comparable (measured decode reads below Belady for their own trace: "
-            "pages shared with another trial), left out of the figures: "
-            f"{', '.join(sweep['not_comparable'])}[/red]"
-        )
+    for severity, text in sweep_notes(sweep):
+        style = "yellow" if severity == "warning" else "red"
+        console.print(f"[{style}]{text}[/{style}]")
 
 
 def print_sweep_outcome(

@@ -23,6 +23,7 @@ from appliance.core.errors import ConfigError, IntegrityError
 from appliance.core.strict_load import load_json
 from appliance.runs.run_dir import (
     ATTESTATION_FILE,
+    DERIVED_FILES,
     MANIFEST_FILE,
     PROVENANCE_FILE,
     RUN_FILE,
@@ -50,7 +51,8 @@ def scan_bundle(run_dir: Path) -> tuple[dict[str, Path], list[tuple[str, str]]]:
     entry that is neither a regular file nor a directory (symlinks, FIFOs, sockets, devices).
 
     Nothing is followed or opened. manifest.json and attestation.dsse.json seal the bundle and
-    are not part of its contents.
+    are not part of its contents; nor is report.html (derived from it afterwards) while it is a
+    regular file.
     """
     regular: dict[str, Path] = {}
     odd: list[tuple[str, str]] = []
@@ -64,7 +66,7 @@ def scan_bundle(run_dir: Path) -> tuple[dict[str, Path], list[tuple[str, str]]]:
                 mode = entry.stat(follow_symlinks=False).st_mode
                 if stat.S_ISDIR(mode):
                     pending.append(path)
-                elif rel in SEALING_FILES:
+                elif rel in SEALING_FILES or (rel in DERIVED_FILES and stat.S_ISREG(mode)):
                     continue
                 elif stat.S_ISREG(mode):
                     regular[rel] = path

@@ -39,6 +39,7 @@ from appliance.core.errors import ConfigError, IntegrityError
 from appliance.core.strict_load import parse_json, read_text
 from appliance.runs.run_dir import (
     ATTESTATION_FILE,
+    DERIVED_FILES,
     MANIFEST_FILE,
     PROVENANCE_FILE,
     RUN_FILE,
@@ -165,6 +166,8 @@ def _reject_name(name: Any) -> str | None:
         return "not normalised"
     if name in SEALING_FILES:
         return "names a sealing file"
+    if name in DERIVED_FILES:
+        return "names a derived file, which is never sealed"
     return None
 
 

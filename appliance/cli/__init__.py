@@ -57,6 +57,12 @@ VERBS: dict[str, Verb] = {
         "appliance.cli.trace", "Inspect and replay MoE route traces through expert-cache policies."
     ),
     "bundle": Verb("appliance.cli.bundle", "Sign and verify run bundles."),
+    "report": Verb(
+        "appliance.cli.report",
+        "Write RUN's self-contained HTML report (verified again now): verdict and signer, "
+        "profile, the run or sweep table, plots, every trial, the comparison with evidence/ "
+        "and provenance.",
+    ),
     "evidence": Verb("appliance.cli.evidence", "Published results and comparison of new runs against them."),
     "doctor": Verb(
         "appliance.cli.doctor",

@@ -12,6 +12,7 @@
     RUN/provenance.json               collected when the run is sealed (appliance.attest)
     RUN/manifest.json, RUN/attestation.dsse.json   the seal; not part of the bundle's contents
     RUN/.scratch/                     outputs in flight, empty once a run ends
+    RUN/report.html                   derived by `appliance report` from the bundle; not sealed
 
 Readers and writers of run directories, in every package, name files through `RunDir` and
 `TrialDir` (or the constants below), never by spelling them.
@@ -33,6 +34,10 @@ MANIFEST_FILE = "manifest.json"
 ATTESTATION_FILE = "attestation.dsse.json"
 # Seal a bundle: written last, and not part of the contents they seal.
 SEALING_FILES = (MANIFEST_FILE, ATTESTATION_FILE)
+REPORT_FILE = "report.html"
+# Derived from a bundle after it is sealed (and re-made at will): neither sealed nor counted as
+# an unexpected file by the verifier, while they are regular files.
+DERIVED_FILES = (REPORT_FILE,)
 # Written when a run directory is sealed; a resumed run keeps the old seal until its new one
 # is complete and has provenance.json collected afresh.
 WRITTEN_AT_SEALING = (*SEALING_FILES, PROVENANCE_FILE)
@@ -151,6 +156,11 @@ class RunDir:
     @property
     def attestation_file(self) -> Path:
         return self.path / ATTESTATION_FILE
+
+    @property
+    def report_file(self) -> Path:
+        """report.html: the page `appliance report` derives from the bundle."""
+        return self.path / REPORT_FILE
 
     @property
     def inputs(self) -> Path:

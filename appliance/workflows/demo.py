@@ -12,6 +12,8 @@ from appliance.evidence.bundle_facts import claimed_evidence
 from appliance.runs.profile import load_profile
 from appliance.runs.status import RunStatus
 from appliance.runs.sweep import DEFAULT_MAX_HOURS, plan_sweep
+from appliance.workflows.report import make_report
+from appliance.workflows.resume_check import signing_public_key
 from appliance.workflows.run import (
     PipelineReport,
     RunOptions,
@@ -38,7 +40,8 @@ def demo(
     progress: ProgressFn | None = None,
 ) -> PipelineReport:
     """The whole pipeline at miniature scale on the cpu image: profile tiny-oversub swept
-    over its `sweep.memory` limits, one bundle, verified and compared with evidence/;
+    over its `sweep.memory` limits, one bundle, verified and compared with evidence/, and its
+    HTML report (RUN/report.html);
     `progress` gets the image build, model synthesis and hashing steps."""
     profile = load_profile("tiny-oversub")
     models_dir = models_dir or cache_dir() / "models" / "demo"
@@ -61,6 +64,8 @@ def demo(
         outcome, plan.profile, key, console, evidence=claimed_evidence(outcome.run_dir)
     )
     print_report(report, console)
+    page = make_report(outcome.run_dir, key=signing_public_key(key) if key is not None else None)
+    console.print(f"report: {page.path}  (open it in a browser; it fetches nothing)", soft_wrap=True)
     if outcome.status != RunStatus.COMPLETE:
         raise ApplianceError(f"run incomplete: {outcome.run_dir}", exit_code=130)
     return report

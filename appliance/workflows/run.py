@@ -11,7 +11,7 @@ paging check and the evidence comparison.
 
 import functools
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -273,18 +273,29 @@ def verify_and_compare(
     if key is not None:
         pubkey = signing_public_key(key)
     verification = verify_bundle(outcome.run_dir, pubkey)
-    report = PipelineReport(outcome.run_dir, verification)
     console.print(f"bundle verification: {verification.summary()}", markup=False, soft_wrap=True)
-    for finding_id in profile.evidence if evidence is None else evidence:
+    comparisons = compare_with_evidence(
+        outcome.run_dir, verification, profile.evidence if evidence is None else evidence
+    )
+    return PipelineReport(outcome.run_dir, verification, comparisons)
+
+
+def compare_with_evidence(
+    run_dir: Path, verification: Verification, evidence: Iterable[str]
+) -> list[dict[str, Any]]:
+    """The bundle compared with each finding (`Comparison.as_dict()` plus the finding's
+    `title`); a finding missing from evidence/ is not comparable, with the reason."""
+    comparisons: list[dict[str, Any]] = []
+    for finding_id in evidence:
         try:
             finding = find_finding(finding_id)
         except ApplianceError as exc:
-            report.comparisons.append(
-                {"evidence": finding_id, "verdict": NOT_COMPARABLE, "reasons": [str(exc)]}
-            )
+            comparisons.append({"evidence": finding_id, "verdict": NOT_COMPARABLE, "reasons": [str(exc)]})
             continue
-        report.comparisons.append(compare(outcome.run_dir, finding, verification).as_dict())
-    return report
+        comparisons.append(
+            compare(run_dir, finding, verification).as_dict() | {"title": finding.raw["title"]}
+        )
+    return comparisons
 
 
 def print_report(report: PipelineReport, console: Console) -> None:

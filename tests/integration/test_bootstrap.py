@@ -20,6 +20,7 @@ COMMANDS = (
     "ninja",
     "fincore",
     "make",
+    "chromium",
 )
 DEBIAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -34,6 +34,7 @@ def test_package_list_names_what_the_code_runs() -> None:
         "docker-registry",
         "docker-compose",
         "util-linux-extra",
+        "chromium",
     ):
         assert needed in listed, needed
 

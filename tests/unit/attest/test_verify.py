@@ -1,6 +1,7 @@
 """Verification fails closed: the tamper battery on fake-run bundles, verdicts, exit codes."""
 
 import base64
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -291,3 +292,36 @@ def test_any_field_of_a_signed_statement_in_another_shape_is_a_refusal(
             sign_statement(fresh, _replace(statement, path, shape), keys.trusted)
             result = verify_bundle(fresh)
             assert result.verdict is Verdict.TAMPERED, (path, shape, result.summary())
+
+
+def test_a_subject_named_like_the_derived_report_is_refused(
+    fresh: Path, keys: Keys, trust_store: Path
+) -> None:
+    """report.html is never sealed: a statement that lists it (with the file present, so the
+    file walk agrees) is refused by name."""
+    (fresh / "report.html").write_text("<!DOCTYPE html>")
+    envelope = json.loads((fresh / ATTESTATION_FILE).read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    digest = hashlib.sha256(b"<!DOCTYPE html>").hexdigest()
+    statement["subject"].append({"name": "report.html", "digest": {"sha256": digest}})
+    sign_statement(fresh, statement, keys.trusted)
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    index = len(statement["subject"]) - 1
+    assert {c.name: c for c in result.checks}["subject-names"].reason == (
+        f"subject {index} 'report.html': names a derived file, which is never sealed"
+    )
+
+
+def test_a_report_html_beside_a_sealed_bundle_is_not_one_of_its_files(
+    fresh: Path, keys: Keys, trust_store: Path
+) -> None:
+    (fresh / "report.html").write_text("<!DOCTYPE html>")
+    assert verify_bundle(fresh).verdict is Verdict.VERIFIED
+    finalize_bundle(fresh, keys.trusted.private)  # sealed again with it present: still left out
+    assert "report.html" not in json.loads((fresh / MANIFEST_FILE).read_text())["files"]
+    assert verify_bundle(fresh).verdict is Verdict.VERIFIED
+    (fresh / "trials" / "report.html").write_text("<!DOCTYPE html>")  # only at the top
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    assert {c.name: c for c in result.checks}["subjects-cover-files"].reason == "added: trials/report.html"

@@ -80,6 +80,7 @@ PRODUCE: dict[str, list[str]] = {
     "model synth": ["{model}", "--arch", "qwen3moe", "--size", "16MiB", "--experts", "8", "--layers", "2"],
     "patches list": [],
     "plan": ["{model}", "--ram", "8GiB", "--vram", "0"],
+    "report": ["{bundle}", "--key", "{public}", "--out", "{root}/report.html"],
     "trace info": ["{trace}"],
     "trace replay": ["{trace}", "--capacity", "2,4,8", "--policy", "lru,belady"],
 }

@@ -154,6 +154,7 @@ RUN_DIR_NAMES = (
     "provenance.json",
     "attestation.dsse.json",
     "cgroup.json",
+    "report.html",
 )
 
 
