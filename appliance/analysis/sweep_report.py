@@ -53,7 +53,35 @@ def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
             f"{_num(row.get('roofline_page_predicted_tps'), '.2f')} "
             f"({_num(row.get('roofline_page_error'), '+.0%')})",
         )
-    return [reads, speed]
+    cache = sweep.get("expert_cache")
+    return [reads, speed] + ([cache_table(cache)] if cache else [])
+
+
+def cache_table(cache: dict[str, Any]) -> Table:
+    """The expert cache's columns (medians per limit and variant): measured decode reads over
+    the same policy's replay at the tool's capacity, whether the tool's misses were the
+    replay's, reads over demand mmap's, decode over demand prefetch's, the disk fraction at
+    queue depth 1 and 8."""
+    table = Table(
+        title="expert cache: medians; reads over own replay (goal 1.00 +- "
+        f"{cache['replay_tolerance']:.2f}), over demand mmap's; decode over demand prefetch's"
+    )
+    for column in ("limit", "variant", "cap", "meas/replay", "misses", "/mmap", "/prefetch", "QD1", "QD8"):
+        table.add_column(column, no_wrap=True)
+    for row in cache["summary"]:
+        cached = row["capacity_experts"] is not None
+        table.add_row(
+            limit_label(row["memory_limit"]),
+            row["variant"],
+            _num(row["capacity_experts"], ".0f"),
+            _num(row["measured_over_replay"], ".3f"),
+            ("= replay" if row["tool_misses_equal_replay"] else "DIFFER") if cached else "-",
+            _num(row["reads_over_demand_mmap"], ".3f"),
+            _num(row["decode_over_demand_prefetch"], ".2f"),
+            _num(row["disk_fraction_qd1"], ".3f"),
+            _num(row["disk_fraction_qd8"], ".3f"),
+        )
+    return table
 
 
 def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
@@ -62,6 +90,14 @@ def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
         return
     for table in sweep_tables(sweep):
         console.print(table)
+    cache = sweep.get("expert_cache")
+    if cache and not (cache["traces_identical"] and cache["tool_misses_equal_replay"]):
+        console.print(
+            "[red]expert cache: "
+            + ("" if cache["traces_identical"] else "a trace differs from the baseline's; ")
+            + ("" if cache["tool_misses_equal_replay"] else "the tool's misses differ from the replay's")
+            + "[/red]"
+        )
     if not sweep.get("phase_sums_within_tolerance"):
         console.print(
             "[yellow]phase reads do not all sum to within "
