@@ -5,6 +5,8 @@ stay within [0.8, 1.5] of the LRU prediction at every limit". A claim bounds one
 results.json `sweep.summary` (medians per limit and variant) at every limit, at the smallest or
 at the largest; a missing bound (null) is not checked. Quantities whose magnitude depends on
 the host (the fraction of disk bandwidth) are drafted as directions only: below the probe.
+The expert cache's quantities (measured reads over the same policy's replay, reads over demand
+mmap's) are medians of `sweep.expert_cache.summary`.
 """
 
 from typing import Any
@@ -18,6 +20,7 @@ QUANTITIES = (
     "disk_fraction",
     "capacity_miss_share_lru",
 )
+CACHE_QUANTITIES = ("measured_over_replay", "reads_over_demand_mmap")  # sweep.expert_cache.summary
 PLACES = ("every", "smallest", "largest")
 
 
@@ -36,11 +39,13 @@ def claim_label(claim: dict[str, Any]) -> str:
 
 def check_claim(sweep: dict[str, Any], claim: dict[str, Any]) -> tuple[bool | None, str]:
     """(holds, reason); holds is None when results.json lacks the figures."""
-    rows = _rows(sweep.get("summary") or [], claim["variant"], claim["at"])
+    cache = claim["quantity"] in CACHE_QUANTITIES
+    summary = ((sweep.get("expert_cache") or {}) if cache else sweep).get("summary") or []
+    rows = _rows(summary, claim["variant"], claim["at"])
     values = [r.get(claim["quantity"]) for r in rows]
     if not rows or any(not isinstance(v, int | float) for v in values):
         return None, (
-            f"{RESULTS_FILE} sweep has no {claim['quantity']} for "
+            f"{RESULTS_FILE} sweep{'.expert_cache' if cache else ''} has no {claim['quantity']} for "
             f"{claim['variant']!r} at the {claim['at']} limit"
         )
     outside = [
