@@ -115,7 +115,8 @@ def test_cache_claims_bound_the_expert_cache_summary() -> None:
     # the sweep's own summary has no such quantity: a sweep without cache trials cannot hold it
     assert check_claim(_summary(1.0), mmap) == (
         None,
-        "results.json sweep.expert_cache has no reads_over_demand_mmap for 'expert-belady' at the every limit",
+        "results.json sweep.expert_cache has no reads_over_demand_mmap for 'expert-belady' "
+        "at the every limit",
     )
     schema = load_schema()
     claim_schema = {"definitions": schema["definitions"], "$ref": "#/definitions/sweep_claim"}
