@@ -14,10 +14,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads
+from appliance.analysis.capacity import model_experts
+from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads, probe_summary
 from appliance.core.digests import sha256_file
 from appliance.runs.status import TrialStatus
-from appliance.trace.format import Trace
+from appliance.trace.format import Trace, read_trace
 
 REPLAY_TOLERANCE = 0.05  # measured reads within 5% of the policy's replay
 BELADY_OVER_DEMAND_GOAL = 0.65
@@ -221,3 +222,18 @@ def sweep_section(
         "traces_identical": all(r["trace_identical_to_baseline"] is not False for r in rows),
         "tool_misses_equal_replay": all(r.get("tool_misses_equal_replay", True) for r in rows),
     }
+
+
+def sweep_cache_analysis(
+    trials: list[dict[str, Any]],
+    traces: dict[str, Path],
+    model_path: Path,
+    probe_record: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """`sweep_section` from a run directory's loaded trials, trace files, model and probe record."""
+    if not any(is_cache_trial(t) for t in trials):
+        return None
+    loaded = {name: read_trace(path) for name, path in traces.items()}
+    experts = model_experts(model_path, next(iter(loaded.values())))
+    probe = probe_summary(probe_record) if probe_record else None
+    return sweep_section(trials, loaded, traces, experts, probe)

@@ -262,10 +262,7 @@ def analyze_sweep(
     model_path: Path,
     probe_record: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """results.json's `sweep` section from the loaded trials, their trace files and the probe;
-    with `expert_cache` when trials ran the engine's expert cache."""
-    from appliance.analysis.cache_analysis import sweep_section  # it imports this module
-
+    """results.json's `sweep` section from the loaded trials, their trace files and the probe."""
     loaded = {name: read_trace(path) for name, path in traces.items()}
     if not loaded:
         return {"error": "no trial left a route trace: nothing to predict from"}
@@ -276,8 +273,7 @@ def analyze_sweep(
     add_roofline(rows, probe_bps)
     add_roofline(rows, probe["page_qd1_bytes_per_s"] if probe else None, "roofline_page")
     phase_checks = [r["phase_sum_over_cgroup"] for r in rows if "phase_sum_over_cgroup" in r]
-    cache = sweep_section(trials, loaded, traces, experts, probe)
-    return ({"expert_cache": cache} if cache is not None else {}) | {
+    return {
         "model": experts.as_dict(),
         "probe": probe,
         "limits": sorted({r["memory_limit"] for r in rows}),
