@@ -121,7 +121,45 @@ def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[
                     "max": None,
                 }
             )
+    claims += _draft_cache(sweep.get("expert_cache") or {}, tolerance)
     return {"limits_bytes": sorted(sweep.get("limits") or []), "claims": claims}
+
+
+def _draft_cache(cache: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
+    """Per expert-cache variant: measured reads within the replay's tolerance of its own replay
+    at every limit (when they were), and its reads over demand mmap's below the largest seen,
+    widened by the tolerance."""
+    from appliance.analysis.cache_analysis import REPLAY_TOLERANCE  # numpy and numba load only here
+
+    summary = cache.get("summary") or []
+    claims: list[dict[str, Any]] = []
+    for variant in dict.fromkeys(r["variant"] for r in summary):
+        rows = _rows(summary, variant, "every")
+        replay = [v for r in rows if isinstance(v := r.get("measured_over_replay"), int | float)]
+        if not replay:
+            continue
+        if all(abs(v - 1) <= REPLAY_TOLERANCE for v in replay):
+            claims.append(
+                {
+                    "quantity": "measured_over_replay",
+                    "variant": variant,
+                    "at": "every",
+                    "min": 1 - REPLAY_TOLERANCE,
+                    "max": 1 + REPLAY_TOLERANCE,
+                }
+            )
+        mmap = [v for r in rows if isinstance(v := r.get("reads_over_demand_mmap"), int | float)]
+        if mmap:
+            claims.append(
+                {
+                    "quantity": "reads_over_demand_mmap",
+                    "variant": variant,
+                    "at": "every",
+                    "min": None,
+                    "max": _round(max(mmap) * (1 + tolerance)),
+                }
+            )
+    return claims
 
 
 def _round(value: float) -> float:

@@ -121,3 +121,62 @@ def test_cache_claims_bound_the_expert_cache_summary() -> None:
     schema = load_schema()
     claim_schema = {"definitions": schema["definitions"], "$ref": "#/definitions/sweep_claim"}
     assert list(jsonschema.Draft7Validator(claim_schema).iter_errors(mmap)) == []
+
+
+def test_a_draft_bounds_each_cache_policy_by_its_replay_and_demand_mmap() -> None:
+    sweep = _summary(1.0) | {
+        "expert_cache": {
+            "summary": [
+                {
+                    "memory_limit": 100,
+                    "variant": "demand-mmap",
+                    "measured_over_replay": None,
+                    "reads_over_demand_mmap": 1.0,
+                },
+                {
+                    "memory_limit": 100,
+                    "variant": "expert-lru",
+                    "measured_over_replay": 0.993,
+                    "reads_over_demand_mmap": 0.96,
+                },
+                {
+                    "memory_limit": 200,
+                    "variant": "expert-lru",
+                    "measured_over_replay": 1.001,
+                    "reads_over_demand_mmap": 1.1,
+                },
+                {
+                    "memory_limit": 100,
+                    "variant": "expert-fifo",
+                    "measured_over_replay": 1.2,
+                    "reads_over_demand_mmap": 0.5,
+                },
+            ]
+        }
+    }
+    claims = [c for c in draft_sweep(sweep, "baseline", 0.25)["claims"] if c["variant"].startswith("expert-")]
+    assert claims == [
+        {
+            "quantity": "measured_over_replay",
+            "variant": "expert-lru",
+            "at": "every",
+            "min": 0.95,
+            "max": 1.05,
+        },
+        {
+            "quantity": "reads_over_demand_mmap",
+            "variant": "expert-lru",
+            "at": "every",
+            "min": None,
+            "max": 1.375,
+        },
+        # fifo's reads were 1.2x its replay: no replay claim, only the bound against demand mmap
+        {
+            "quantity": "reads_over_demand_mmap",
+            "variant": "expert-fifo",
+            "at": "every",
+            "min": None,
+            "max": 0.625,
+        },
+    ]
+    assert all(check_claim(sweep, c)[0] is True for c in claims)
