@@ -35,11 +35,16 @@ def miniature_profile(tmp_path: Path) -> Path:
     return path
 
 
+def shared_model() -> Path:
+    """The demo model in the cache, synthesized on first use."""
+    profile = load_profile("tiny-oversub-cache")
+    return ensure_synth_model(profile, cache_dir() / "models" / "demo", Console(quiet=True))
+
+
 def private_model(tmp_path: Path) -> Path:
     """A private copy of the demo model: another process reading the shared copy would put its
     pages back in the page cache between a trial's eviction and its start."""
-    profile = load_profile("tiny-oversub-cache")
-    shared = ensure_synth_model(profile, cache_dir() / "models" / "demo", Console(quiet=True))
+    shared = shared_model()
     models = tmp_path / "models"
     models.mkdir()
     shutil.copyfile(shared, models / shared.name)
@@ -97,3 +102,29 @@ def test_the_sweep_runs_each_cache_policy_as_its_replay_predicts(
     # the bundle seals and verifies
     verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.engine
+def test_an_image_without_the_cache_patch_is_refused_in_one_line(
+    engine_image_cpu: str, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "sweep",
+        "tiny-oversub-cache",
+        "--models",
+        str(shared_model().parent),  # nothing reads it: the image is refused first
+        "--image",
+        engine_image_cpu,
+        "--skip-digest-check",
+        "--out",
+        str(tmp_path / "run"),
+        env=user_env(tmp_path),
+    )
+    assert result.returncode != 0
+    assert result.stderr == (
+        f"error: image {engine_image_cpu} does not carry 0004-expert-cache.patch, which profile "
+        "tiny-oversub-cache needs: build one with `appliance image build --target cpu "
+        "--experimental 0004-expert-cache.patch`\n"
+    )
+    assert not (tmp_path / "run").exists()
