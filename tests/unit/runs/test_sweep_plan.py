@@ -18,6 +18,7 @@ from appliance.runs.memory_points import (
 )
 from appliance.runs.plan import ContainerSettings, LlamaMoeTraceEngine, container_spec, sweep_plan
 from appliance.runs.profile import PROFILES_DIR, load_profile
+from appliance.runs.record import schedule_record
 
 MODEL = 417_356_704
 
@@ -180,3 +181,11 @@ def test_belady_takes_the_earlier_demand_mmap_trace_of_its_limit_and_repeat(tmp_
     assert command[-5:] == ["--no-repack", "--expert-cache", "belady", "--expert-cache-capacity", "auto"]
     lru = container_spec(profile, engine, trials[3], settings, tmp_path / "s", "n", {})
     assert "--future" not in lru["command"] and len(lru["volumes"]) == 2
+
+
+def test_the_schedule_records_a_variants_future_only_where_it_has_one() -> None:
+    profile = load_profile("tiny-oversub-cache")
+    record = schedule_record(profile, sweep_plan(profile, [SweepLimit(100 << 20, "0.25")], repeats=1))
+    futures = {v["name"]: v.get("future") for v in record["variants"]}
+    assert futures["expert-belady"] == "demand-mmap"
+    assert [v for v in record["variants"] if "future" in v] == [record["variants"][-1]]
