@@ -11,7 +11,7 @@ BOOTSTRAP ?= scripts/bootstrap.sh
 # The trees `make lint` and tests/unit/test_lint.py check with ruff and the formatter.
 LINT_TREES := appliance tests fuzz bench
 
-.PHONY: help bootstrap venv test lint format demo bench fuzz
+.PHONY: help bootstrap venv test lint format demo demo-cache bench fuzz
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_ %-]+:.*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -59,6 +59,10 @@ mutation: venv ## mutation score per module of the verdict and figure modules (m
 demo: bootstrap ## the whole pipeline at miniature scale (bootstrap first)
 	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo $(DEMO_ARGS)
+
+demo-cache: bootstrap ## the miniature sweep with the engine's expert cache (patch 0004)
+	@$(MAKE) --no-print-directory venv
+	$(APPLIANCE) demo --profile tiny-oversub-cache $(DEMO_ARGS)
 
 # Reproductions: preflight (fails fast without the GPU or MODELS a target needs), engine image,
 # the target's profiles, signed bundles, verification, verdicts against evidence/.

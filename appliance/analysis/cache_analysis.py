@@ -11,10 +11,14 @@ depth 1 and 8. The model behind the numbers is in docs/sweeps.md ("The expert ca
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
-from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads
-from appliance.trace.format import Trace
+from appliance.analysis.capacity import model_experts
+from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads, probe_summary
+from appliance.core.digests import sha256_file
+from appliance.runs.status import TrialStatus
+from appliance.trace.format import Trace, read_trace
 
 REPLAY_TOLERANCE = 0.05  # measured reads within 5% of the policy's replay
 BELADY_OVER_DEMAND_GOAL = 0.65
@@ -165,3 +169,71 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "met": best_qd8 is not None and best_qd8 >= BANDWIDTH_OVER_QD8_GOAL,
         },
     }
+
+
+def is_cache_trial(trial: dict[str, Any]) -> bool:
+    """The tracer ran an expert cache: its timing.json has `expert_cache`."""
+    return bool((trial.get("timing") or {}).get("expert_cache"))
+
+
+def sweep_section(
+    trials: list[dict[str, Any]],
+    loaded: dict[str, Trace],
+    traces: dict[str, Path],
+    experts: ModelExperts,
+    probe: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """results.json `sweep.expert_cache` for a sweep with cache trials (None without): a row per
+    finished traced trial (`cache_row`, against demand mmap and prefetch of its limit and
+    repeat), each trace's byte identity with the first variant's (the baseline's) trace of the
+    same limit and repeat, the medians per limit and variant, and the goals."""
+    if not any(is_cache_trial(t) for t in trials):
+        return None
+    done = [t for t in trials if t.get("status") == TrialStatus.OK and t["dir"] in loaded]
+    digests = {t["dir"]: sha256_file(traces[t["dir"]]) for t in done}
+    baseline = trials[0]["variant"] if trials else None
+    reference = {
+        (t["memory_limit"], t["repeat"]): digests[t["dir"]] for t in done if t["variant"] == baseline
+    }
+    rows = []
+    for t in done:
+        row = cache_row(
+            t["dir"],
+            t["variant"],
+            t["repeat"],
+            int(t["memory_limit"]),
+            t.get("timing") or {},
+            loaded[t["dir"]],
+            experts,
+            probe,
+        )
+        expected = reference.get((t["memory_limit"], t["repeat"]))
+        row["trace_identical_to_baseline"] = None if expected is None else digests[t["dir"]] == expected
+        if t.get("future"):
+            row["future_trial"] = t["future"]["trial"]
+        rows.append(row)
+    compare_with_baselines(rows)
+    return {
+        "baseline": baseline,
+        "replay_tolerance": REPLAY_TOLERANCE,
+        "trials": rows,
+        "summary": summary(rows),
+        "goals": goals(rows),
+        "traces_identical": all(r["trace_identical_to_baseline"] is not False for r in rows),
+        "tool_misses_equal_replay": all(r.get("tool_misses_equal_replay", True) for r in rows),
+    }
+
+
+def sweep_cache_analysis(
+    trials: list[dict[str, Any]],
+    traces: dict[str, Path],
+    model_path: Path,
+    probe_record: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """`sweep_section` from a run directory's loaded trials, trace files, model and probe record."""
+    if not any(is_cache_trial(t) for t in trials):
+        return None
+    loaded = {name: read_trace(path) for name, path in traces.items()}
+    experts = model_experts(model_path, next(iter(loaded.values())))
+    probe = probe_summary(probe_record) if probe_record else None
+    return sweep_section(trials, loaded, traces, experts, probe)

@@ -20,8 +20,11 @@ from typing import Any
 
 from appliance.analysis.report import SUMMARY_COLUMNS, SUMMARY_TITLE, ratio_lines, summary_rows
 from appliance.analysis.sweep_report import (
+    CACHE_COLUMNS,
     READS_COLUMNS,
     SPEED_COLUMNS,
+    cache_rows,
+    cache_title,
     reads_title,
     speed_title,
     sweep_notes,
@@ -224,6 +227,14 @@ def _results(results: dict[str, Any]) -> str:
             ]
             parts.append(_table(READS_COLUMNS, reads, reads_title(), attrs, "sweep-reads"))
             parts.append(_table(SPEED_COLUMNS, speed, speed_title(sweep), attrs, "sweep-speed"))
+            cache = sweep.get("expert_cache")
+            if cache:
+                cache_attrs = [
+                    {"limit": row["memory_limit"], "variant": row["variant"]} for row in cache["summary"]
+                ]
+                parts.append(
+                    _table(CACHE_COLUMNS, cache_rows(cache), cache_title(cache), cache_attrs, "expert-cache")
+                )
             parts.extend(f'<p class="{esc(sev)}">{esc(text)}</p>' for sev, text in sweep_notes(sweep))
         else:
             variants = list(_mapping(results.get("variants")))

@@ -65,13 +65,19 @@ def read_paging_analysis(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def write_sweep_analysis(run_dir: Path, model_path: Path) -> dict[str, Any]:
-    """results.json gains `sweep`; plots/ gains the sweep's three pictures."""
+    """results.json gains `sweep` (with `expert_cache` when trials ran the engine's expert
+    cache); plots/ gains the sweep's three pictures."""
+    from appliance.analysis.cache_analysis import sweep_cache_analysis
     from appliance.analysis.sweep_analysis import analyze_sweep  # numba loads only for analysis
     from appliance.analysis.sweep_plots import write_sweep_plots  # and matplotlib
 
     layout = RunDir(run_dir)
     try:
-        sweep = analyze_sweep(layout.load_trials(), layout.traces(), model_path, layout.read_probe())
+        trials, traces, probe = layout.load_trials(), layout.traces(), layout.read_probe()
+        sweep = analyze_sweep(trials, traces, model_path, probe)
+        cache = sweep_cache_analysis(trials, traces, model_path, probe) if "error" not in sweep else None
+        if cache is not None:  # the engine's expert cache ran (docs/sweeps.md)
+            sweep["expert_cache"] = cache
     except ApplianceError as exc:  # an analysis that cannot run must not block the seal
         sweep = {"error": str(exc)}
     results = layout.read_results()

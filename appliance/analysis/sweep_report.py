@@ -66,20 +66,28 @@ def sweep_rows(sweep: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]
     return reads, speed
 
 
+def _rich_table(title: str, columns: tuple[str, ...], rows: list[list[str]]) -> Table:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    for cells in rows:
+        table.add_row(*cells)
+    return table
+
+
 def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
     """Two tables that each fit 100 columns, one row per limit and variant: what was read
-    against the predictions, and how fast decoding went against the disk and the roofline.
-    Everything else is in results.json's `sweep`."""
-    tables = []
-    for title, columns, rows in zip(
-        (reads_title(), speed_title(sweep)), (READS_COLUMNS, SPEED_COLUMNS), sweep_rows(sweep), strict=True
-    ):
-        table = Table(title=title)
-        for column in columns:
-            table.add_column(column, no_wrap=True)
-        for cells in rows:
-            table.add_row(*cells)
-        tables.append(table)
+    against the predictions, and how fast decoding went against the disk and the roofline; a
+    third for the expert cache's trials when the sweep ran any. Everything else is in
+    results.json's `sweep`."""
+    reads, speed = sweep_rows(sweep)
+    tables = [
+        _rich_table(reads_title(), READS_COLUMNS, reads),
+        _rich_table(speed_title(sweep), SPEED_COLUMNS, speed),
+    ]
+    cache = sweep.get("expert_cache")
+    if cache:
+        tables.append(_rich_table(cache_title(cache), CACHE_COLUMNS, cache_rows(cache)))
     return tables
 
 
@@ -103,7 +111,51 @@ def sweep_notes(sweep: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{', '.join(sweep['not_comparable'])}",
             )
         )
+    cache = sweep.get("expert_cache")
+    if cache and not (cache["traces_identical"] and cache["tool_misses_equal_replay"]):
+        notes.append(
+            (
+                "error",
+                "expert cache: "
+                + ("" if cache["traces_identical"] else "a trace differs from the baseline's; ")
+                + ("" if cache["tool_misses_equal_replay"] else "the tool's misses differ from the replay's"),
+            )
+        )
     return notes
+
+
+CACHE_COLUMNS = ("limit", "variant", "cap", "meas/replay", "misses", "/mmap", "/prefetch", "QD1", "QD8")
+
+
+def cache_title(cache: dict[str, Any]) -> str:
+    return (
+        "expert cache: medians; reads over own replay (goal 1.00 +- "
+        f"{cache['replay_tolerance']:.2f}), over demand mmap's; decode over demand prefetch's"
+    )
+
+
+def cache_rows(cache: dict[str, Any]) -> list[list[str]]:
+    """The expert cache's cells (CACHE_COLUMNS, medians per limit and variant): measured decode
+    reads over the same policy's replay at the tool's capacity, whether the tool's misses were
+    the replay's, reads over demand mmap's, decode over demand prefetch's, the disk fraction at
+    queue depth 1 and 8."""
+    rows = []
+    for row in cache["summary"]:
+        cached = row["capacity_experts"] is not None
+        rows.append(
+            [
+                limit_label(row["memory_limit"]),
+                row["variant"],
+                _num(row["capacity_experts"], ".0f"),
+                _num(row["measured_over_replay"], ".3f"),
+                ("= replay" if row["tool_misses_equal_replay"] else "DIFFER") if cached else "-",
+                _num(row["reads_over_demand_mmap"], ".3f"),
+                _num(row["decode_over_demand_prefetch"], ".2f"),
+                _num(row["disk_fraction_qd1"], ".3f"),
+                _num(row["disk_fraction_qd8"], ".3f"),
+            ]
+        )
+    return rows
 
 
 def print_sweep(console: Console, sweep: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from rich.console import Console
 from appliance.cli.options import REPEATS, OutputPath, lock_option
 from appliance.cli.progress import progress_display
 from appliance.engine.lock import load_lock
-from appliance.workflows.demo import demo
+from appliance.workflows.demo import DEMO_PROFILES, demo
 
 
 @click.command("demo")
@@ -24,7 +24,7 @@ from appliance.workflows.demo import demo
     "--out",
     type=OutputPath(directory=True),
     default=None,
-    help="Run directory (default: runs/tiny-oversub-<UTC time>).",
+    help="Run directory (default: runs/<profile>-<UTC time>).",
 )
 @click.option(
     "--models",
@@ -34,9 +34,23 @@ from appliance.workflows.demo import demo
     help="Where the tiny model is synthesized (default: the cache).",
 )
 @click.option("--repeats", type=REPEATS, default=None, help="Repeats of the sweep (default 1).")
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(DEMO_PROFILES),
+    default=DEMO_PROFILES[0],
+    show_default=True,
+    help="tiny-oversub-cache (what `make demo-cache` runs): the engine's expert cache "
+    "(experimental patch 0004, built into the image) beside demand mmap and prefetch.",
+)
 @lock_option
 def demo_command(
-    source: str, out: Path | None, models_dir: Path | None, repeats: int | None, lock_path: Path | None
+    source: str,
+    out: Path | None,
+    models_dir: Path | None,
+    repeats: int | None,
+    profile_name: str,
+    lock_path: Path | None,
 ) -> None:
     """The whole pipeline at miniature scale: a tiny synthetic MoE model swept on the cpu
     image over the memory limits of profile tiny-oversub (a quarter, half and 1.2 times the
@@ -53,6 +67,7 @@ def demo_command(
             models_dir=models_dir,
             repeats=repeats,
             progress=progress,
+            profile_name=profile_name,
         )
 
 

@@ -45,6 +45,12 @@ def cluster_executor(
     isolated = isolated_nodes()  # nodes on one host share its page cache unless told otherwise
 
     def make(prepared: PreparedRun, lock: Lock, console: Console) -> RayExecutor:
+        future = next((t for t in prepared.trials if t.future), None)
+        if future is not None:
+            raise ApplianceError(
+                f"variant {future.variant.name} takes its --future from trial {future.future}'s "
+                "trace, which a cluster's nodes cannot order or share: run it without --cluster"
+            )
         expected = expected_of(prepared, lock)
         connect(address)
         admission = admit(address, expected)

@@ -5,6 +5,8 @@ stay within [0.8, 1.5] of the LRU prediction at every limit". A claim bounds one
 results.json `sweep.summary` (medians per limit and variant) at every limit, at the smallest or
 at the largest; a missing bound (null) is not checked. Quantities whose magnitude depends on
 the host (the fraction of disk bandwidth) are drafted as directions only: below the probe.
+The expert cache's quantities (measured reads over the same policy's replay, reads over demand
+mmap's) are medians of `sweep.expert_cache.summary`.
 """
 
 from typing import Any
@@ -18,6 +20,7 @@ QUANTITIES = (
     "disk_fraction",
     "capacity_miss_share_lru",
 )
+CACHE_QUANTITIES = ("measured_over_replay", "reads_over_demand_mmap")  # sweep.expert_cache.summary
 PLACES = ("every", "smallest", "largest")
 
 
@@ -36,11 +39,13 @@ def claim_label(claim: dict[str, Any]) -> str:
 
 def check_claim(sweep: dict[str, Any], claim: dict[str, Any]) -> tuple[bool | None, str]:
     """(holds, reason); holds is None when results.json lacks the figures."""
-    rows = _rows(sweep.get("summary") or [], claim["variant"], claim["at"])
+    cache = claim["quantity"] in CACHE_QUANTITIES
+    summary = ((sweep.get("expert_cache") or {}) if cache else sweep).get("summary") or []
+    rows = _rows(summary, claim["variant"], claim["at"])
     values = [r.get(claim["quantity"]) for r in rows]
     if not rows or any(not isinstance(v, int | float) for v in values):
         return None, (
-            f"{RESULTS_FILE} sweep has no {claim['quantity']} for "
+            f"{RESULTS_FILE} sweep{'.expert_cache' if cache else ''} has no {claim['quantity']} for "
             f"{claim['variant']!r} at the {claim['at']} limit"
         )
     outside = [
@@ -116,7 +121,45 @@ def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[
                     "max": None,
                 }
             )
+    claims += _draft_cache(sweep.get("expert_cache") or {}, tolerance)
     return {"limits_bytes": sorted(sweep.get("limits") or []), "claims": claims}
+
+
+def _draft_cache(cache: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
+    """Per expert-cache variant: measured reads within the replay's tolerance of its own replay
+    at every limit (when they were), and its reads over demand mmap's below the largest seen,
+    widened by the tolerance."""
+    from appliance.analysis.cache_analysis import REPLAY_TOLERANCE  # numpy and numba load only here
+
+    summary = cache.get("summary") or []
+    claims: list[dict[str, Any]] = []
+    for variant in dict.fromkeys(r["variant"] for r in summary):
+        rows = _rows(summary, variant, "every")
+        replay = [v for r in rows if isinstance(v := r.get("measured_over_replay"), int | float)]
+        if not replay:
+            continue
+        if all(abs(v - 1) <= REPLAY_TOLERANCE for v in replay):
+            claims.append(
+                {
+                    "quantity": "measured_over_replay",
+                    "variant": variant,
+                    "at": "every",
+                    "min": 1 - REPLAY_TOLERANCE,
+                    "max": 1 + REPLAY_TOLERANCE,
+                }
+            )
+        mmap = [v for r in rows if isinstance(v := r.get("reads_over_demand_mmap"), int | float)]
+        if mmap:
+            claims.append(
+                {
+                    "quantity": "reads_over_demand_mmap",
+                    "variant": variant,
+                    "at": "every",
+                    "min": None,
+                    "max": _round(max(mmap) * (1 + tolerance)),
+                }
+            )
+    return claims
 
 
 def _round(value: float) -> float:

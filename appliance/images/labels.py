@@ -16,6 +16,7 @@ from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import parse_json
 from appliance.engine.lock import Lock, Target
+from appliance.engine.patches import series_digest
 from appliance.engine.tools import IMAGE_TOOLS
 
 OCI = "org.opencontainers.image"
@@ -93,15 +94,25 @@ def image_tag(
     return tag
 
 
-def candidate_images(lock: Lock, target: str) -> list[tuple[str, str | None]]:
+def candidate_images(
+    lock: Lock, target: str, experimental: Sequence[str] = ()
+) -> list[tuple[str, str | None]]:
     """(tag, stand-in name; None for the canonical source) of each local engine image for
-    `target` of this lock: canonical first, then each stand-in (newest release name first).
-    Runners look for an image in this order and carry the stand-in with the tag they found."""
-    canonical = image_tag(lock, target, {"kind": "canonical"})
+    `target` of this lock (with the `experimental` patches on top of the active series):
+    canonical first, then each stand-in (newest release name first). Runners look for an
+    image in this order and carry the stand-in with the tag they found."""
+    series = series_digest(lock, experimental) if experimental else ""
+    canonical = image_tag(lock, target, {"kind": "canonical"}, experimental, series)
     return [(canonical, None)] + [
-        (image_tag(lock, target, {"kind": "stand-in", "name": name}), name)
+        (image_tag(lock, target, {"kind": "stand-in", "name": name}, experimental, series), name)
         for name in sorted(lock.stand_ins, reverse=True)
     ]
+
+
+def missing_experimental(labels: dict[str, str], experimental: Sequence[str]) -> list[str]:
+    """The patches of `experimental` an image's labels do not list."""
+    carried = set(labels.get(EXPERIMENTAL, "").split(","))
+    return [name for name in experimental if name not in carried]
 
 
 def candidate_tags(lock: Lock, target: str) -> list[str]:

@@ -6,6 +6,7 @@ runner wraps it in a small shell that records the engine's exit status and times
 keeps the container alive, so its cgroup can be read after the engine has exited.
 """
 
+import dataclasses
 import os
 import shlex
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from appliance.runs.run_dir import OUTPUT_FILE, TIMING_FILE, TRACE_FILE
 
 MODELS_MOUNT = "/models"
 RESULTS_MOUNT = "/results"
+FUTURE_MOUNT = "/future"  # an earlier trial's route trace, read-only: a variant's --future
 SCRATCH_TMPFS = {"/tmp": "rw,size=16m,mode=1777"}  # tmpfs pages count against the limit
 EXIT_FILE = ".engine-exit"
 # Runs the engine, records "status start_ns end_ns", then idles until the runner has read
@@ -75,6 +77,8 @@ class LlamaMoeTraceEngine:
             argv += ["-o", f"{RESULTS_MOUNT}/{TRACE_FILE}"]
         else:
             argv += ["--no-trace"]
+        if variant.future is not None:
+            argv += ["--future", f"{FUTURE_MOUNT}/{TRACE_FILE}"]
         return argv + list(profile.engine_args) + list(variant.args)
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
@@ -143,6 +147,7 @@ class Trial:
     repeat: int  # 1-based
     memory: int | None = None  # a sweep's limit for this trial; None: the profile's
     point: str | None = None  # the sweep point, as written, that asked for `memory`
+    future: str | None = None  # the earlier trial whose route trace is this one's --future
 
     @property
     def name(self) -> str:
@@ -174,7 +179,7 @@ def trial_plan(profile: Profile, repeats: int | None = None) -> list[Trial]:
         pairs = [(r, v) for r in range(1, count + 1) for v in profile.variants]
     else:
         pairs = [(r, v) for v in profile.variants for r in range(1, count + 1)]
-    return [Trial(i, v, r) for i, (r, v) in enumerate(pairs, start=1)]
+    return with_futures([Trial(i, v, r) for i, (r, v) in enumerate(pairs, start=1)])
 
 
 def sweep_plan(profile: Profile, limits: list[SweepLimit], repeats: int | None = None) -> list[Trial]:
@@ -192,7 +197,21 @@ def sweep_plan(profile: Profile, limits: list[SweepLimit], repeats: int | None =
         ]
     else:
         triples = [(r, m, v) for m in limits for v in profile.variants for r in range(1, count + 1)]
-    return [Trial(i, v, r, m.bytes, m.point) for i, (r, m, v) in enumerate(triples, start=1)]
+    return with_futures([Trial(i, v, r, m.bytes, m.point) for i, (r, m, v) in enumerate(triples, start=1)])
+
+
+def with_futures(trials: list[Trial]) -> list[Trial]:
+    """Each trial of a variant with a `future` names the trial of that variant at the same limit
+    and repeat; the profile puts that variant earlier, so in both orders its trial runs first."""
+    by_key = {(t.memory, t.repeat, t.variant.name): t for t in trials}
+    out = []
+    for trial in trials:
+        if trial.variant.future is not None:
+            source = by_key[(trial.memory, trial.repeat, trial.variant.future)]
+            assert source.index < trial.index, "a future's trial runs first"
+            trial = dataclasses.replace(trial, future=source.name)
+        out.append(trial)
+    return out
 
 
 @dataclass(frozen=True)
@@ -214,8 +233,10 @@ def container_spec(
     results_dir: Path,
     name: str,
     labels: dict[str, str],
+    future_trace: Path | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for docker-py's `containers.run` for one trial (detached)."""
+    """Keyword arguments for docker-py's `containers.run` for one trial (detached);
+    `future_trace` (the trace of `trial.future`) is mounted read-only at FUTURE_MOUNT."""
     spec: dict[str, Any] = {
         "image": engine.image,
         "command": ["/bin/sh", "-c", WRAPPER, "engine", *engine.argv(profile, trial.variant)],
@@ -236,6 +257,8 @@ def container_spec(
             str(results_dir.resolve()): {"bind": RESULTS_MOUNT, "mode": "rw"},
         },
     }
+    if future_trace is not None:
+        spec["volumes"][str(future_trace.resolve())] = {"bind": f"{FUTURE_MOUNT}/{TRACE_FILE}", "mode": "ro"}
     if settings.block_device is not None and settings.cgroup_version == 1:
         spec["device_read_bps"] = [{"Path": settings.block_device.node, "Rate": BLKIO_UNLIMITED_BPS}]
     if settings.gpu_device_ids is not None:

@@ -18,7 +18,12 @@ from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.host.cgroups import block_device_for, cgroup_version
 from appliance.host.gpu import Gpu, target_for_capability, visible_gpus
-from appliance.images.labels import IMAGE_REPOSITORY, candidate_images, stand_in_of_labels
+from appliance.images.labels import (
+    IMAGE_REPOSITORY,
+    candidate_images,
+    missing_experimental,
+    stand_in_of_labels,
+)
 from appliance.runs.model_files import CheckedModel, check_model, locate_model
 from appliance.runs.plan import ContainerSettings, Trial
 from appliance.runs.profile import Profile
@@ -65,9 +70,9 @@ def choose_target(
 
 
 def find_image(
-    client: docker.DockerClient, candidates: list[tuple[str, str | None]]
+    client: docker.DockerClient, candidates: list[tuple[str, str | None]], experimental: tuple[str, ...] = ()
 ) -> tuple[str, str | None]:
-    """The first (tag, stand-in) whose image exists here."""
+    """The first (tag, stand-in) whose image exists here (images with `experimental` on top)."""
     for tag, stand_in in candidates:
         try:
             client.images.get(tag)
@@ -75,9 +80,14 @@ def find_image(
             continue
         return tag, stand_in
     target = candidates[0][0].split(":", 1)[1].split("-", 1)[0]
+    how = (
+        f"`appliance image build --target {target} {' '.join('--experimental ' + n for n in experimental)}`"
+        if experimental
+        else f"`make image-{target}`"
+    )
     raise ApplianceError(
         f"no engine image for target {target} (looked for "
-        f"{', '.join(tag for tag, _ in candidates)}): build it with `make image-{target}`"
+        f"{', '.join(tag for tag, _ in candidates)}): build it with {how}"
     )
 
 
@@ -167,13 +177,21 @@ def prepare_run(
         client = client_factory()
     stand_in = None
     if image is None and choice.target is not None:
-        candidates = candidate_images(lock, choice.target)
-        image, stand_in = candidates[0] if dry_run else find_image(client, candidates)
+        candidates = candidate_images(lock, choice.target, profile.experimental)
+        image, stand_in = candidates[0] if dry_run else find_image(client, candidates, profile.experimental)
     elif image is None:
         image = f"{IMAGE_REPOSITORY}:<sm89|sm120>-{lock.digest[:12]}"
     elif client is not None:
         find_image(client, [(image, None)])
-        stand_in = stand_in_of_labels(client.images.get(image).labels or {})
+        labels = client.images.get(image).labels or {}
+        missing = missing_experimental(labels, profile.experimental)
+        if missing:
+            raise ApplianceError(
+                f"image {image} does not carry {', '.join(missing)}, which profile "
+                f"{profile.name} needs: build one with `appliance image build --target "
+                f"{choice.target} {' '.join('--experimental ' + name for name in missing)}`"
+            )
+        stand_in = stand_in_of_labels(labels)
     model = check_model(
         profile.model, models_dir, skip_digest=skip_digest, progress=progress, located=located
     )

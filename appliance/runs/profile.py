@@ -64,6 +64,8 @@ class Variant:
     name: str
     env: dict[str, str]
     args: tuple[str, ...]
+    # an earlier variant whose route trace (same limit, same repeat) is this one's --future
+    future: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class Profile:
     trace: bool
     evidence: tuple[str, ...]
     sweep: "SweepSpec | None" = None  # `sweep: {memory: [...], n_predict: N}`
+    experimental: tuple[str, ...] = ()  # experimental patches the engine image must carry
 
     def variant(self, name: str) -> Variant:
         for variant in self.variants:
@@ -142,8 +145,17 @@ def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
     for index, item in enumerate(items):
         if item["name"] in variants:
             raise ConfigError(f"{path}: /variants/{index}/name: {item['name']!r} appears twice")
+        future = item.get("future")
+        if future is not None and future not in variants:
+            raise ConfigError(
+                f"{path}: /variants/{index}/future: {future!r} is not a variant before this one "
+                "(the trial whose trace is the future must run first)"
+            )
         variants[item["name"]] = Variant(
-            name=item["name"], env=dict(item.get("env", {})), args=tuple(item.get("args", []))
+            name=item["name"],
+            env=dict(item.get("env", {})),
+            args=tuple(item.get("args", [])),
+            future=future,
         )
     return tuple(variants.values())
 
@@ -174,6 +186,11 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
     and then the rules a schema cannot say."""
     validate(raw, "profile", path)
     _check_gpu(raw, path)
+    for index, item in enumerate(raw["variants"]):
+        if "future" in item and not raw["trace"]:
+            raise ConfigError(
+                f"{path}: /variants/{index}/future: needs trace: true (a future is a route trace)"
+            )
     model, schedule = raw["model"], raw["schedule"]
     return Profile(
         name=raw["name"],
@@ -203,6 +220,7 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
         trace=raw["trace"],
         evidence=tuple(raw.get("evidence", [])),
         sweep=_sweep(raw.get("sweep"), path),
+        experimental=tuple(raw["engine"].get("experimental", [])),
     )
 
 

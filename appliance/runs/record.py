@@ -51,7 +51,10 @@ def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
         "seed": s.seed,
         "cold_cache": s.cold_cache,
         "trace": profile.trace,
-        "variants": [{"name": v.name, "env": v.env, "args": list(v.args)} for v in profile.variants],
+        "variants": [
+            {"name": v.name, "env": v.env, "args": list(v.args)} | ({"future": v.future} if v.future else {})
+            for v in profile.variants
+        ],
         "trials": [t.name for t in trials],
         **(
             {"memory_limits": sorted({t.memory for t in trials if t.memory is not None})}

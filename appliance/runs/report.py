@@ -29,6 +29,7 @@ def planned_specs(prepared: PreparedRun, engine: Engine, run_id: str) -> list[di
                 results,
                 f"appliance-{run_id}-{trial.index:03d}",
                 {L.RUN: run_id},
+                RunDir(prepared.run_dir).trial(trial.future).trace if trial.future else None,
             )
         )
     return specs

@@ -18,6 +18,7 @@ import docker.errors
 from rich.console import Console
 
 from appliance.core import atomic
+from appliance.core.digests import sha256_file
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, read_text
 from appliance.host import pagecache
@@ -267,6 +268,7 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     results = RunDir(ctx.run_dir).scratch_for(trial.name)
     results.mkdir(parents=True)  # the container runs as this user, so it can write here
     name = f"appliance-{ctx.run_id}-{trial.index:03d}"
+    future = RunDir(ctx.run_dir).trial(trial.future, ctx.trials_subdir).trace if trial.future else None
     spec = container_spec(
         ctx.profile,
         ctx.engine,
@@ -275,6 +277,7 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         results,
         name,
         {L.RUN: ctx.run_id, L.RUN_TRIAL: trial.name},
+        future,
     )
     record: dict[str, Any] = {
         **base_record(trial, ctx.profile),
@@ -293,6 +296,17 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         "image": ctx.engine.image,
         "model_device": ctx.settings.block_device.key if ctx.settings.block_device else None,
     }
+    if future is not None:
+        if not future.is_file():
+            record |= {
+                "error": f"no route trace from trial {trial.future}, this trial's --future: "
+                "that trial failed or left none",
+                "oom_killed": False,
+                "exit_code": None,
+            }
+            _write_trial(ctx, trial, results, record)
+            return record
+        record["future"] = {"trial": trial.future, "sha256": sha256_file(future)}
     with TrialContainer(ctx.client, name) as box:
         try:
             if ctx.profile.schedule.cold_cache:

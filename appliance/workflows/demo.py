@@ -27,6 +27,8 @@ from appliance.workflows.run import (
 from appliance.workflows.sweep import execute_sweep
 
 DEMO_REPEATS = 1  # the demo sweeps 3 limits x 3 variants; one round keeps it within minutes
+# `make demo` runs the first; `make demo-cache` the second (the engine's expert cache, 0004)
+DEMO_PROFILES = ("tiny-oversub", "tiny-oversub-cache")
 
 
 def demo(
@@ -38,14 +40,17 @@ def demo(
     models_dir: Path | None = None,
     repeats: int | None = None,
     progress: ProgressFn | None = None,
+    profile_name: str = DEMO_PROFILES[0],
 ) -> PipelineReport:
-    """The whole pipeline at miniature scale on the cpu image: profile tiny-oversub swept
-    over its `sweep.memory` limits, one bundle, verified and compared with evidence/, and its
-    HTML report (RUN/report.html);
-    `progress` gets the image build, model synthesis and hashing steps."""
-    profile = load_profile("tiny-oversub")
+    """The whole pipeline at miniature scale on the cpu image (with the experimental patches
+    the profile names): a demo profile swept over its `sweep.memory` limits, one bundle,
+    verified and compared with evidence/, and its HTML report (RUN/report.html); `progress`
+    gets the image build, model synthesis and hashing steps."""
+    profile = load_profile(profile_name)
     models_dir = models_dir or cache_dir() / "models" / "demo"
-    tag = ensure_engine_image(lock, "cpu", choose_source(lock, source, console), console, progress)
+    tag = ensure_engine_image(
+        lock, "cpu", choose_source(lock, source, console), console, progress, profile.experimental
+    )
     ensure_synth_model(profile, models_dir, console, progress)
     key = signing_key(None, False, console)
     plan, client = plan_sweep(

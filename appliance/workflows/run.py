@@ -203,13 +203,19 @@ def choose_source(lock: Lock, requested: str, console: Console) -> str:
 
 
 def ensure_engine_image(
-    lock: Lock, target: str, source: str, console: Console, progress: ProgressFn | None = None
+    lock: Lock,
+    target: str,
+    source: str,
+    console: Console,
+    progress: ProgressFn | None = None,
+    experimental: tuple[str, ...] = (),
 ) -> str:
+    with_patches = f" with experimental {', '.join(experimental)}" if experimental else ""
     console.print(
-        f"engine image for [bold]{target}[/bold] from source [bold]{source}[/bold] "
+        f"engine image for [bold]{target}[/bold] from source [bold]{source}[/bold]{with_patches} "
         "(a first build compiles llama.cpp: 3 to 15 minutes on 2 cores, by load)"
     )
-    built = build_image(lock, target, source, progress=progress)
+    built = build_image(lock, target, source, experimental, progress=progress)
     state = "reused (inputs unchanged)" if built.reused else f"built in {built.seconds:.0f} s"
     console.print(f"image {built.tag} {state}")
     if L.cuda_summary(built.labels):

@@ -18,7 +18,7 @@ from appliance.engine.local_build import build_source
 from appliance.engine.lock import load_lock
 from appliance.engine.source import fetch_source
 from tests.conftest import REPO, unavailable
-from tests.engine_image import engine_image_cpu  # noqa: F401 - a fixture, used by name
+from tests.engine_image import engine_image_cpu, engine_image_cpu_cache  # noqa: F401 - fixtures, used by name
 
 
 @pytest.fixture(scope="session")

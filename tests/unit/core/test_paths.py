@@ -65,7 +65,11 @@ def test_a_copy_of_the_package_outside_any_checkout_works_from_variables(tmp_pat
         [sys.executable, "-c", probe], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [str(elsewhere), "qwen3-30b-16,qwen35-8g,tiny-oversub", "tiny-oversub"]
+    assert result.stdout.split() == [
+        str(elsewhere),
+        "qwen3-30b-16,qwen35-8g,tiny-oversub,tiny-oversub-cache",
+        "tiny-oversub",
+    ]
     shown = subprocess.run(
         [sys.executable, "-m", "appliance", "engine", "show", "--json"],
         cwd=elsewhere,

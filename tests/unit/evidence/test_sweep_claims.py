@@ -72,3 +72,111 @@ def test_other_limits_are_not_comparable() -> None:
     assert limits_mismatch(_summary(1.0), LIMITS) is None
     assert "other sweep limits" in str(limits_mismatch(_summary(1.0), [100, 200]))
     assert "not a sweep" in str(limits_mismatch(None, LIMITS))
+
+
+def test_cache_claims_bound_the_expert_cache_summary() -> None:
+    sweep = _summary(1.0) | {
+        "expert_cache": {
+            "summary": [
+                {
+                    "memory_limit": 100,
+                    "variant": "expert-belady",
+                    "measured_over_replay": 0.994,
+                    "reads_over_demand_mmap": 0.70,
+                },
+                {
+                    "memory_limit": 200,
+                    "variant": "expert-belady",
+                    "measured_over_replay": 1.07,
+                    "reads_over_demand_mmap": 0.31,
+                },
+            ]
+        }
+    }
+    replay = {
+        "quantity": "measured_over_replay",
+        "variant": "expert-belady",
+        "at": "every",
+        "min": 0.95,
+        "max": 1.05,
+    }
+    holds, reason = check_claim(sweep, replay)
+    assert holds is False and reason == "observed 1.07 at 200 bytes: outside the claimed bounds"
+    smallest = replay | {"at": "smallest"}
+    assert check_claim(sweep, smallest) == (True, "observed 0.994: within the claimed bounds")
+    mmap = {
+        "quantity": "reads_over_demand_mmap",
+        "variant": "expert-belady",
+        "at": "every",
+        "min": None,
+        "max": 0.75,
+    }
+    assert check_claim(sweep, mmap) == (True, "observed 0.7, 0.31: within the claimed bounds")
+    # the sweep's own summary has no such quantity: a sweep without cache trials cannot hold it
+    assert check_claim(_summary(1.0), mmap) == (
+        None,
+        "results.json sweep.expert_cache has no reads_over_demand_mmap for 'expert-belady' "
+        "at the every limit",
+    )
+    schema = load_schema()
+    claim_schema = {"definitions": schema["definitions"], "$ref": "#/definitions/sweep_claim"}
+    assert list(jsonschema.Draft7Validator(claim_schema).iter_errors(mmap)) == []
+
+
+def test_a_draft_bounds_each_cache_policy_by_its_replay_and_demand_mmap() -> None:
+    sweep = _summary(1.0) | {
+        "expert_cache": {
+            "summary": [
+                {
+                    "memory_limit": 100,
+                    "variant": "demand-mmap",
+                    "measured_over_replay": None,
+                    "reads_over_demand_mmap": 1.0,
+                },
+                {
+                    "memory_limit": 100,
+                    "variant": "expert-lru",
+                    "measured_over_replay": 0.993,
+                    "reads_over_demand_mmap": 0.96,
+                },
+                {
+                    "memory_limit": 200,
+                    "variant": "expert-lru",
+                    "measured_over_replay": 1.001,
+                    "reads_over_demand_mmap": 1.1,
+                },
+                {
+                    "memory_limit": 100,
+                    "variant": "expert-fifo",
+                    "measured_over_replay": 1.2,
+                    "reads_over_demand_mmap": 0.5,
+                },
+            ]
+        }
+    }
+    claims = [c for c in draft_sweep(sweep, "baseline", 0.25)["claims"] if c["variant"].startswith("expert-")]
+    assert claims == [
+        {
+            "quantity": "measured_over_replay",
+            "variant": "expert-lru",
+            "at": "every",
+            "min": 0.95,
+            "max": 1.05,
+        },
+        {
+            "quantity": "reads_over_demand_mmap",
+            "variant": "expert-lru",
+            "at": "every",
+            "min": None,
+            "max": 1.375,
+        },
+        # fifo's reads were 1.2x its replay: no replay claim, only the bound against demand mmap
+        {
+            "quantity": "reads_over_demand_mmap",
+            "variant": "expert-fifo",
+            "at": "every",
+            "min": None,
+            "max": 0.625,
+        },
+    ]
+    assert all(check_claim(sweep, c)[0] is True for c in claims)

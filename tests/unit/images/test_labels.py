@@ -6,6 +6,7 @@ import json
 import re
 
 from appliance.engine.lock import load_lock, parse_lock
+from appliance.engine.patches import series_digest
 from appliance.images import labels as L
 from tests.conftest import REPO
 
@@ -163,6 +164,22 @@ def test_each_candidate_image_carries_its_stand_in() -> None:
     assert L.stand_in_of_labels({L.SOURCE_KIND: "stand-in", L.SOURCE_NAME: "b10068"}) == "b10068"
     assert L.stand_in_of_labels({L.SOURCE_KIND: "canonical", L.SOURCE_NAME: "None"}) is None
     assert L.stand_in_of_labels({}) is None
+
+
+def test_a_profiles_experimental_patches_name_images_that_carry_them() -> None:
+    lock = load_lock()
+    digest12 = lock.digest[:12]
+    series = series_digest(lock, ["0004-expert-cache.patch"])[:8]
+    assert L.candidate_tags(lock, "cpu") == [tag for tag, _ in L.candidate_images(lock, "cpu", ())]
+    assert [tag for tag, _ in L.candidate_images(lock, "cpu", ["0004-expert-cache.patch"])] == [
+        f"moe-expert-cache:cpu-{digest12}-exp-{series}",
+        f"moe-expert-cache:cpu-{digest12}-standin-b10229-exp-{series}",
+        f"moe-expert-cache:cpu-{digest12}-standin-b10068-exp-{series}",
+    ]
+    labels = {L.EXPERIMENTAL: "0004-expert-cache.patch"}
+    assert L.missing_experimental(labels, ["0004-expert-cache.patch"]) == []
+    assert L.missing_experimental({}, ["0004-expert-cache.patch"]) == ["0004-expert-cache.patch"]
+    assert L.missing_experimental({L.EXPERIMENTAL: ""}, []) == []
 
 
 def _label_values() -> set[str]:

@@ -1,3 +1,4 @@
+import dataclasses
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ GIB = 1 << 30
 
 
 def test_builtins_are_the_three_profiles_of_the_issue() -> None:
-    assert builtin_profiles() == ["qwen3-30b-16", "qwen35-8g", "tiny-oversub"]
+    assert builtin_profiles() == ["qwen3-30b-16", "qwen35-8g", "tiny-oversub", "tiny-oversub-cache"]
 
 
 def test_qwen35_8g_is_the_published_experiment() -> None:
@@ -151,3 +152,39 @@ def test_sizes_format_for_people() -> None:
     assert format_size(8 * GIB, trim=True) == "8 GiB"
     assert format_size(200 << 20, trim=True) == "200 MiB"
     assert format_size(17_821_719_168, trim=True) == "16.6 GiB"
+
+
+def test_tiny_oversub_cache_is_tiny_oversub_with_the_cache_variants() -> None:
+    cache, plain = load_profile("tiny-oversub-cache"), load_profile("tiny-oversub")
+    assert (cache.model, cache.limits, cache.engine_args) == (plain.model, plain.limits, plain.engine_args)
+    assert cache.schedule == dataclasses.replace(plain.schedule, repeats=1, n_predict=64)
+    assert cache.experimental == ("0004-expert-cache.patch",) and plain.experimental == ()
+    assert cache.variants[:3] == plain.variants
+    for policy in ("lru", "least-stale", "belady"):
+        variant = cache.variant(f"expert-{policy}")
+        assert variant.env == {"LLAMA_MMAP_DEMAND": "1"}
+        assert variant.args == ("--expert-cache", policy, "--expert-cache-capacity", "auto")
+        assert variant.future == ("demand-mmap" if policy == "belady" else None)
+
+
+@pytest.mark.parametrize(
+    ("future", "message"),
+    [
+        ("demand-prefetch", "/variants/1/future: 'demand-prefetch' is not a variant before this one"),
+        ("demand-mmap", "/variants/1/future: 'demand-mmap' is not a variant before this one"),
+        ("nothing", "/variants/1/future: 'nothing' is not a variant before this one"),
+    ],
+)
+def test_a_future_must_name_an_earlier_variant(tmp_path: Path, future: str, message: str) -> None:
+    path = _write(tmp_path, lambda r: r["variants"][1].update(future=future))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_profile(str(path))
+
+
+def test_a_future_needs_traces(tmp_path: Path) -> None:
+    def edit(raw: dict) -> None:  # type: ignore[type-arg]
+        raw["variants"][1]["future"] = "baseline"
+        raw["trace"] = False
+
+    with pytest.raises(ConfigError, match=re.escape("/variants/1/future: needs trace: true")):
+        load_profile(str(_write(tmp_path, edit)))

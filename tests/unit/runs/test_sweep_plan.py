@@ -1,5 +1,6 @@
 """Sweep limits, the sweep key of profiles, the sweep's trial order and its containers."""
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from appliance.runs.memory_points import (
 )
 from appliance.runs.plan import ContainerSettings, LlamaMoeTraceEngine, container_spec, sweep_plan
 from appliance.runs.profile import PROFILES_DIR, load_profile
+from appliance.runs.record import schedule_record
 
 MODEL = 417_356_704
 
@@ -146,3 +148,44 @@ def test_each_trial_container_gets_its_own_limit(tmp_path: Path) -> None:
     ):
         spec = container_spec(profile, engine, trial, settings, tmp_path, "n", {})
         assert spec["mem_limit"] == spec["memswap_limit"] == trial.memory
+
+
+def test_belady_takes_the_earlier_demand_mmap_trace_of_its_limit_and_repeat(tmp_path: Path) -> None:
+    profile = load_profile("tiny-oversub-cache")
+    limits = [SweepLimit(100 << 20, "0.25"), SweepLimit(200 << 20, "0.5")]
+    for order in ("interleaved", "blocked"):
+        shaped = dataclasses.replace(profile, schedule=dataclasses.replace(profile.schedule, order=order))
+        trials = sweep_plan(shaped, limits, repeats=2)
+        by_name = {t.name: t for t in trials}
+        belady = [t for t in trials if t.variant.name == "expert-belady"]
+        assert len(belady) == 4
+        for t in belady:
+            source = by_name[str(t.future)]
+            assert (source.variant.name, source.memory, source.repeat) == ("demand-mmap", t.memory, t.repeat)
+            assert source.index < t.index
+        assert all(t.future is None for t in trials if t.variant.name != "expert-belady")
+    trials = sweep_plan(profile, limits, repeats=1)
+    assert [(t.name, t.future) for t in trials if t.future] == [
+        ("006-100MiB-expert-belady-r1", "002-100MiB-demand-mmap-r1"),
+        ("012-200MiB-expert-belady-r1", "008-200MiB-demand-mmap-r1"),
+    ]
+    settings = ContainerSettings(
+        models_dir=tmp_path, block_device=None, cgroup_version=2, gpu_device_ids=None
+    )
+    engine = LlamaMoeTraceEngine("img:tag")
+    future = tmp_path / "trials" / "002-100MiB-demand-mmap-r1" / "trace.moetrace"
+    spec = container_spec(profile, engine, trials[5], settings, tmp_path / "s", "n", {}, future)
+    assert spec["volumes"][str(future)] == {"bind": "/future/trace.moetrace", "mode": "ro"}
+    command = spec["command"]
+    assert command[command.index("--future") + 1] == "/future/trace.moetrace"
+    assert command[-5:] == ["--no-repack", "--expert-cache", "belady", "--expert-cache-capacity", "auto"]
+    lru = container_spec(profile, engine, trials[3], settings, tmp_path / "s", "n", {})
+    assert "--future" not in lru["command"] and len(lru["volumes"]) == 2
+
+
+def test_the_schedule_records_a_variants_future_only_where_it_has_one() -> None:
+    profile = load_profile("tiny-oversub-cache")
+    record = schedule_record(profile, sweep_plan(profile, [SweepLimit(100 << 20, "0.25")], repeats=1))
+    futures = {v["name"]: v.get("future") for v in record["variants"]}
+    assert futures["expert-belady"] == "demand-mmap"
+    assert [v for v in record["variants"] if "future" in v] == [record["variants"][-1]]

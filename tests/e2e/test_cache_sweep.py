@@ -1,0 +1,130 @@
+"""The expert cache through the appliance's own sweep: profile tiny-oversub-cache at its smallest
+limit, on the cpu image with patch 0004, at miniature scale (32 decode steps).
+
+Every cache trial's measured decode reads must be within 5% of its own policy's replay at the
+capacity the tool chose, the tool's misses must be the replay's, and every trace and text must
+be byte-identical to the baseline's; expert-belady's --future is the demand-mmap trial's trace,
+mounted read-only and recorded with its digest.
+"""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from appliance.core.paths import cache_dir
+from appliance.runs.profile import PROFILES_DIR, load_profile
+from appliance.workflows.run import ensure_synth_model
+from tests.conftest import run_cli
+from tests.e2e.conftest import user_env
+
+CACHE_VARIANTS = ("expert-lru", "expert-least-stale", "expert-belady")
+N_PREDICT = 32
+
+
+def miniature_profile(tmp_path: Path) -> Path:
+    raw = yaml.safe_load((PROFILES_DIR / "tiny-oversub-cache.yaml").read_text())
+    raw["name"] = "tiny-oversub-cache-e2e"
+    raw["sweep"] = {"memory": [0.25], "n_predict": N_PREDICT}
+    path = tmp_path / "tiny-oversub-cache-e2e.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def shared_model() -> Path:
+    """The demo model in the cache, synthesized on first use."""
+    profile = load_profile("tiny-oversub-cache")
+    return ensure_synth_model(profile, cache_dir() / "models" / "demo", Console(quiet=True))
+
+
+def private_model(tmp_path: Path) -> Path:
+    """A private copy of the demo model: another process reading the shared copy would put its
+    pages back in the page cache between a trial's eviction and its start."""
+    shared = shared_model()
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copyfile(shared, models / shared.name)
+    return models
+
+
+@pytest.mark.docker
+@pytest.mark.engine
+@pytest.mark.slow
+def test_the_sweep_runs_each_cache_policy_as_its_replay_predicts(
+    engine_image_cpu_cache: str, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    result = run_cli(
+        "sweep",
+        str(miniature_profile(tmp_path)),
+        "--models",
+        str(private_model(tmp_path)),
+        "--out",
+        str(run),
+        env=user_env(tmp_path),
+        timeout=1800,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert engine_image_cpu_cache in result.stdout  # the image with 0004, found without --image
+    assert "meas/replay" in result.stdout  # the expert cache's table
+    assert json.loads((run / "run.json").read_text())["status"] == "complete"
+
+    paths = sorted(run.glob("trials/*/trial.json"))
+    records = {t["variant"]: t for t in (json.loads(p.read_text()) for p in paths)}
+    assert list(records) == ["baseline", "demand-mmap", "demand-prefetch", *CACHE_VARIANTS]
+    assert all(t["status"] == "ok" for t in records.values()), records
+    belady, mmap = records["expert-belady"], records["demand-mmap"]
+    mmap_trace = run / "trials" / mmap["name"] / "trace.moetrace"
+    assert belady["future"] == {
+        "trial": mmap["name"],
+        "sha256": hashlib.sha256(mmap_trace.read_bytes()).hexdigest(),
+    }
+    command = belady["container"]["command"]
+    assert command[command.index("--future") + 1] == "/future/trace.moetrace"
+    assert "--future" not in records["expert-lru"]["container"]["command"]
+
+    results = json.loads((run / "results.json").read_text())
+    assert results["byte_identity"]["all_identical"] is True  # texts, at matched length
+    cache = results["sweep"]["expert_cache"]
+    assert cache["traces_identical"] is True and cache["tool_misses_equal_replay"] is True
+    rows = {r["variant"]: r for r in cache["trials"]}
+    assert all(r["trace_identical_to_baseline"] is True for r in rows.values())
+    for variant in CACHE_VARIANTS:
+        row = rows[variant]
+        assert row["policy"] == variant.removeprefix("expert-")
+        assert row["tool_decode_misses"] == row["replayed_decode_misses"] > 0, row
+        assert abs(row["measured_over_replay"] - 1) <= 0.05, row
+        assert row["reads_over_demand_mmap"] is not None and row["disk_fraction_qd8"] is not None
+    # the bundle seals and verifies
+    verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.engine
+def test_an_image_without_the_cache_patch_is_refused_in_one_line(
+    engine_image_cpu: str, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "sweep",
+        "tiny-oversub-cache",
+        "--models",
+        str(shared_model().parent),  # nothing reads it: the image is refused first
+        "--image",
+        engine_image_cpu,
+        "--skip-digest-check",
+        "--out",
+        str(tmp_path / "run"),
+        env=user_env(tmp_path),
+    )
+    assert result.returncode != 0
+    assert result.stderr == (
+        f"error: image {engine_image_cpu} does not carry 0004-expert-cache.patch, which profile "
+        "tiny-oversub-cache needs: build one with `appliance image build --target cpu "
+        "--experimental 0004-expert-cache.patch`\n"
+    )
+    assert not (tmp_path / "run").exists()
