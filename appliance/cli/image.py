@@ -280,7 +280,7 @@ def selftest_command(image: str, as_json: bool) -> None:
     "--image",
     "image_ref",
     default=None,
-    help="Local image to push (default: the newest one built from this lock).",
+    help="Local image to push (default: the newest one built from this lock without experimental patches).",
 )
 @lock_option
 def push(target: str, registry: str, image_ref: str | None, lock_path: Path | None) -> None:
@@ -296,7 +296,7 @@ def push(target: str, registry: str, image_ref: str | None, lock_path: Path | No
     "--image",
     "image_ref",
     default=None,
-    help="Local image to export (default: the newest one built from this lock).",
+    help="Local image to export (default: the newest one built from this lock without experimental patches).",
 )
 @click.option(
     "--key",

@@ -435,7 +435,7 @@ def inspect_labels(
     lock: Lock, ref: str, labels: dict[str, str], image_id: str = "", size_bytes: int = 0
 ) -> InspectReport:
     """Compare labels with the lock and the series (with the image's experimental patches)."""
-    experimental = [name for name in labels.get(L.EXPERIMENTAL, "").split(",") if name]
+    experimental = L.experimental_of_labels(labels)
     try:
         series = series_digest(lock, experimental)
     except ApplianceError as exc:

@@ -109,9 +109,14 @@ def candidate_images(
     ]
 
 
+def experimental_of_labels(labels: dict[str, str]) -> list[str]:
+    """The experimental patches an image's labels say it carries, in their order."""
+    return [name for name in labels.get(EXPERIMENTAL, "").split(",") if name]
+
+
 def missing_experimental(labels: dict[str, str], experimental: Sequence[str]) -> list[str]:
     """The patches of `experimental` an image's labels do not list."""
-    carried = set(labels.get(EXPERIMENTAL, "").split(","))
+    carried = set(experimental_of_labels(labels))
     return [name for name in experimental if name not in carried]
 
 

@@ -37,12 +37,16 @@ def engine_images_for(client: Any, lock: Lock, target: str) -> list[Any]:
 def choose_local_image(client: Any, lock: Lock, target: str, image_ref: str | None) -> str:
     if image_ref:
         return image_ref
-    candidates = engine_images_for(client, lock, target)
+    candidates = [
+        image
+        for image in engine_images_for(client, lock, target)
+        if not L.experimental_of_labels(image.labels or {})  # those only when named with --image
+    ]
     tagged = [tag for image in candidates for tag in image.tags if tag.startswith(f"{L.IMAGE_REPOSITORY}:")]
     if not tagged:
         raise ApplianceError(
-            f"no local {target} image built from this lock: run "
-            f"`appliance image build --target {target}` first"
+            f"no local {target} image built from this lock without experimental patches: run "
+            f"`appliance image build --target {target}` first, or name one with --image"
         )
     canonical = [t for t in tagged if "-standin-" not in t and "-local-" not in t]
     return (canonical or tagged)[0]
@@ -152,7 +156,7 @@ def pull_image(lock: Lock, target: str) -> InspectReport:
         client.images.remove(reference, force=True)
         raise IntegrityError(drift_message(report) + f"; pulled {reference} refused and removed")
     identity = _label_identity(report.labels)
-    experimental = [name for name in report.labels.get(L.EXPERIMENTAL, "").split(",") if name]
+    experimental = L.experimental_of_labels(report.labels)
     local_tag = L.image_tag(lock, target, identity, experimental, report.labels.get(L.SERIES_DIGEST, ""))
     repo, tag = local_tag.split(":", 1)
     image.tag(repo, tag)
