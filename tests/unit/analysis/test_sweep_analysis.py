@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from appliance.analysis.capacity import ModelExperts, capacity_for
+from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for
 from appliance.analysis.sweep_analysis import (
     add_roofline,
     phase_reads,
@@ -52,6 +52,31 @@ def test_capacity_is_what_the_limit_leaves_and_never_below_k() -> None:
     limit = 5_000_000 + 20_000_000 + 10 * EXPERT + 999
     assert capacity_for(limit, 20_000_000, EXPERTS) == (10, False)
     assert capacity_for(5_000_000 + 2 * EXPERT, 0, EXPERTS) == (4, True)
+
+
+def test_the_model_s_experts_as_the_sweep_records_them() -> None:
+    """Layers of unequal experts: the largest is the one expert capacity counts in; the
+    non-expert bytes are the file less every expert of every layer (worked by hand)."""
+    experts = ModelExperts(file_bytes=10_000, expert_bytes={3: 100, 1: 120}, n_experts=8, k=2)
+    assert experts.as_dict() == {
+        "file_bytes": 10_000,
+        "n_experts": 8,
+        "k": 2,
+        "moe_layers": [1, 3],
+        "expert_bytes": 120,
+        "expert_bytes_per_layer": {"1": 120, "3": 100},
+        "non_expert_bytes": 10_000 - (100 + 120) * 8,
+    }
+    assert list(experts.as_dict()["expert_bytes_per_layer"]) == ["1", "3"]
+
+
+def test_anonymous_memory_is_the_larger_sample_and_zero_without_one() -> None:
+    assert anon_bytes({}) == 0
+    assert anon_bytes({"timing": {}}) == 0
+    assert anon_bytes({"timing": {"residency_after_load": {}, "residency_at_end": None}}) == 0
+    assert anon_bytes({"timing": {"residency_at_end": {"anon_bytes": 7}}}) == 7
+    timing = {"residency_after_load": {"anon_bytes": 9}, "residency_at_end": {"anon_bytes": 7}}
+    assert anon_bytes({"timing": timing}) == 9
 
 
 def test_replayed_decode_reads_respect_the_bounds() -> None:
