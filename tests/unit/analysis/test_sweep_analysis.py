@@ -265,3 +265,195 @@ def test_a_trace_without_rows_predicts_no_reads() -> None:
     predicted = predicted_reads(empty, 8, HAND)
     assert predicted["decode_requests"] == 0 and predicted["compulsory_decode_misses"] == 0
     assert all(row == dict.fromkeys(row, 0) for row in predicted["policies"].values())
+
+
+# --- every field of the sweep's records, worked by hand -------------------------------------
+
+
+def test_probe_summary_in_full() -> None:
+    """Device bytes when the counter was read (0 included), requested bytes when it was not (-1
+    or absent); no bandwidth for zero seconds, no fraction for zero bytes; the first row of a
+    size and depth is the one picked."""
+    measurements = [
+        {"block_bytes": 8192, "queue_depth": 1, "bytes": 800, "device_read_bytes": 400, "seconds": 2.0},
+        {"block_bytes": 8192, "queue_depth": 1, "bytes": 800, "device_read_bytes": 800, "seconds": 1.0},
+        {"block_bytes": 8192, "queue_depth": 8, "bytes": 800, "seconds": 4.0},
+        {"block_bytes": 4096, "queue_depth": 1, "bytes": 100, "device_read_bytes": 0, "seconds": 1.0},
+        {"block_bytes": 4096, "queue_depth": 8, "bytes": 0, "device_read_bytes": -1, "seconds": 0.0},
+    ]
+    probe = probe_summary({"file_bytes": 123, "advice": "POSIX_FADV_RANDOM", "measurements": measurements})
+    assert probe == {
+        "file_bytes": 123,
+        "advice": "POSIX_FADV_RANDOM",
+        "measurements": [
+            {**measurements[0], "bytes_per_s": 200.0, "device_fraction": 0.5},
+            {**measurements[1], "bytes_per_s": 800.0, "device_fraction": 1.0},
+            {**measurements[2], "bytes_per_s": 200.0, "device_fraction": 1.0},
+            {**measurements[3], "bytes_per_s": 0.0, "device_fraction": 0.0},
+            {**measurements[4], "bytes_per_s": None, "device_fraction": None},
+        ],
+        "expert_qd1_bytes_per_s": 200.0,
+        "expert_qd8_bytes_per_s": 200.0,
+        "page_qd1_bytes_per_s": 0.0,
+        "page_qd8_bytes_per_s": None,
+        "reference": "expert_qd1_bytes_per_s",
+    }
+    assert probe_summary({}) == {
+        "file_bytes": None,
+        "advice": None,
+        "measurements": [],
+        "expert_qd1_bytes_per_s": None,
+        "expert_qd8_bytes_per_s": None,
+        "page_qd1_bytes_per_s": None,
+        "page_qd8_bytes_per_s": None,
+        "reference": "expert_qd1_bytes_per_s",
+    }
+
+
+def _phases(measured: int) -> dict[str, int]:
+    """_io(4_000, 10_000, 10_000 + measured)'s phases, by hand."""
+    return {
+        "load": 4_000,
+        "prefill": 6_000,
+        "decode": measured,
+        "total": 10_000 + measured,
+        "major_faults_load": 10,
+        "major_faults_prefill": 5,
+        "major_faults_decode": 25,
+    }
+
+
+def test_trial_row_in_full_by_hand() -> None:
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
+    anon, measured, tokens = 1_000_000, 300 * EXPERT, 8
+    limit = anon + HAND.non_expert_bytes + hand.thrashing_capacity * 5 * EXPERT  # one = 5 MB
+    row = trial_row(_trial("001-hand", limit, 4.0, measured, tokens=tokens), hand.trace, HAND, 50 * EXPERT)
+    lru = 8 * 4 * sum(LAYER_BYTES.values())
+    belady = reference_decode_reads(hand.trace, "belady", hand.thrashing_capacity, LAYER_BYTES)[
+        "decode_read_bytes"
+    ]
+    predicted = row.pop("predicted")
+    assert predicted["policies"]["lru"]["decode_read_bytes"] == lru
+    assert predicted["policies"]["belady"]["decode_read_bytes"] == belady
+    assert "comparable" in row.pop(
+        "contamination"
+    )  # its own tests: tests/unit/analysis/test_contamination.py
+    assert row == {
+        "trial": "001-hand",
+        "variant": "demand-mmap",
+        "repeat": 1,
+        "memory_limit": limit,
+        "status": "ok",
+        "decode_tokens": tokens,
+        "decode_s": 4.0,
+        "decode_tps": 2.0,
+        "anon_bytes": anon,
+        "phase_reads": _phases(measured),
+        "cgroup_block_read_bytes": 10_000 + measured,
+        "phase_sum_over_cgroup": 1.0,
+        "capacity_experts": hand.thrashing_capacity,
+        "capacity_clamped_to_k": False,
+        "measured_decode_read_bytes": measured,
+        "reads_per_token": {"measured": measured / tokens, "lru": lru / tokens, "belady": belady / tokens},
+        "measured_over_lru": measured / lru,
+        "measured_over_belady": measured / belady,
+        "belady_over_lru": belady / lru,
+        "decode_read_bytes_per_s": measured / 4.0,
+        "disk_fraction": measured / 4.0 / (50 * EXPERT),
+    }
+
+
+def test_a_trial_that_cannot_be_predicted_keeps_only_its_measurements() -> None:
+    """No trace, no decode tokens or not ok: the measured fields only (none predicted); with
+    no cgroup reads there is no phase check either."""
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8).trace
+    trial = _trial("001-x", 10**9, 4.0, 1_000, tokens=8)
+    measured_only = {
+        "trial": "001-x",
+        "variant": "demand-mmap",
+        "repeat": 1,
+        "memory_limit": 10**9,
+        "status": "ok",
+        "decode_tokens": 8,
+        "decode_s": 4.0,
+        "decode_tps": 2.0,
+        "anon_bytes": 1_000_000,
+        "phase_reads": _phases(1_000),
+        "cgroup_block_read_bytes": 11_000,
+        "phase_sum_over_cgroup": 1.0,
+    }
+    assert trial_row(trial, None, HAND, 1.0) == measured_only
+    assert trial_row({**trial, "status": "failed"}, hand, HAND, 1.0) == {**measured_only, "status": "failed"}
+    no_tokens = {**trial, "timing": {**trial["timing"], "n_decode_tokens": 0}}
+    assert trial_row(no_tokens, hand, HAND, 1.0) == {**measured_only, "decode_tokens": 0}
+    no_reads = {**trial, "cgroup": {}}
+    expected = {k: v for k, v in measured_only.items() if k != "phase_sum_over_cgroup"}
+    assert trial_row(no_reads, None, HAND, 1.0) == {**expected, "cgroup_block_read_bytes": None}
+
+
+def _summary_input(limit: int, variant: str, x: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "trial": f"{variant}-{limit}-{x}",
+        "memory_limit": limit,
+        "variant": variant,
+        "capacity_experts": x,
+        "decode_tps": 10 * x,
+        "reads_per_token": {"measured": x, "lru": 2 * x, "belady": 3 * x},
+        "measured_over_lru": x / 2,
+        "measured_over_belady": x / 4,
+        "belady_over_lru": x / 8,
+        "disk_fraction": x / 16,
+        "predicted": {"policies": {"lru": {"decode_capacity_misses": x, "decode_misses": 4}}},
+        **extra,
+    }
+
+
+def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
+    rows = [
+        _summary_input(200, "b", 1.0, roofline={"predicted_decode_tps": 5.0, "error": 0.5}),
+        _summary_input(100, "a", 2.0, roofline={"predicted_decode_tps": 7.0, "error": 0.1}),
+        _summary_input(100, "a", 3.0, roofline_page={"predicted_decode_tps": 1.0, "error": -0.5}),
+        _summary_input(100, "a", 1000.0, contamination={"comparable": False}),  # left out
+        {**_summary_input(100, "b", 1000.0), "reads_per_token": None},  # nothing predicted
+        _summary_input(200, "a", 4.0),
+    ]
+    medians = {
+        "n": 2,
+        "capacity_experts": 2.5,
+        "decode_tps": 25.0,
+        "reads_per_token": {"measured": 2.5, "lru": 5.0, "belady": 7.5},
+        "measured_over_lru": 1.25,
+        "measured_over_belady": 0.625,
+        "belady_over_lru": 0.3125,
+        "disk_fraction": 0.15625,
+        "capacity_miss_share_lru": 0.625,  # (2/4 + 3/4) / 2
+        "roofline_predicted_tps": 7.0,
+        "roofline_error": 0.1,
+        "roofline_page_predicted_tps": 1.0,
+        "roofline_page_error": -0.5,
+    }
+
+    def one(limit: int, variant: str, x: float, roofline: tuple[float, float] | None) -> dict[str, Any]:
+        return {
+            "memory_limit": limit,
+            "variant": variant,
+            "n": 1,
+            "capacity_experts": x,
+            "decode_tps": 10 * x,
+            "reads_per_token": {"measured": x, "lru": 2 * x, "belady": 3 * x},
+            "measured_over_lru": x / 2,
+            "measured_over_belady": x / 4,
+            "belady_over_lru": x / 8,
+            "disk_fraction": x / 16,
+            "capacity_miss_share_lru": x / 4,
+            "roofline_predicted_tps": roofline[0] if roofline else None,
+            "roofline_error": roofline[1] if roofline else None,
+            "roofline_page_predicted_tps": None,
+            "roofline_page_error": None,
+        }
+
+    assert summary_rows(rows) == [
+        {"memory_limit": 100, "variant": "a", **medians},
+        one(200, "b", 1.0, (5.0, 0.5)),  # variants in run order: b came first
+        one(200, "a", 4.0, None),
+    ]
