@@ -1,5 +1,6 @@
 """A sweep's predictions: capacity, replayed decode reads, phases, the probe, the roofline."""
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for
 from appliance.analysis.sweep_analysis import (
     add_roofline,
+    analyze_sweep,
     phase_reads,
     predicted_reads,
     probe_summary,
@@ -457,3 +459,85 @@ def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
         one(200, "b", 1.0, (5.0, 0.5)),  # variants in run order: b came first
         one(200, "a", 4.0, None),
     ]
+
+
+def test_phase_reads_accept_zero_counters() -> None:
+    """0 bytes and 0 faults are readings (a page-cache hit), not missing counters."""
+    io = {p: {"read_bytes": 0, "majflt": 0} for p in ("load_end", "prefill_end", "decode_end")}
+    assert phase_reads({"io": io}) == dict.fromkeys(
+        (
+            "load",
+            "prefill",
+            "decode",
+            "total",
+            "major_faults_load",
+            "major_faults_prefill",
+            "major_faults_decode",
+        ),
+        0,
+    )
+    io["decode_end"] = {"read_bytes": 5}  # no fault counter: the reads alone
+    assert phase_reads({"io": io}) == {"load": 0, "prefill": 0, "decode": 5, "total": 5}
+
+
+def _roofline_input(
+    variant: str, limit: int, decode_s: float, measured: int | None, lru: float, tps: float
+) -> dict[str, Any]:
+    return {
+        "variant": variant,
+        "memory_limit": limit,
+        "decode_s": decode_s,
+        "decode_tokens": 10,
+        "decode_tps": tps,
+        "measured_decode_read_bytes": measured,
+        "reads_per_token": {"lru": lru},
+    }
+
+
+def test_roofline_by_hand() -> None:
+    """Compute per token: the median over the variant's trials at its largest limit of
+    (decode time less its own reads at the probed bandwidth) per token, never below 0; each
+    trial's prediction adds its LRU reads per token over the bandwidth (worked by hand)."""
+    rows = [
+        _roofline_input("v", 100, 2.0, 100, 50.0, 5.0),  # (2 - 100/100) / 10 = 0.1
+        _roofline_input("v", 100, 4.0, None, 50.0, 5.0),  # (4 - 0) / 10 = 0.4
+        _roofline_input("v", 50, 6.0, 300, 20.0, 1.6),  # not at the largest limit
+        _roofline_input("w", 70, 0.5, 100, 0.0, 3.0),  # (0.5 - 1) / 10 clamps to 0; nothing to read
+        {**_roofline_input("v", 100, 1.0, 0, 50.0, 9.0), "contamination": {"comparable": False}},
+        {**_roofline_input("v", 100, 1.0, 0, 50.0, 9.0), "reads_per_token": None},
+        {**_roofline_input("v", 100, 0.0, 0, 50.0, 9.0)},  # no decode time: no roofline
+    ]
+    add_roofline(rows, 100.0, "roof")
+    compute = (0.1 + 0.4) / 2
+    top = 1 / (compute + 50 / 100)
+    low = 1 / (compute + 20 / 100)
+    assert rows[0]["roof"] == {
+        "compute_s_per_token": pytest.approx(compute),
+        "reference_limit": 100,
+        "predicted_decode_tps": pytest.approx(top),
+        "error": pytest.approx(5.0 / top - 1),
+    }
+    assert rows[1]["roof"] == rows[0]["roof"]
+    assert rows[2]["roof"] == {
+        "compute_s_per_token": pytest.approx(compute),
+        "reference_limit": 100,
+        "predicted_decode_tps": pytest.approx(low),
+        "error": pytest.approx(1.6 / low - 1),
+    }
+    assert rows[3]["roof"] == {
+        "compute_s_per_token": 0.0,
+        "reference_limit": 70,
+        "predicted_decode_tps": None,
+        "error": None,
+    }
+    assert all("roof" not in r for r in rows[4:])
+    unprobed = [_roofline_input("v", 100, 2.0, 100, 50.0, 5.0)]
+    add_roofline(unprobed, None)
+    add_roofline(unprobed, 0.0)
+    assert unprobed == [_roofline_input("v", 100, 2.0, 100, 50.0, 5.0)]
+
+
+def test_a_sweep_without_route_traces_is_one_error(tmp_path: Path) -> None:
+    assert analyze_sweep([], {}, tmp_path / "never-read.gguf", None) == {
+        "error": "no trial left a route trace: nothing to predict from"
+    }

@@ -97,6 +97,30 @@ def test_the_analysis_lands_in_results_json_with_three_plots(tmp_path: Path) -> 
     assert sweep["limits"] == [12 * MIB, 64 * MIB]
     assert sweep["probe"]["expert_qd1_bytes_per_s"] == 8 * 126976 / 0.01
     assert sweep["phase_sums_within_tolerance"] is True
+    assert list(sweep) == [
+        "model",
+        "probe",
+        "limits",
+        "policies",
+        "phase_tolerance",
+        "phase_sums_within_tolerance",
+        "trials",
+        "not_comparable",
+        "summary",
+    ]
+    assert (sweep["model"]["n_experts"], sweep["model"]["k"]) == (64, 8)
+    assert sweep["policies"] == ["lru", "fifo", "least-stale", "belady"]
+    assert sweep["phase_tolerance"] == 0.10
+    # 20 MiB of decode reads is below what Belady must re-read at the small limit's capacity:
+    # flagged, left out of the summary and of the roofline (tests/unit/analysis/test_contamination.py)
+    assert sweep["not_comparable"] == ["001-12MiB-demand-mmap-r1"]
+    assert [s["memory_limit"] for s in sweep["summary"]] == [64 * MIB]
+    small, large = sweep["trials"]
+    assert "roofline" not in small and "roofline_page" not in small
+    page_bps = 32768 / 0.001  # the 4 KiB reads at depth 1
+    assert large["roofline"]["reference_limit"] == large["roofline_page"]["reference_limit"] == 64 * MIB
+    assert large["roofline_page"]["compute_s_per_token"] == (2.0 - MIB / page_bps) / 48
+    assert large["roofline"]["compute_s_per_token"] == (2.0 - MIB / (8 * 126976 / 0.01)) / 48
     small, large = sweep["trials"]
     assert small["anon_bytes"] == 3 * MIB
     assert small["capacity_experts"] < large["capacity_experts"]
