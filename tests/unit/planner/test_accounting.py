@@ -8,7 +8,7 @@ import pytest
 from gguf import GGUFReader
 
 from appliance.core.errors import ApplianceError
-from appliance.planner.accounting import account_file
+from appliance.planner.accounting import MAX_HPARAM, account_file, classify, per_layer, whole_number
 from tests.conftest import run_cli
 from tests.models import tiny_model
 
@@ -179,3 +179,73 @@ def test_more_nextn_layers_than_blocks_is_a_one_line_refusal(tmp_path: Path) -> 
         match=r"corrupt GGUF header: qwen3moe.nextn_predict_layers is 3, not a whole number from 0 to 2$",
     ):
         account_file(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "group"),
+    [
+        ("token_embd.weight", ("embeddings", -1)),
+        ("per_layer_token_embd.weight", ("embeddings", -1)),
+        ("output.weight", ("output", -1)),
+        ("output_norm.weight", ("output", -1)),
+        ("rope_freqs.weight", ("other", -1)),
+        ("blk.3.ffn_gate_shexp.weight", ("shared_experts", 3)),
+        ("blk.3.ffn_up_exps.weight", ("routed_experts", 3)),
+        ("blk.12.ffn_down_exps.weight", ("routed_experts", 12)),
+        ("blk.3.ffn_gate_inp.weight", ("router", 3)),
+        ("blk.3.exp_probs_b.bias", ("router", 3)),
+        ("blk.3.ffn_norm.weight", ("attention_ssm", 3)),
+        ("blk.3.ffn_up.weight", ("dense_ffn", 3)),
+        ("blk.3.ffn_down.weight", ("dense_ffn", 3)),
+        ("blk.3.nextn.eh_proj.weight", ("other", 3)),
+        ("blk.3.attn_q.weight", ("attention_ssm", 3)),
+        ("blk.3.ssm_conv1d.weight", ("attention_ssm", 3)),
+    ],
+)
+def test_each_tensor_name_has_its_group_and_layer(name: str, group: tuple[str, int]) -> None:
+    assert classify(name) == group
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "high", "shown"),
+    [
+        (-1, 0, 10, "-1"),
+        (11, 0, 10, "11"),
+        (0, 1, 10, "0"),
+        (2.5, 0, 10, "2.5"),
+        (True, 0, 10, "True"),
+        ("7", 0, 10, "'7'"),
+        ("x" * 70, 0, 10, repr("x" * 70)[:57] + "..."),
+        ("x" * 58, 0, 10, repr("x" * 58)),  # 60 characters with its quotes: shown whole
+        ("x" * 59, 0, 10, repr("x" * 59)[:57] + "..."),
+    ],
+)
+def test_a_metadata_number_out_of_range_is_one_line_naming_it(
+    value: object, low: int, high: int, shown: str
+) -> None:
+    with pytest.raises(ApplianceError) as refused:
+        whole_number(value, "qwen3moe.block_count", "m.gguf", low, high)
+    assert str(refused.value) == (
+        f"m.gguf: corrupt GGUF header: qwen3moe.block_count is {shown}, "
+        f"not a whole number from {low} to {high}"
+    )
+
+
+def test_metadata_numbers_at_their_edges_and_per_layer_lists() -> None:
+    assert whole_number(0, "n", "s") == 0
+    assert whole_number(MAX_HPARAM, "n", "s") == MAX_HPARAM
+    assert whole_number(4.0, "n", "s", 4, 4) == 4 and type(whole_number(4.0, "n", "s")) is int
+    with pytest.raises(
+        ApplianceError, match=rf"is {MAX_HPARAM + 1}, not a whole number from 0 to {MAX_HPARAM}$"
+    ):
+        whole_number(MAX_HPARAM + 1, "n", "s")
+    assert per_layer([1, 2], 4, "n", "s") == [1, 2, 0, 0]
+    assert per_layer([1, 2], 4, "n", "s", default=9) == [1, 2, 9, 9]
+    assert per_layer([1, 2, 3], 2, "n", "s") == [1, 2]
+    assert per_layer(5, 3, "n", "s") == [5, 5, 5]
+    assert per_layer(None, 3, "n", "s") == [0, 0, 0]
+    assert per_layer(None, 2, "n", "s", default=7) == [7, 7]
+    with pytest.raises(
+        ApplianceError, match=r"^s: corrupt GGUF header: n is -1, not a whole number from 0 to "
+    ):
+        per_layer([1, -1], 2, "n", "s")
