@@ -249,3 +249,76 @@ def test_metadata_numbers_at_their_edges_and_per_layer_lists() -> None:
         ApplianceError, match=r"^s: corrupt GGUF header: n is -1, not a whole number from 0 to "
     ):
         per_layer([1, -1], 2, "n", "s")
+
+
+def _field(reader: GGUFReader, key: str) -> object:
+    return reader.fields[key].contents()
+
+
+def test_the_summary_against_the_gguf_package_reader(model: Path) -> None:
+    """Every field of the accounting summary (plan --json, evidence/plans) from another
+    reader of the same file: the gguf package's tensors and metadata."""
+    reader = GGUFReader(model)
+    arch = str(_field(reader, "general.architecture"))
+    data = sum(int(t.n_bytes) for t in reader.tensors)
+    start = min(t.data_offset for t in reader.tensors)
+    types: dict[str, int] = {}
+    for t in reader.tensors:
+        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + int(t.n_bytes)
+    routed = {
+        str(layer): sum(
+            int(t.n_bytes)
+            for t in reader.tensors
+            if t.name.startswith(f"blk.{layer}.") and "_exps." in t.name
+        )
+        for layer in range(4)
+    }
+    experts, used = (
+        int(_field(reader, f"{arch}.expert_count")),
+        int(_field(reader, f"{arch}.expert_used_count")),
+    )
+    one = {layer: n // experts for layer, n in routed.items()}
+    summary = account_file(model).summary()
+    groups = summary.pop("groups")
+    assert sum(groups.values()) == data
+    attention = 4 if arch == "qwen3moe" else 1  # qwen35moe: one full-attention layer in four
+    assert summary == {
+        "source": str(model),
+        "file_size": model.stat().st_size,
+        "partial": False,
+        "header_bytes": start,
+        "tensor_data_bytes": data,
+        "padding_bytes": model.stat().st_size - start - data,
+        "types": types,
+        "routed_bytes_by_layer": routed,
+        "expert_bytes_by_layer": one,
+        "routed_bytes_per_token": used * sum(one.values()),
+        "arch": {
+            "name": arch,
+            "layers": int(_field(reader, f"{arch}.block_count")),
+            "nextn_layers": 0,
+            "experts": experts,
+            "experts_used": used,
+            "expert_ff": int(_field(reader, f"{arch}.expert_feed_forward_length")),
+            "context_length": int(_field(reader, f"{arch}.context_length")),
+            "embedding": int(_field(reader, f"{arch}.embedding_length")),
+            "vocab": len(reader.fields["tokenizer.ggml.tokens"].contents()),
+            "attention_layers": attention,
+            "recurrent_layers": 4 - attention,
+            # K and V of 2 KV heads of 64 dims, f16, per attention layer
+            "kv_bytes_per_token": attention * 2 * (64 + 64) * 2,
+            # conv state (4-1) x (128 + 2*2*32) + SSM state 32 x 128, f32, per recurrent layer
+            "recurrent_state_bytes": (4 - attention) * (3 * 256 + 32 * 128) * 4,
+        },
+    }
+
+
+def test_bytes_after_the_last_tensor_count_in_the_file_size(model: Path, tmp_path: Path) -> None:
+    longer = tmp_path / "trailing.gguf"
+    shutil.copy(model, longer)
+    with open(longer, "ab") as out:
+        out.write(b"\0" * 100)
+    full, trailing = account_file(model), account_file(longer)
+    assert trailing.file_size == model.stat().st_size + 100
+    assert trailing.padding_bytes == full.padding_bytes + 100
+    assert trailing.tensor_data_bytes == full.tensor_data_bytes
