@@ -322,3 +322,97 @@ def test_bytes_after_the_last_tensor_count_in_the_file_size(model: Path, tmp_pat
     assert trailing.file_size == model.stat().st_size + 100
     assert trailing.padding_bytes == full.padding_bytes + 100
     assert trailing.tensor_data_bytes == full.tensor_data_bytes
+
+
+def _header_only(path: Path, arch: str, keys: dict[str, object], layers: int) -> Path:
+    """A header-only GGUF of `layers` blocks with exactly these metadata keys (arrays for
+    lists), each block one routed-expert tensor; every tensor F32."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    writer = GGUFWriter(None, arch)
+    for key, value in keys.items():
+        if isinstance(value, list):
+            writer.add_array(f"{arch}.{key}", value)
+        else:
+            writer.add_uint32(f"{arch}.{key}", int(value))  # type: ignore[call-overload]
+    shapes = [("token_embd.weight", (64, 32))]
+    shapes += [(f"blk.{i}.ffn_gate_exps.weight", (64, 8, 4)) for i in range(layers)]
+    for name, shape in shapes:
+        size = 4 * int(np.prod(shape))
+        writer.add_tensor_info(
+            name, tuple(reversed(shape)), np.dtype(np.float32), size, raw_dtype=GGMLQuantizationType.F32
+        )
+    writer.write_header_to_file(path)
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    return path
+
+
+BASE_KEYS: dict[str, object] = {
+    "block_count": 3,
+    "context_length": 1234,
+    "embedding_length": 64,
+    "expert_count": 4,
+    "expert_used_count": 2,
+    "attention.head_count": 4,
+    "vocab_size": 32,
+}
+
+
+def test_arch_facts_read_each_key_by_its_name(tmp_path: Path) -> None:
+    """Values unlike the defaults, so a key read under another name shows (worked by hand)."""
+    keys = {
+        **BASE_KEYS,
+        "feed_forward_length": 77,
+        "attention.head_count_kv": [2, 0, 3],  # layer 1 keeps no KV cache: not an attention layer
+        "attention.key_length": 24,
+        "attention.value_length": 40,
+    }
+    f = account_file(_header_only(tmp_path / "a.gguf", "qwen3moe", keys, 3)).facts
+    assert (f.layers, f.context_length, f.embedding, f.vocab, f.experts, f.experts_used) == (
+        3,
+        1234,
+        64,
+        32,
+        4,
+        2,
+    )
+    assert f.expert_ff == 77  # no expert_feed_forward_length: the dense one
+    assert f.head_count == [4, 4, 4] and f.head_count_kv == [2, 0, 3]
+    assert (f.key_length, f.value_length) == (24, 40)
+    assert f.attention_layers == [0, 2] and f.recurrent_layers == []
+    assert f.kv_bytes_per_token() == (2 + 3) * (24 + 40) * 2
+
+
+def test_arch_facts_defaults_by_hand(tmp_path: Path) -> None:
+    """Without KV heads every head keeps KV; without key/value lengths, embedding / heads."""
+    keys = {**BASE_KEYS, "feed_forward_length": 77, "expert_feed_forward_length": 12}
+    f = account_file(_header_only(tmp_path / "b.gguf", "qwen3moe", keys, 3)).facts
+    assert f.expert_ff == 12  # the expert length wins over the dense one
+    assert f.head_count_kv == [4, 4, 4]
+    assert (f.key_length, f.value_length) == (16, 16)  # 64 // 4
+    assert f.kv_bytes_per_token() == 3 * 4 * (16 + 16) * 2
+
+
+def test_hybrid_layers_follow_the_full_attention_interval(tmp_path: Path) -> None:
+    keys = {
+        **BASE_KEYS,
+        "block_count": 6,
+        "full_attention_interval": 3,
+        "ssm.conv_kernel": 1,  # no conv state: (1 - 1) previous inputs
+        "ssm.inner_size": 8,
+        "ssm.state_size": 5,
+        "ssm.group_count": 2,
+    }
+    f = account_file(_header_only(tmp_path / "h.gguf", "qwen35moe", keys, 6)).facts
+    assert f.recurrent_layers == [0, 1, 3, 4] and f.attention_layers == [2, 5]
+    assert f.recurrent_state_bytes == 4 * (0 + 5 * 8) * 4
+    default = {k: v for k, v in keys.items() if k != "full_attention_interval"}
+    f = account_file(_header_only(tmp_path / "d.gguf", "qwen35moe", default, 6)).facts
+    assert f.attention_layers == [3]  # every 4th layer by default
+    with pytest.raises(ApplianceError, match=r"full_attention_interval is 0, not a whole number from 1 to "):
+        account_file(
+            _header_only(tmp_path / "z.gguf", "qwen35moe", {**keys, "full_attention_interval": 0}, 6)
+        )
