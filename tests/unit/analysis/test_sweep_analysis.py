@@ -7,6 +7,7 @@ import pytest
 
 from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for
 from appliance.analysis.sweep_analysis import (
+    _ratio,
     add_roofline,
     analyze_sweep,
     phase_reads,
@@ -541,3 +542,8 @@ def test_a_sweep_without_route_traces_is_one_error(tmp_path: Path) -> None:
     assert analyze_sweep([], {}, tmp_path / "never-read.gguf", None) == {
         "error": "no trial left a route trace: nothing to predict from"
     }
+
+
+def test_a_ratio_needs_both_figures_and_a_nonzero_divisor() -> None:
+    assert (_ratio(3, 2), _ratio(0, 2)) == (1.5, 0.0)
+    assert _ratio(None, 2) is None and _ratio(3, 0) is None and _ratio(3, None) is None
