@@ -1,5 +1,6 @@
 """GGUF accounting from headers: exact sizes, header-only files, damaged input."""
 
+import json
 import shutil
 import struct
 from pathlib import Path
@@ -8,8 +9,9 @@ import pytest
 from gguf import GGUFReader
 
 from appliance.core.errors import ApplianceError
+from appliance.models.skeleton import write_skeleton
 from appliance.planner.accounting import MAX_HPARAM, account_file, classify, per_layer, whole_number
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.models import tiny_model
 
 
@@ -416,3 +418,18 @@ def test_hybrid_layers_follow_the_full_attention_interval(tmp_path: Path) -> Non
         account_file(
             _header_only(tmp_path / "z.gguf", "qwen35moe", {**keys, "full_attention_interval": 0}, 6)
         )
+
+
+PUBLISHED = sorted((REPO / "evidence" / "plans").glob("*.plan.json"))
+
+
+@pytest.mark.parametrize("published", PUBLISHED, ids=lambda p: p.name)
+def test_the_published_plans_accounting_reproduces(published: Path, tmp_path: Path) -> None:
+    """evidence/plans publishes each reference model's accounting summary: the header-only
+    GGUF rebuilt from its input gives the same one, field for field."""
+    doc = json.loads(published.read_text())
+    skeleton = tmp_path / doc["accounting"]["source"]
+    write_skeleton(published.parent / doc["input"], skeleton)
+    acc = account_file(skeleton)
+    acc.source = skeleton.name  # evidence names the skeleton, not a host path
+    assert acc.summary() == doc["accounting"]
