@@ -547,3 +547,16 @@ def test_a_sweep_without_route_traces_is_one_error(tmp_path: Path) -> None:
 def test_a_ratio_needs_both_figures_and_a_nonzero_divisor() -> None:
     assert (_ratio(3, 2), _ratio(0, 2)) == (1.5, 0.0)
     assert _ratio(None, 2) is None and _ratio(3, 0) is None and _ratio(3, None) is None
+
+
+def test_a_trial_without_io_counters_is_predicted_but_not_measured() -> None:
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
+    trial = _trial("001-no-io", 10**9, 4.0, 1_000, tokens=8)
+    del trial["timing"]["io"]
+    row = trial_row(trial, hand.trace, HAND, 50 * EXPERT)
+    assert row["phase_reads"] is None and "phase_sum_over_cgroup" not in row
+    assert row["measured_decode_read_bytes"] is None
+    assert row["reads_per_token"]["measured"] is None
+    assert row["measured_over_lru"] is row["measured_over_belady"] is None
+    assert row["decode_read_bytes_per_s"] is row["disk_fraction"] is None
+    assert row["reads_per_token"]["lru"] == row["predicted"]["policies"]["lru"]["decode_read_bytes"] / 8

@@ -13,6 +13,7 @@ from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.validation import (
     MAX_ERRORS,
     SCHEMAS_DIR,
+    _problem,
     _show,
     _type_name,
     load_schema,
@@ -339,3 +340,10 @@ def test_validate_raises_one_line_naming_the_file_and_counting_the_rest() -> Non
     with pytest.raises(ConfigError) as fewer:
         raise_for(Path("f"), [f"/{i}: bad" for i in range(MAX_ERRORS - 1)])
     assert str(fewer.value) == f"f: /0: bad (and {MAX_ERRORS - 2} more)"
+
+
+def test_two_errors_say_one_more_and_an_unnamed_keyword_is_shown_as_is() -> None:
+    with pytest.raises(ConfigError) as two:
+        raise_for(Path("f"), ["/a: bad", "/b: bad"])
+    assert str(two.value) == "f: /a: bad (and 1 more)"
+    assert _problem("multipleOf", 3, 7, {}) == "fails multipleOf 3"
