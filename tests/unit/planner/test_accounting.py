@@ -1,6 +1,7 @@
 """GGUF accounting from headers: exact sizes, header-only files, damaged input."""
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -9,8 +10,17 @@ import pytest
 from gguf import GGUFReader
 
 from appliance.core.errors import ApplianceError
+from appliance.models.gguf_header import KEEP_ARRAY_MAX
 from appliance.models.skeleton import write_skeleton
-from appliance.planner.accounting import MAX_HPARAM, account_file, classify, per_layer, whole_number
+from appliance.planner.accounting import (
+    MAX_EXPERTS,
+    MAX_HPARAM,
+    MAX_LAYERS,
+    account_file,
+    classify,
+    per_layer,
+    whole_number,
+)
 from tests.conftest import REPO, run_cli
 from tests.models import tiny_model
 
@@ -433,3 +443,36 @@ def test_the_published_plans_accounting_reproduces(published: Path, tmp_path: Pa
     acc = account_file(skeleton)
     acc.source = skeleton.name  # evidence names the skeleton, not a host path
     assert acc.summary() == doc["accounting"]
+
+
+def test_a_layer_with_one_kv_head_is_an_attention_layer(tmp_path: Path) -> None:
+    keys = {**BASE_KEYS, "attention.head_count_kv": [1, 0, 1], "attention.key_length": 8}
+    f = account_file(_header_only(tmp_path / "one.gguf", "qwen3moe", keys, 3)).facts
+    assert f.attention_layers == [0, 2]
+    assert f.kv_bytes_per_token() == (1 + 1) * (8 + 16) * 2  # value length: 64 // 4
+
+
+@pytest.mark.parametrize(
+    ("edit", "refusal"),
+    [
+        ({"expert_used_count": 5}, "qwen3moe.expert_used_count is 5, not a whole number from 0 to 4"),
+        (
+            {"expert_count": MAX_EXPERTS + 1},
+            f"expert_count is {MAX_EXPERTS + 1}, not a whole number from 0 to {MAX_EXPERTS}",
+        ),
+        (
+            {"block_count": MAX_LAYERS + 1},
+            f"block_count is {MAX_LAYERS + 1}, not a whole number from 0 to {MAX_LAYERS}",
+        ),
+        ({"block_count": [1, 2, 3]}, "qwen3moe.block_count is [1, 2, 3], not a whole number from 0 to "),
+        (  # too long to keep: the reader keeps its length only
+            {"block_count": [1] * (KEEP_ARRAY_MAX + 1)},
+            f"qwen3moe.block_count is an array of {KEEP_ARRAY_MAX + 1}, not a whole number from 0 to ",
+        ),
+    ],
+    ids=["used-over-count", "experts", "layers", "array", "long-array"],
+)
+def test_counts_past_their_bounds_are_refused(edit: dict[str, object], refusal: str, tmp_path: Path) -> None:
+    path = _header_only(tmp_path / "bad.gguf", "qwen3moe", {**BASE_KEYS, **edit}, 3)
+    with pytest.raises(ApplianceError, match=re.escape(refusal)):
+        account_file(path)
