@@ -77,3 +77,14 @@ def run_cli(
             f"appliance {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
         )
     return result
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `make mutation` (mutmut names the mutant in MUTANT_UNDER_TEST), the test files
+    named after the mutated module run first: a mutant's run stops at its first failure, and
+    those files hold the exact expectations most likely to fail. Otherwise the order is kept."""
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if "__mutmut_" not in mutant:
+        return
+    module = mutant.rpartition(".")[0].rpartition(".")[2]  # appliance.attest.verify.x_f__mutmut_7
+    items.sort(key=lambda item: module not in item.path.name)  # stable: the rest keep their order

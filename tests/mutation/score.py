@@ -21,7 +21,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENT = Path(__file__).with_name("equivalent.txt")
 KILLED = {1, 3, 24, -24, 152, 255, 36, 37}  # mutmut exit codes: failed, error, timeouts, type check
-SURVIVED = 0
 NOT_CHECKED = None
 
 
@@ -99,9 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             for name in s.survived:
                 print(f"    survived: {name}")
-    every = {name for module in modules() for name in exit_codes(module)}
-    surviving = {name for module in modules() for name, c in exit_codes(module).items() if c == SURVIVED}
-    stale = sorted(name for name in listed if name in every and name not in surviving)
+    codes = {name: code for module in modules() for name, code in exit_codes(module).items()}
+    every = set(codes)
+    # stale: checked and killed; a listed mutant not checked yet is only unchecked (counted above)
+    stale = sorted(name for name in listed if name in every and codes[name] in KILLED)
     unknown = sorted(name for name in listed if name not in every)
     for name in stale:
         print(f"{EQUIVALENT.name}: {name} is listed as equivalent but was killed: remove it")

@@ -15,7 +15,10 @@ MUTANT = re.compile(r"^(?P<module>[\w.]+?)\.x(?:ǁ(?P<cls>\w+)ǁ|_)(?P<func>\w+?
 
 def test_the_mutated_modules_and_the_selected_tests_exist() -> None:
     assert modules() and all((REPO / m).is_file() for m in modules())
-    assert all((REPO / t).exists() for t in CONFIG["pytest_add_cli_args_test_selection"])
+    for selected in CONFIG["pytest_add_cli_args_test_selection"]:  # a folder, a file or path::test
+        path, _, test = selected.partition("::")
+        assert (REPO / path).exists(), selected
+        assert not test or f"def {test}(" in (REPO / path).read_text(), selected
     assert "mutants/" in (REPO / ".gitignore").read_text()
 
 

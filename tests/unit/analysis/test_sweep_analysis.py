@@ -1,12 +1,15 @@
 """A sweep's predictions: capacity, replayed decode reads, phases, the probe, the roofline."""
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from appliance.analysis.capacity import ModelExperts, capacity_for
+from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for
 from appliance.analysis.sweep_analysis import (
+    _ratio,
     add_roofline,
+    analyze_sweep,
     phase_reads,
     predicted_reads,
     probe_summary,
@@ -52,6 +55,31 @@ def test_capacity_is_what_the_limit_leaves_and_never_below_k() -> None:
     limit = 5_000_000 + 20_000_000 + 10 * EXPERT + 999
     assert capacity_for(limit, 20_000_000, EXPERTS) == (10, False)
     assert capacity_for(5_000_000 + 2 * EXPERT, 0, EXPERTS) == (4, True)
+
+
+def test_the_model_s_experts_as_the_sweep_records_them() -> None:
+    """Layers of unequal experts: the largest is the one expert capacity counts in; the
+    non-expert bytes are the file less every expert of every layer (worked by hand)."""
+    experts = ModelExperts(file_bytes=10_000, expert_bytes={3: 100, 1: 120}, n_experts=8, k=2)
+    assert experts.as_dict() == {
+        "file_bytes": 10_000,
+        "n_experts": 8,
+        "k": 2,
+        "moe_layers": [1, 3],
+        "expert_bytes": 120,
+        "expert_bytes_per_layer": {"1": 120, "3": 100},
+        "non_expert_bytes": 10_000 - (100 + 120) * 8,
+    }
+    assert list(experts.as_dict()["expert_bytes_per_layer"]) == ["1", "3"]
+
+
+def test_anonymous_memory_is_the_larger_sample_and_zero_without_one() -> None:
+    assert anon_bytes({}) == 0
+    assert anon_bytes({"timing": {}}) == 0
+    assert anon_bytes({"timing": {"residency_after_load": {}, "residency_at_end": None}}) == 0
+    assert anon_bytes({"timing": {"residency_at_end": {"anon_bytes": 7}}}) == 7
+    timing = {"residency_after_load": {"anon_bytes": 9}, "residency_at_end": {"anon_bytes": 7}}
+    assert anon_bytes({"timing": timing}) == 9
 
 
 def test_replayed_decode_reads_respect_the_bounds() -> None:
@@ -240,3 +268,295 @@ def test_a_trace_without_rows_predicts_no_reads() -> None:
     predicted = predicted_reads(empty, 8, HAND)
     assert predicted["decode_requests"] == 0 and predicted["compulsory_decode_misses"] == 0
     assert all(row == dict.fromkeys(row, 0) for row in predicted["policies"].values())
+
+
+# --- every field of the sweep's records, worked by hand -------------------------------------
+
+
+def test_probe_summary_in_full() -> None:
+    """Device bytes when the counter was read (0 included), requested bytes when it was not (-1
+    or absent); no bandwidth for zero seconds, no fraction for zero bytes; the first row of a
+    size and depth is the one picked."""
+    measurements = [
+        {"block_bytes": 8192, "queue_depth": 1, "bytes": 800, "device_read_bytes": 400, "seconds": 2.0},
+        {"block_bytes": 8192, "queue_depth": 1, "bytes": 800, "device_read_bytes": 800, "seconds": 1.0},
+        {"block_bytes": 8192, "queue_depth": 8, "bytes": 800, "seconds": 4.0},
+        {"block_bytes": 4096, "queue_depth": 1, "bytes": 100, "device_read_bytes": 0, "seconds": 1.0},
+        {"block_bytes": 4096, "queue_depth": 8, "bytes": 0, "device_read_bytes": -1, "seconds": 0.0},
+    ]
+    probe = probe_summary({"file_bytes": 123, "advice": "POSIX_FADV_RANDOM", "measurements": measurements})
+    assert probe == {
+        "file_bytes": 123,
+        "advice": "POSIX_FADV_RANDOM",
+        "measurements": [
+            {**measurements[0], "bytes_per_s": 200.0, "device_fraction": 0.5},
+            {**measurements[1], "bytes_per_s": 800.0, "device_fraction": 1.0},
+            {**measurements[2], "bytes_per_s": 200.0, "device_fraction": 1.0},
+            {**measurements[3], "bytes_per_s": 0.0, "device_fraction": 0.0},
+            {**measurements[4], "bytes_per_s": None, "device_fraction": None},
+        ],
+        "expert_qd1_bytes_per_s": 200.0,
+        "expert_qd8_bytes_per_s": 200.0,
+        "page_qd1_bytes_per_s": 0.0,
+        "page_qd8_bytes_per_s": None,
+        "reference": "expert_qd1_bytes_per_s",
+    }
+    assert probe_summary({}) == {
+        "file_bytes": None,
+        "advice": None,
+        "measurements": [],
+        "expert_qd1_bytes_per_s": None,
+        "expert_qd8_bytes_per_s": None,
+        "page_qd1_bytes_per_s": None,
+        "page_qd8_bytes_per_s": None,
+        "reference": "expert_qd1_bytes_per_s",
+    }
+
+
+def _phases(measured: int) -> dict[str, int]:
+    """_io(4_000, 10_000, 10_000 + measured)'s phases, by hand."""
+    return {
+        "load": 4_000,
+        "prefill": 6_000,
+        "decode": measured,
+        "total": 10_000 + measured,
+        "major_faults_load": 10,
+        "major_faults_prefill": 5,
+        "major_faults_decode": 25,
+    }
+
+
+def test_trial_row_in_full_by_hand() -> None:
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
+    anon, measured, tokens = 1_000_000, 300 * EXPERT, 8
+    limit = anon + HAND.non_expert_bytes + hand.thrashing_capacity * 5 * EXPERT  # one = 5 MB
+    row = trial_row(_trial("001-hand", limit, 4.0, measured, tokens=tokens), hand.trace, HAND, 50 * EXPERT)
+    lru = 8 * 4 * sum(LAYER_BYTES.values())
+    belady = reference_decode_reads(hand.trace, "belady", hand.thrashing_capacity, LAYER_BYTES)[
+        "decode_read_bytes"
+    ]
+    predicted = row.pop("predicted")
+    assert predicted["policies"]["lru"]["decode_read_bytes"] == lru
+    assert predicted["policies"]["belady"]["decode_read_bytes"] == belady
+    assert "comparable" in row.pop(
+        "contamination"
+    )  # its own tests: tests/unit/analysis/test_contamination.py
+    assert row == {
+        "trial": "001-hand",
+        "variant": "demand-mmap",
+        "repeat": 1,
+        "memory_limit": limit,
+        "status": "ok",
+        "decode_tokens": tokens,
+        "decode_s": 4.0,
+        "decode_tps": 2.0,
+        "anon_bytes": anon,
+        "phase_reads": _phases(measured),
+        "cgroup_block_read_bytes": 10_000 + measured,
+        "phase_sum_over_cgroup": 1.0,
+        "capacity_experts": hand.thrashing_capacity,
+        "capacity_clamped_to_k": False,
+        "measured_decode_read_bytes": measured,
+        "reads_per_token": {"measured": measured / tokens, "lru": lru / tokens, "belady": belady / tokens},
+        "measured_over_lru": measured / lru,
+        "measured_over_belady": measured / belady,
+        "belady_over_lru": belady / lru,
+        "decode_read_bytes_per_s": measured / 4.0,
+        "disk_fraction": measured / 4.0 / (50 * EXPERT),
+    }
+
+
+def test_a_trial_that_cannot_be_predicted_keeps_only_its_measurements() -> None:
+    """No trace, no decode tokens or not ok: the measured fields only (none predicted); with
+    no cgroup reads there is no phase check either."""
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8).trace
+    trial = _trial("001-x", 10**9, 4.0, 1_000, tokens=8)
+    measured_only = {
+        "trial": "001-x",
+        "variant": "demand-mmap",
+        "repeat": 1,
+        "memory_limit": 10**9,
+        "status": "ok",
+        "decode_tokens": 8,
+        "decode_s": 4.0,
+        "decode_tps": 2.0,
+        "anon_bytes": 1_000_000,
+        "phase_reads": _phases(1_000),
+        "cgroup_block_read_bytes": 11_000,
+        "phase_sum_over_cgroup": 1.0,
+    }
+    assert trial_row(trial, None, HAND, 1.0) == measured_only
+    assert trial_row({**trial, "status": "failed"}, hand, HAND, 1.0) == {**measured_only, "status": "failed"}
+    no_tokens = {**trial, "timing": {**trial["timing"], "n_decode_tokens": 0}}
+    assert trial_row(no_tokens, hand, HAND, 1.0) == {**measured_only, "decode_tokens": 0}
+    no_reads = {**trial, "cgroup": {}}
+    expected = {k: v for k, v in measured_only.items() if k != "phase_sum_over_cgroup"}
+    assert trial_row(no_reads, None, HAND, 1.0) == {**expected, "cgroup_block_read_bytes": None}
+
+
+def _summary_input(limit: int, variant: str, x: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "trial": f"{variant}-{limit}-{x}",
+        "memory_limit": limit,
+        "variant": variant,
+        "capacity_experts": x,
+        "decode_tps": 10 * x,
+        "reads_per_token": {"measured": x, "lru": 2 * x, "belady": 3 * x},
+        "measured_over_lru": x / 2,
+        "measured_over_belady": x / 4,
+        "belady_over_lru": x / 8,
+        "disk_fraction": x / 16,
+        "predicted": {"policies": {"lru": {"decode_capacity_misses": x, "decode_misses": 4}}},
+        **extra,
+    }
+
+
+def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
+    rows = [
+        _summary_input(200, "b", 1.0, roofline={"predicted_decode_tps": 5.0, "error": 0.5}),
+        _summary_input(100, "a", 2.0, roofline={"predicted_decode_tps": 7.0, "error": 0.1}),
+        _summary_input(100, "a", 3.0, roofline_page={"predicted_decode_tps": 1.0, "error": -0.5}),
+        _summary_input(100, "a", 1000.0, contamination={"comparable": False}),  # left out
+        {**_summary_input(100, "b", 1000.0), "reads_per_token": None},  # nothing predicted
+        _summary_input(200, "a", 4.0),
+    ]
+    medians = {
+        "n": 2,
+        "capacity_experts": 2.5,
+        "decode_tps": 25.0,
+        "reads_per_token": {"measured": 2.5, "lru": 5.0, "belady": 7.5},
+        "measured_over_lru": 1.25,
+        "measured_over_belady": 0.625,
+        "belady_over_lru": 0.3125,
+        "disk_fraction": 0.15625,
+        "capacity_miss_share_lru": 0.625,  # (2/4 + 3/4) / 2
+        "roofline_predicted_tps": 7.0,
+        "roofline_error": 0.1,
+        "roofline_page_predicted_tps": 1.0,
+        "roofline_page_error": -0.5,
+    }
+
+    def one(limit: int, variant: str, x: float, roofline: tuple[float, float] | None) -> dict[str, Any]:
+        return {
+            "memory_limit": limit,
+            "variant": variant,
+            "n": 1,
+            "capacity_experts": x,
+            "decode_tps": 10 * x,
+            "reads_per_token": {"measured": x, "lru": 2 * x, "belady": 3 * x},
+            "measured_over_lru": x / 2,
+            "measured_over_belady": x / 4,
+            "belady_over_lru": x / 8,
+            "disk_fraction": x / 16,
+            "capacity_miss_share_lru": x / 4,
+            "roofline_predicted_tps": roofline[0] if roofline else None,
+            "roofline_error": roofline[1] if roofline else None,
+            "roofline_page_predicted_tps": None,
+            "roofline_page_error": None,
+        }
+
+    assert summary_rows(rows) == [
+        {"memory_limit": 100, "variant": "a", **medians},
+        one(200, "b", 1.0, (5.0, 0.5)),  # variants in run order: b came first
+        one(200, "a", 4.0, None),
+    ]
+
+
+def test_phase_reads_accept_zero_counters() -> None:
+    """0 bytes and 0 faults are readings (a page-cache hit), not missing counters."""
+    io = {p: {"read_bytes": 0, "majflt": 0} for p in ("load_end", "prefill_end", "decode_end")}
+    assert phase_reads({"io": io}) == dict.fromkeys(
+        (
+            "load",
+            "prefill",
+            "decode",
+            "total",
+            "major_faults_load",
+            "major_faults_prefill",
+            "major_faults_decode",
+        ),
+        0,
+    )
+    io["decode_end"] = {"read_bytes": 5}  # no fault counter: the reads alone
+    assert phase_reads({"io": io}) == {"load": 0, "prefill": 0, "decode": 5, "total": 5}
+
+
+def _roofline_input(
+    variant: str, limit: int, decode_s: float, measured: int | None, lru: float, tps: float
+) -> dict[str, Any]:
+    return {
+        "variant": variant,
+        "memory_limit": limit,
+        "decode_s": decode_s,
+        "decode_tokens": 10,
+        "decode_tps": tps,
+        "measured_decode_read_bytes": measured,
+        "reads_per_token": {"lru": lru},
+    }
+
+
+def test_roofline_by_hand() -> None:
+    """Compute per token: the median over the variant's trials at its largest limit of
+    (decode time less its own reads at the probed bandwidth) per token, never below 0; each
+    trial's prediction adds its LRU reads per token over the bandwidth (worked by hand)."""
+    rows = [
+        _roofline_input("v", 100, 2.0, 100, 50.0, 5.0),  # (2 - 100/100) / 10 = 0.1
+        _roofline_input("v", 100, 4.0, None, 50.0, 5.0),  # (4 - 0) / 10 = 0.4
+        _roofline_input("v", 50, 6.0, 300, 20.0, 1.6),  # not at the largest limit
+        _roofline_input("w", 70, 0.5, 100, 0.0, 3.0),  # (0.5 - 1) / 10 clamps to 0; nothing to read
+        {**_roofline_input("v", 100, 1.0, 0, 50.0, 9.0), "contamination": {"comparable": False}},
+        {**_roofline_input("v", 100, 1.0, 0, 50.0, 9.0), "reads_per_token": None},
+        {**_roofline_input("v", 100, 0.0, 0, 50.0, 9.0)},  # no decode time: no roofline
+    ]
+    add_roofline(rows, 100.0, "roof")
+    compute = (0.1 + 0.4) / 2
+    top = 1 / (compute + 50 / 100)
+    low = 1 / (compute + 20 / 100)
+    assert rows[0]["roof"] == {
+        "compute_s_per_token": pytest.approx(compute),
+        "reference_limit": 100,
+        "predicted_decode_tps": pytest.approx(top),
+        "error": pytest.approx(5.0 / top - 1),
+    }
+    assert rows[1]["roof"] == rows[0]["roof"]
+    assert rows[2]["roof"] == {
+        "compute_s_per_token": pytest.approx(compute),
+        "reference_limit": 100,
+        "predicted_decode_tps": pytest.approx(low),
+        "error": pytest.approx(1.6 / low - 1),
+    }
+    assert rows[3]["roof"] == {
+        "compute_s_per_token": 0.0,
+        "reference_limit": 70,
+        "predicted_decode_tps": None,
+        "error": None,
+    }
+    assert all("roof" not in r for r in rows[4:])
+    unprobed = [_roofline_input("v", 100, 2.0, 100, 50.0, 5.0)]
+    add_roofline(unprobed, None)
+    add_roofline(unprobed, 0.0)
+    assert unprobed == [_roofline_input("v", 100, 2.0, 100, 50.0, 5.0)]
+
+
+def test_a_sweep_without_route_traces_is_one_error(tmp_path: Path) -> None:
+    assert analyze_sweep([], {}, tmp_path / "never-read.gguf", None) == {
+        "error": "no trial left a route trace: nothing to predict from"
+    }
+
+
+def test_a_ratio_needs_both_figures_and_a_nonzero_divisor() -> None:
+    assert (_ratio(3, 2), _ratio(0, 2)) == (1.5, 0.0)
+    assert _ratio(None, 2) is None and _ratio(3, 0) is None and _ratio(3, None) is None
+
+
+def test_a_trial_without_io_counters_is_predicted_but_not_measured() -> None:
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
+    trial = _trial("001-no-io", 10**9, 4.0, 1_000, tokens=8)
+    del trial["timing"]["io"]
+    row = trial_row(trial, hand.trace, HAND, 50 * EXPERT)
+    assert row["phase_reads"] is None and "phase_sum_over_cgroup" not in row
+    assert row["measured_decode_read_bytes"] is None
+    assert row["reads_per_token"]["measured"] is None
+    assert row["measured_over_lru"] is row["measured_over_belady"] is None
+    assert row["decode_read_bytes_per_s"] is row["disk_fraction"] is None
+    assert row["reads_per_token"]["lru"] == row["predicted"]["policies"]["lru"]["decode_read_bytes"] / 8

@@ -88,3 +88,36 @@ def test_init_trusted_keys_trusts_the_new_key(tmp_path: Path, store: Path) -> No
     again, _ = init_trusted_keys(tmp_path / "keys", force=True)
     assert again.keyid != pair.keyid
     assert set(trusted_keys()) == {pair.keyid, again.keyid}
+
+
+def test_the_store_is_under_the_config_dir_unless_the_variable_names_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("APPLIANCE_TRUSTED_KEYS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert trust.trusted_keys_dir() == tmp_path / "config" / "appliance" / "trusted-keys"
+    monkeypatch.setenv("APPLIANCE_TRUSTED_KEYS", str(tmp_path / "elsewhere"))
+    assert trust.trusted_keys_dir() == tmp_path / "elsewhere"
+
+
+def test_a_store_directory_given_is_the_one_used(tmp_path: Path, store: Path) -> None:
+    """trust, list and untrust with an explicit directory never touch the default store."""
+    pair, second = init_keys(tmp_path / "k"), init_keys(tmp_path / "k2")
+    given = tmp_path / "nested" / "given-store"  # parents made, private to its owner
+    key, stored = trust_key(pair.public, given)
+    assert (key.keyid, stored) == (pair.keyid, given / f"{pair.keyid}{TRUSTED_SUFFIX}")
+    assert given.stat().st_mode & 0o777 == 0o700
+    assert json.loads(stored.read_text()) == json.loads(pair.public.read_text())
+    trust_key(second.public, given)  # into the same, existing directory
+    assert not store.exists() and trusted_keys() == {}
+    assert sorted(trusted_keys(given)) == sorted([pair.keyid, second.keyid])
+    assert untrust_key(pair.keyid[:8], given) == stored
+    assert list(trusted_keys(given)) == [second.keyid]
+
+
+def test_a_too_short_prefix_is_refused_in_one_line(store: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        untrust_key("abc")
+    assert str(refused.value) == (
+        "key id 'abc' is too short: give at least 8 characters (see `appliance keys list`)"
+    )

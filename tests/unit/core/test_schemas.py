@@ -9,8 +9,20 @@ from typing import Any
 import jsonschema
 import pytest
 
-from appliance.core.errors import ApplianceError
-from appliance.core.validation import SCHEMAS_DIR, load_schema, schema_errors, schema_problems
+from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.validation import (
+    MAX_ERRORS,
+    SCHEMAS_DIR,
+    _problem,
+    _show,
+    _type_name,
+    load_schema,
+    pointer,
+    raise_for,
+    schema_errors,
+    schema_problems,
+    validate,
+)
 from tests.conftest import REPO
 
 NAMES = ("finding", "lock", "profile", "trace-header")
@@ -299,3 +311,39 @@ def test_a_broken_schema_is_refused_with_its_first_problem(keyword_schema: str, 
 )
 def test_schema_rules_reach_every_subschema(schema: object, problems: list[str]) -> None:
     assert schema_problems(schema) == problems
+
+
+def test_json_pointers_escape_their_parts_and_name_the_top_level() -> None:
+    assert pointer([]) == "(top level)"
+    assert pointer(["a/b", "c~d", 3]) == "/a~1b/c~0d/3"
+
+
+def test_a_shown_value_is_cut_past_80_characters() -> None:
+    assert _show("x" * 78) == repr("x" * 78)  # 80 characters with its quotes: whole
+    assert _show("x" * 79) == repr("x" * 79)[:77] + "..."
+    assert _show({"a": [1, None]}) == '{"a": [1, null]}'
+    assert _show(Path("/some/file")) == '"/some/file"'  # what JSON cannot hold, as its text
+    assert _type_name(Path("x")) == type(Path("x")).__name__
+    assert (_type_name(True), _type_name(1), _type_name(None)) == ("boolean", "integer", "null")
+
+
+def test_validate_raises_one_line_naming_the_file_and_counting_the_rest() -> None:
+    with pytest.raises(ConfigError) as refused:
+        validate({}, "lock", Path("p/lock.json"))
+    assert str(refused.value) == "p/lock.json: /schema_version: missing field (and 4 more)"
+    with pytest.raises(ConfigError) as one:
+        raise_for(Path("f"), ["/a: bad"])
+    assert str(one.value) == "f: /a: bad"
+    with pytest.raises(ConfigError) as many:
+        raise_for(Path("f"), [f"/{i}: bad" for i in range(MAX_ERRORS)])
+    assert str(many.value) == f"f: /0: bad (and at least {MAX_ERRORS - 1} more)"
+    with pytest.raises(ConfigError) as fewer:
+        raise_for(Path("f"), [f"/{i}: bad" for i in range(MAX_ERRORS - 1)])
+    assert str(fewer.value) == f"f: /0: bad (and {MAX_ERRORS - 2} more)"
+
+
+def test_two_errors_say_one_more_and_an_unnamed_keyword_is_shown_as_is() -> None:
+    with pytest.raises(ConfigError) as two:
+        raise_for(Path("f"), ["/a: bad", "/b: bad"])
+    assert str(two.value) == "f: /a: bad (and 1 more)"
+    assert _problem("multipleOf", 3, 7, {}) == "fails multipleOf 3"

@@ -1,5 +1,7 @@
 """GGUF accounting from headers: exact sizes, header-only files, damaged input."""
 
+import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -8,8 +10,18 @@ import pytest
 from gguf import GGUFReader
 
 from appliance.core.errors import ApplianceError
-from appliance.planner.accounting import account_file
-from tests.conftest import run_cli
+from appliance.models.gguf_header import KEEP_ARRAY_MAX
+from appliance.models.skeleton import write_skeleton
+from appliance.planner.accounting import (
+    MAX_EXPERTS,
+    MAX_HPARAM,
+    MAX_LAYERS,
+    account_file,
+    classify,
+    per_layer,
+    whole_number,
+)
+from tests.conftest import REPO, run_cli
 from tests.models import tiny_model
 
 
@@ -178,4 +190,289 @@ def test_more_nextn_layers_than_blocks_is_a_one_line_refusal(tmp_path: Path) -> 
         ApplianceError,
         match=r"corrupt GGUF header: qwen3moe.nextn_predict_layers is 3, not a whole number from 0 to 2$",
     ):
+        account_file(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "group"),
+    [
+        ("token_embd.weight", ("embeddings", -1)),
+        ("per_layer_token_embd.weight", ("embeddings", -1)),
+        ("output.weight", ("output", -1)),
+        ("output_norm.weight", ("output", -1)),
+        ("rope_freqs.weight", ("other", -1)),
+        ("blk.3.ffn_gate_shexp.weight", ("shared_experts", 3)),
+        ("blk.3.ffn_up_exps.weight", ("routed_experts", 3)),
+        ("blk.12.ffn_down_exps.weight", ("routed_experts", 12)),
+        ("blk.3.ffn_gate_inp.weight", ("router", 3)),
+        ("blk.3.exp_probs_b.bias", ("router", 3)),
+        ("blk.3.ffn_norm.weight", ("attention_ssm", 3)),
+        ("blk.3.ffn_up.weight", ("dense_ffn", 3)),
+        ("blk.3.ffn_down.weight", ("dense_ffn", 3)),
+        ("blk.3.nextn.eh_proj.weight", ("other", 3)),
+        ("blk.3.attn_q.weight", ("attention_ssm", 3)),
+        ("blk.3.ssm_conv1d.weight", ("attention_ssm", 3)),
+    ],
+)
+def test_each_tensor_name_has_its_group_and_layer(name: str, group: tuple[str, int]) -> None:
+    assert classify(name) == group
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "high", "shown"),
+    [
+        (-1, 0, 10, "-1"),
+        (11, 0, 10, "11"),
+        (0, 1, 10, "0"),
+        (2.5, 0, 10, "2.5"),
+        (True, 0, 10, "True"),
+        ("7", 0, 10, "'7'"),
+        ("x" * 70, 0, 10, repr("x" * 70)[:57] + "..."),
+        ("x" * 58, 0, 10, repr("x" * 58)),  # 60 characters with its quotes: shown whole
+        ("x" * 59, 0, 10, repr("x" * 59)[:57] + "..."),
+    ],
+)
+def test_a_metadata_number_out_of_range_is_one_line_naming_it(
+    value: object, low: int, high: int, shown: str
+) -> None:
+    with pytest.raises(ApplianceError) as refused:
+        whole_number(value, "qwen3moe.block_count", "m.gguf", low, high)
+    assert str(refused.value) == (
+        f"m.gguf: corrupt GGUF header: qwen3moe.block_count is {shown}, "
+        f"not a whole number from {low} to {high}"
+    )
+
+
+def test_metadata_numbers_at_their_edges_and_per_layer_lists() -> None:
+    assert whole_number(0, "n", "s") == 0
+    assert whole_number(MAX_HPARAM, "n", "s") == MAX_HPARAM
+    assert whole_number(4.0, "n", "s", 4, 4) == 4 and type(whole_number(4.0, "n", "s")) is int
+    with pytest.raises(
+        ApplianceError, match=rf"is {MAX_HPARAM + 1}, not a whole number from 0 to {MAX_HPARAM}$"
+    ):
+        whole_number(MAX_HPARAM + 1, "n", "s")
+    assert per_layer([1, 2], 4, "n", "s") == [1, 2, 0, 0]
+    assert per_layer([1, 2], 4, "n", "s", default=9) == [1, 2, 9, 9]
+    assert per_layer([1, 2, 3], 2, "n", "s") == [1, 2]
+    assert per_layer(5, 3, "n", "s") == [5, 5, 5]
+    assert per_layer(None, 3, "n", "s") == [0, 0, 0]
+    assert per_layer(None, 2, "n", "s", default=7) == [7, 7]
+    with pytest.raises(
+        ApplianceError, match=r"^s: corrupt GGUF header: n is -1, not a whole number from 0 to "
+    ):
+        per_layer([1, -1], 2, "n", "s")
+
+
+def _field(reader: GGUFReader, key: str) -> object:
+    return reader.fields[key].contents()
+
+
+def test_the_summary_against_the_gguf_package_reader(model: Path) -> None:
+    """Every field of the accounting summary (plan --json, evidence/plans) from another
+    reader of the same file: the gguf package's tensors and metadata."""
+    reader = GGUFReader(model)
+    arch = str(_field(reader, "general.architecture"))
+    data = sum(int(t.n_bytes) for t in reader.tensors)
+    start = min(t.data_offset for t in reader.tensors)
+    types: dict[str, int] = {}
+    for t in reader.tensors:
+        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + int(t.n_bytes)
+    routed = {
+        str(layer): sum(
+            int(t.n_bytes)
+            for t in reader.tensors
+            if t.name.startswith(f"blk.{layer}.") and "_exps." in t.name
+        )
+        for layer in range(4)
+    }
+    experts, used = (
+        int(_field(reader, f"{arch}.expert_count")),
+        int(_field(reader, f"{arch}.expert_used_count")),
+    )
+    one = {layer: n // experts for layer, n in routed.items()}
+    summary = account_file(model).summary()
+    groups = summary.pop("groups")
+    assert sum(groups.values()) == data
+    attention = 4 if arch == "qwen3moe" else 1  # qwen35moe: one full-attention layer in four
+    assert summary == {
+        "source": str(model),
+        "file_size": model.stat().st_size,
+        "partial": False,
+        "header_bytes": start,
+        "tensor_data_bytes": data,
+        "padding_bytes": model.stat().st_size - start - data,
+        "types": types,
+        "routed_bytes_by_layer": routed,
+        "expert_bytes_by_layer": one,
+        "routed_bytes_per_token": used * sum(one.values()),
+        "arch": {
+            "name": arch,
+            "layers": int(_field(reader, f"{arch}.block_count")),
+            "nextn_layers": 0,
+            "experts": experts,
+            "experts_used": used,
+            "expert_ff": int(_field(reader, f"{arch}.expert_feed_forward_length")),
+            "context_length": int(_field(reader, f"{arch}.context_length")),
+            "embedding": int(_field(reader, f"{arch}.embedding_length")),
+            "vocab": len(reader.fields["tokenizer.ggml.tokens"].contents()),
+            "attention_layers": attention,
+            "recurrent_layers": 4 - attention,
+            # K and V of 2 KV heads of 64 dims, f16, per attention layer
+            "kv_bytes_per_token": attention * 2 * (64 + 64) * 2,
+            # conv state (4-1) x (128 + 2*2*32) + SSM state 32 x 128, f32, per recurrent layer
+            "recurrent_state_bytes": (4 - attention) * (3 * 256 + 32 * 128) * 4,
+        },
+    }
+
+
+def test_bytes_after_the_last_tensor_count_in_the_file_size(model: Path, tmp_path: Path) -> None:
+    longer = tmp_path / "trailing.gguf"
+    shutil.copy(model, longer)
+    with open(longer, "ab") as out:
+        out.write(b"\0" * 100)
+    full, trailing = account_file(model), account_file(longer)
+    assert trailing.file_size == model.stat().st_size + 100
+    assert trailing.padding_bytes == full.padding_bytes + 100
+    assert trailing.tensor_data_bytes == full.tensor_data_bytes
+
+
+def _header_only(path: Path, arch: str, keys: dict[str, object], layers: int) -> Path:
+    """A header-only GGUF of `layers` blocks with exactly these metadata keys (arrays for
+    lists), each block one routed-expert tensor; every tensor F32."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    writer = GGUFWriter(None, arch)
+    for key, value in keys.items():
+        if isinstance(value, list):
+            writer.add_array(f"{arch}.{key}", value)
+        else:
+            writer.add_uint32(f"{arch}.{key}", int(value))  # type: ignore[call-overload]
+    shapes = [("token_embd.weight", (64, 32))]
+    shapes += [(f"blk.{i}.ffn_gate_exps.weight", (64, 8, 4)) for i in range(layers)]
+    for name, shape in shapes:
+        size = 4 * int(np.prod(shape))
+        writer.add_tensor_info(
+            name, tuple(reversed(shape)), np.dtype(np.float32), size, raw_dtype=GGMLQuantizationType.F32
+        )
+    writer.write_header_to_file(path)
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    return path
+
+
+BASE_KEYS: dict[str, object] = {
+    "block_count": 3,
+    "context_length": 1234,
+    "embedding_length": 64,
+    "expert_count": 4,
+    "expert_used_count": 2,
+    "attention.head_count": 4,
+    "vocab_size": 32,
+}
+
+
+def test_arch_facts_read_each_key_by_its_name(tmp_path: Path) -> None:
+    """Values unlike the defaults, so a key read under another name shows (worked by hand)."""
+    keys = {
+        **BASE_KEYS,
+        "feed_forward_length": 77,
+        "attention.head_count_kv": [2, 0, 3],  # layer 1 keeps no KV cache: not an attention layer
+        "attention.key_length": 24,
+        "attention.value_length": 40,
+    }
+    f = account_file(_header_only(tmp_path / "a.gguf", "qwen3moe", keys, 3)).facts
+    assert (f.layers, f.context_length, f.embedding, f.vocab, f.experts, f.experts_used) == (
+        3,
+        1234,
+        64,
+        32,
+        4,
+        2,
+    )
+    assert f.expert_ff == 77  # no expert_feed_forward_length: the dense one
+    assert f.head_count == [4, 4, 4] and f.head_count_kv == [2, 0, 3]
+    assert (f.key_length, f.value_length) == (24, 40)
+    assert f.attention_layers == [0, 2] and f.recurrent_layers == []
+    assert f.kv_bytes_per_token() == (2 + 3) * (24 + 40) * 2
+
+
+def test_arch_facts_defaults_by_hand(tmp_path: Path) -> None:
+    """Without KV heads every head keeps KV; without key/value lengths, embedding / heads."""
+    keys = {**BASE_KEYS, "feed_forward_length": 77, "expert_feed_forward_length": 12}
+    f = account_file(_header_only(tmp_path / "b.gguf", "qwen3moe", keys, 3)).facts
+    assert f.expert_ff == 12  # the expert length wins over the dense one
+    assert f.head_count_kv == [4, 4, 4]
+    assert (f.key_length, f.value_length) == (16, 16)  # 64 // 4
+    assert f.kv_bytes_per_token() == 3 * 4 * (16 + 16) * 2
+
+
+def test_hybrid_layers_follow_the_full_attention_interval(tmp_path: Path) -> None:
+    keys = {
+        **BASE_KEYS,
+        "block_count": 6,
+        "full_attention_interval": 3,
+        "ssm.conv_kernel": 1,  # no conv state: (1 - 1) previous inputs
+        "ssm.inner_size": 8,
+        "ssm.state_size": 5,
+        "ssm.group_count": 2,
+    }
+    f = account_file(_header_only(tmp_path / "h.gguf", "qwen35moe", keys, 6)).facts
+    assert f.recurrent_layers == [0, 1, 3, 4] and f.attention_layers == [2, 5]
+    assert f.recurrent_state_bytes == 4 * (0 + 5 * 8) * 4
+    default = {k: v for k, v in keys.items() if k != "full_attention_interval"}
+    f = account_file(_header_only(tmp_path / "d.gguf", "qwen35moe", default, 6)).facts
+    assert f.attention_layers == [3]  # every 4th layer by default
+    with pytest.raises(ApplianceError, match=r"full_attention_interval is 0, not a whole number from 1 to "):
+        account_file(
+            _header_only(tmp_path / "z.gguf", "qwen35moe", {**keys, "full_attention_interval": 0}, 6)
+        )
+
+
+PUBLISHED = sorted((REPO / "evidence" / "plans").glob("*.plan.json"))
+
+
+@pytest.mark.parametrize("published", PUBLISHED, ids=lambda p: p.name)
+def test_the_published_plans_accounting_reproduces(published: Path, tmp_path: Path) -> None:
+    """evidence/plans publishes each reference model's accounting summary: the header-only
+    GGUF rebuilt from its input gives the same one, field for field."""
+    doc = json.loads(published.read_text())
+    skeleton = tmp_path / doc["accounting"]["source"]
+    write_skeleton(published.parent / doc["input"], skeleton)
+    acc = account_file(skeleton)
+    acc.source = skeleton.name  # evidence names the skeleton, not a host path
+    assert acc.summary() == doc["accounting"]
+
+
+def test_a_layer_with_one_kv_head_is_an_attention_layer(tmp_path: Path) -> None:
+    keys = {**BASE_KEYS, "attention.head_count_kv": [1, 0, 1], "attention.key_length": 8}
+    f = account_file(_header_only(tmp_path / "one.gguf", "qwen3moe", keys, 3)).facts
+    assert f.attention_layers == [0, 2]
+    assert f.kv_bytes_per_token() == (1 + 1) * (8 + 16) * 2  # value length: 64 // 4
+
+
+@pytest.mark.parametrize(
+    ("edit", "refusal"),
+    [
+        ({"expert_used_count": 5}, "qwen3moe.expert_used_count is 5, not a whole number from 0 to 4"),
+        (
+            {"expert_count": MAX_EXPERTS + 1},
+            f"expert_count is {MAX_EXPERTS + 1}, not a whole number from 0 to {MAX_EXPERTS}",
+        ),
+        (
+            {"block_count": MAX_LAYERS + 1},
+            f"block_count is {MAX_LAYERS + 1}, not a whole number from 0 to {MAX_LAYERS}",
+        ),
+        ({"block_count": [1, 2, 3]}, "qwen3moe.block_count is [1, 2, 3], not a whole number from 0 to "),
+        (  # too long to keep: the reader keeps its length only
+            {"block_count": [1] * (KEEP_ARRAY_MAX + 1)},
+            f"qwen3moe.block_count is an array of {KEEP_ARRAY_MAX + 1}, not a whole number from 0 to ",
+        ),
+    ],
+    ids=["used-over-count", "experts", "layers", "array", "long-array"],
+)
+def test_counts_past_their_bounds_are_refused(edit: dict[str, object], refusal: str, tmp_path: Path) -> None:
+    path = _header_only(tmp_path / "bad.gguf", "qwen3moe", {**BASE_KEYS, **edit}, 3)
+    with pytest.raises(ApplianceError, match=re.escape(refusal)):
         account_file(path)

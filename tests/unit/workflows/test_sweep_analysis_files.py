@@ -14,7 +14,7 @@ from tests.models import tiny_model
 MIB = 1 << 20
 
 
-def _trial(run: Path, name: str, limit: int, decode_read: int, seed: int) -> None:
+def _trial(run: Path, name: str, limit: int, decode_read: int, seed: int, cgroup_extra: int = 0) -> None:
     directory = run / "trials" / name
     directory.mkdir(parents=True)
     trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=64, k=8, n_decode=48, seed=seed))
@@ -30,7 +30,9 @@ def _trial(run: Path, name: str, limit: int, decode_read: int, seed: int) -> Non
             "model_device": "254:0",
         },
     )
-    atomic.write_json(directory / "cgroup.json", {"block_read_bytes": {"254:0": 3 * MIB + decode_read}})
+    atomic.write_json(
+        directory / "cgroup.json", {"block_read_bytes": {"254:0": 3 * MIB + decode_read + cgroup_extra}}
+    )
     io = {
         "load_end": {"read_bytes": MIB, "majflt": 1},
         "prefill_end": {"read_bytes": 3 * MIB, "majflt": 5},
@@ -97,6 +99,30 @@ def test_the_analysis_lands_in_results_json_with_three_plots(tmp_path: Path) -> 
     assert sweep["limits"] == [12 * MIB, 64 * MIB]
     assert sweep["probe"]["expert_qd1_bytes_per_s"] == 8 * 126976 / 0.01
     assert sweep["phase_sums_within_tolerance"] is True
+    assert list(sweep) == [
+        "model",
+        "probe",
+        "limits",
+        "policies",
+        "phase_tolerance",
+        "phase_sums_within_tolerance",
+        "trials",
+        "not_comparable",
+        "summary",
+    ]
+    assert (sweep["model"]["n_experts"], sweep["model"]["k"]) == (64, 8)
+    assert sweep["policies"] == ["lru", "fifo", "least-stale", "belady"]
+    assert sweep["phase_tolerance"] == 0.10
+    # 20 MiB of decode reads is below what Belady must re-read at the small limit's capacity:
+    # flagged, left out of the summary and of the roofline (tests/unit/analysis/test_contamination.py)
+    assert sweep["not_comparable"] == ["001-12MiB-demand-mmap-r1"]
+    assert [s["memory_limit"] for s in sweep["summary"]] == [64 * MIB]
+    small, large = sweep["trials"]
+    assert "roofline" not in small and "roofline_page" not in small
+    page_bps = 32768 / 0.001  # the 4 KiB reads at depth 1
+    assert large["roofline"]["reference_limit"] == large["roofline_page"]["reference_limit"] == 64 * MIB
+    assert large["roofline_page"]["compute_s_per_token"] == (2.0 - MIB / page_bps) / 48
+    assert large["roofline"]["compute_s_per_token"] == (2.0 - MIB / (8 * 126976 / 0.01)) / 48
     small, large = sweep["trials"]
     assert small["anon_bytes"] == 3 * MIB
     assert small["capacity_experts"] < large["capacity_experts"]
@@ -116,3 +142,18 @@ def test_a_model_that_is_not_the_traced_one_is_an_error_not_a_crash(tmp_path: Pa
     sweep = write_sweep_analysis(run, other)
     assert "expert count is 32 in the GGUF but 64 in the trace header" in sweep["error"]
     assert not (run / "plots").exists()
+
+
+def test_without_a_probe_there_is_no_roofline(tmp_path: Path) -> None:
+    """No probe record: no bandwidth, so no roofline and no disk fraction; a phase sum 20% off
+    the cgroup's count fails the tolerance."""
+    model = tiny_model("qwen3moe", size="32MiB")
+    run = tmp_path / "run"
+    _trial(run, "001-64MiB-demand-mmap-r1", 64 * MIB, 1 * MIB, 1, cgroup_extra=MIB)  # 4 MiB of 5
+    atomic.write_json(run / "results.json", {"schema_version": 1})
+    sweep = write_sweep_analysis(run, model)
+    assert sweep["probe"] is None
+    (trial,) = sweep["trials"]
+    assert "roofline" not in trial and "roofline_page" not in trial and trial["disk_fraction"] is None
+    assert trial["phase_sum_over_cgroup"] == 4 / 5
+    assert sweep["phase_sums_within_tolerance"] is False
