@@ -48,7 +48,7 @@ def test_an_image_with_experimental_patches_is_not_the_default(
     docker_client: Any, own_lock: Lock, build_label_image: Callable[[str, str], str]
 ) -> None:
     experimental = build_label_image("experimental", "0004-expert-cache.patch")
-    with pytest.raises(ApplianceError) as info:
+    with pytest.raises(ApplianceError, match="^no local cpu image built from this lock without") as info:
         choose_local_image(docker_client, own_lock, "cpu", None)
     assert str(info.value) == (
         "no local cpu image built from this lock without experimental patches: run "

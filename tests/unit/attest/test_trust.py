@@ -116,7 +116,7 @@ def test_a_store_directory_given_is_the_one_used(tmp_path: Path, store: Path) ->
 
 
 def test_a_too_short_prefix_is_refused_in_one_line(store: Path) -> None:
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(ConfigError, match="^key id 'abc' is too short") as refused:
         untrust_key("abc")
     assert str(refused.value) == (
         "key id 'abc' is too short: give at least 8 characters (see `appliance keys list`)"

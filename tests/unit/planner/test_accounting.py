@@ -235,7 +235,9 @@ def test_each_tensor_name_has_its_group_and_layer(name: str, group: tuple[str, i
 def test_a_metadata_number_out_of_range_is_one_line_naming_it(
     value: object, low: int, high: int, shown: str
 ) -> None:
-    with pytest.raises(ApplianceError) as refused:
+    with pytest.raises(
+        ApplianceError, match="^m.gguf: corrupt GGUF header: qwen3moe.block_count is "
+    ) as refused:
         whole_number(value, "qwen3moe.block_count", "m.gguf", low, high)
     assert str(refused.value) == (
         f"m.gguf: corrupt GGUF header: qwen3moe.block_count is {shown}, "
