@@ -5,6 +5,7 @@ import re
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gguf import GGUFReader
@@ -112,11 +113,27 @@ def test_unknown_tensor_type_is_named(model: Path, tmp_path: Path) -> None:
         account_file(damaged)
 
 
+def _write_header(writer: Any, path: Path, shapes: list[tuple[str, tuple[int, ...]]]) -> Path:
+    """The header of a GGUF with F32 tensors of these (name, shape) and no tensor data."""
+    import numpy as np
+    from gguf import GGMLQuantizationType
+
+    for name, shape in shapes:
+        size = 4 * int(np.prod(shape))
+        writer.add_tensor_info(
+            name, tuple(reversed(shape)), np.dtype(np.float32), size, raw_dtype=GGMLQuantizationType.F32
+        )
+    writer.write_header_to_file(path)
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    return path
+
+
 def _nextn_skeleton(path: Path, block_count: int, nextn: int) -> Path:
     """A header-only qwen3moe GGUF of block_count blocks, the last `nextn` of them NextN/MTP
     blocks (`blk.N.nextn.*` beside their own experts), every tensor F32."""
-    import numpy as np
-    from gguf import GGMLQuantizationType, GGUFWriter
+    from gguf import GGUFWriter
 
     embd, vocab, experts, ff, heads, kv, head_dim = 64, 32, 8, 32, 4, 2, 16
     writer = GGUFWriter(None, "qwen3moe")
@@ -147,16 +164,7 @@ def _nextn_skeleton(path: Path, block_count: int, nextn: int) -> Path:
         ]
         if i >= block_count - nextn:
             shapes += [(b + "nextn.eh_proj.weight", (2 * embd, embd))]
-    for name, shape in shapes:
-        size = 4 * int(np.prod(shape))
-        writer.add_tensor_info(
-            name, tuple(reversed(shape)), np.dtype(np.float32), size, raw_dtype=GGMLQuantizationType.F32
-        )
-    writer.write_header_to_file(path)
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    writer.close()
-    return path
+    return _write_header(writer, path, shapes)
 
 
 @pytest.mark.parametrize("nextn", [0, 1, 2])
@@ -341,8 +349,7 @@ def test_bytes_after_the_last_tensor_count_in_the_file_size(model: Path, tmp_pat
 def _header_only(path: Path, arch: str, keys: dict[str, object], layers: int) -> Path:
     """A header-only GGUF of `layers` blocks with exactly these metadata keys (arrays for
     lists), each block one routed-expert tensor; every tensor F32."""
-    import numpy as np
-    from gguf import GGMLQuantizationType, GGUFWriter
+    from gguf import GGUFWriter
 
     writer = GGUFWriter(None, arch)
     for key, value in keys.items():
@@ -352,16 +359,7 @@ def _header_only(path: Path, arch: str, keys: dict[str, object], layers: int) ->
             writer.add_uint32(f"{arch}.{key}", int(value))  # type: ignore[call-overload]
     shapes = [("token_embd.weight", (64, 32))]
     shapes += [(f"blk.{i}.ffn_gate_exps.weight", (64, 8, 4)) for i in range(layers)]
-    for name, shape in shapes:
-        size = 4 * int(np.prod(shape))
-        writer.add_tensor_info(
-            name, tuple(reversed(shape)), np.dtype(np.float32), size, raw_dtype=GGMLQuantizationType.F32
-        )
-    writer.write_header_to_file(path)
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    writer.close()
-    return path
+    return _write_header(writer, path, shapes)
 
 
 BASE_KEYS: dict[str, object] = {
