@@ -170,7 +170,8 @@ def run_plant(plant: Plant, baseline: bool) -> tuple[str, str]:
         code, output, seconds = _pytest(root, plant.tests)
     last = output.strip().splitlines()[-1] if output.strip() else ""
     if code == 1:
-        return "yes", f"{last} ({seconds:.0f} s)"
+        failed = [line.split()[1] for line in output.splitlines() if line.startswith("FAILED ")]
+        return "yes", f"{failed[0] if failed else last} ({seconds:.0f} s)"
     if code == 0:
         return "NO", f"the tests passed with the plant: {last}"
     return "ERROR", f"exit {code}, not a test failure: {last}"
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         caught, note = run_plant(plant, args.baseline)
         rows.append((plant.name, " ".join(plant.tests), caught, note))
         print(f"{caught:5} {plant.name}: {note}", file=sys.stderr, flush=True)
-    print("| plant | tests | caught | result |")
+    print("| plant | tests | caught | first failing test (time) |")
     print("|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
