@@ -90,9 +90,10 @@ NOT_INPUT_BOUNDS = {
     "appliance.runs.sweep.DEFAULT_MAX_HOURS": "the default of --max-hours (a sweep's planned duration), "
     "which the user overrides",
     "appliance.cluster.preflight.PROBE_TIMEOUT_S": "how long the preflight waits on Ray nodes' probes: it "
-    "needs a Ray cluster, which the unit tests do not start (tests/e2e's cluster tests run the preflight)",
+    "needs a Ray cluster, which the unit tests do not start; tests/e2e/test_cluster.py runs it, not at "
+    "its edge",
     "appliance.cluster.status.STATUS_TIMEOUT_S": "how long `cluster status` waits on Ray nodes: it needs a "
-    "Ray cluster, which the unit tests do not start",
+    "Ray cluster, which the unit tests do not start; tests/e2e/test_cluster.py runs it, not at its edge",
     "appliance.engine.package_index.TIMEOUT_S": "a socket timeout towards the package index while an "
     "engine image is built; no user input passes through it, and tests talk to no index",
     "appliance.engine.source.GIT_TIMEOUT_S": "a timeout for git commands on the llama.cpp checkout while an "

@@ -437,7 +437,9 @@ def test_cluster_reach_timeout_at_the_limit_and_past(monkeypatch: pytest.MonkeyP
             r"\(docs/cluster.md\) or",
         ):
             connect.check_reachable(address)
-        assert connect.REACH_TIMEOUT_S <= time.monotonic() - start < connect.REACH_TIMEOUT_S + 0.5
+        assert (
+            connect.REACH_TIMEOUT_S <= time.monotonic() - start < connect.REACH_TIMEOUT_S + 2.0
+        )  # slack: load
     finally:
         for filler in fillers:
             filler.close()
@@ -454,7 +456,7 @@ def test_head_probe_timeout_is_its_default_and_ends_a_silent_head() -> None:
             ApplianceError, match=rf"^no Ray head answers at 127.0.0.1:{port} \(no answer within 0.3 s\)"
         ):
             join.check_head_answers("127.0.0.1", port, timeout_s=0.3)
-        assert 0.3 <= time.monotonic() - start < 0.8
+        assert 0.3 <= time.monotonic() - start < 2.3  # slack: a loaded machine
     finally:
         for filler in fillers:
             filler.close()
