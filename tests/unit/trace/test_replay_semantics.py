@@ -384,3 +384,23 @@ def test_sorted_distinct_is_np_unique() -> None:
     for values in ([], [5], [3, 1, 3, 2, 1], [2, 2], [9, 8, 7]):
         array = np.array(values, dtype=np.int64)
         assert sorted_distinct(array).tolist() == np.unique(array).tolist()
+
+
+def test_event_arrays_are_int64_whatever_the_row_types() -> None:
+    """The kernels are compiled for int64 arrays: a float lookup table would turn every id into
+    a float that compares equal and replays differently (or not at all)."""
+    for stream in [
+        trace_events(_hand_trace(HAND_ROWS)).stream,
+        *trace_events(_hand_trace(HAND_ROWS)).pools("per-layer"),
+    ]:
+        assert {a.dtype for a in (stream.ptr, stream.items, stream.step, stream.layer_index)} == {
+            np.dtype(np.int64)
+        }
+
+
+def test_a_moe_layer_without_rows_gets_an_empty_per_layer_pool() -> None:
+    """Only layer 1 routed anything: layer 3's pool exists and is empty (one pool per MoE layer)."""
+    events = trace_events(_hand_trace([(0, 1, (0, 2)), (1, 1, (3, 1))]))
+    first, second = events.pools("per-layer")
+    assert (first.ptr.tolist(), first.items.tolist()) == ([0, 2, 4], [0, 2, 1, 3])
+    assert (second.ptr.tolist(), second.items.tolist(), second.n_events) == ([0], [], 0)
