@@ -56,6 +56,12 @@ mutation: venv ## mutation score per module of the verdict and figure modules (m
 	$(VENV)/bin/mutmut run --max-children $(JOBS) $(MUTANTS)
 	$(PY) -m tests.mutation.score
 
+# The one-line bugs issue 26 names, each planted alone in a copy of the tree; each must make
+# its tests fail (tests/mutation/plants.py). Not in CI: about a minute per plant.
+.PHONY: plant-bugs
+plant-bugs: venv ## plant each named one-line bug in a copy and require its tests to fail (not in CI)
+	$(PY) -m tests.mutation.plants $(PLANTS)
+
 demo: bootstrap ## the whole pipeline at miniature scale (bootstrap first)
 	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo $(DEMO_ARGS)

@@ -4,8 +4,6 @@ given a document nested 100,000 deep overflows the stack or takes seconds to fai
 from array import array
 from itertools import accumulate
 
-MAX_NESTING = 64  # far beyond any lock, profile, manifest or trace header this project writes
-
 _OTHERS = bytes(set(range(256)) - set(b"[]{}"))
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as signed bytes
 

@@ -10,6 +10,7 @@ here; everything printed for people uses binary units.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from typing import Any
 
 from appliance.core.errors import ApplianceError
@@ -50,7 +51,7 @@ def parse_size(value: str | int) -> int:
     unit = match.group(2).lower() if match else ""
     if not match or unit not in UNITS:
         raise SizeError(f"cannot read size {value!r}: {HINT}")
-    return int(float(match.group(1)) * UNITS[unit])
+    return int(Fraction(match.group(1)) * UNITS[unit])  # exact: a float rounds past 2**53
 
 
 def size_or_none(value: Any) -> int | None:

@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from appliance.core.errors import ApplianceError
-from appliance.core.limits import MAX_SEED
+from appliance.core.limits import MAX_EXPERTS, MAX_LAYERS, MAX_SEED
 
 ARCHES = ("qwen3moe", "qwen35moe")
 EXPERT_TYPES = {"f16": GGMLQuantizationType.F16, "q8_0": GGMLQuantizationType.Q8_0}
-MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS in llama.cpp src/llama-hparams.h
-MAX_LAYERS = 512  # LLAMA_MAX_LAYERS, same file
 FF_STEP = 32  # expert width granularity: a q8_0 block along ne[0] of ffn_down_exps
 ALIGNMENT = 32  # GGUF default data alignment
 HEADER_ALLOWANCE = 64 * 1024  # metadata, vocabulary and tensor infos stay well below this

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.core.errors import ApplianceError
+from appliance.core.limits import MAX_EXPERTS, MAX_LAYERS
 from appliance.models.gguf_header import (
     ArrayInfo,
     ByteSource,
@@ -44,9 +45,6 @@ GROUP_TITLES = {
     "other": "other",
 }
 HYBRID_ARCHES = {"qwen3next", "qwen35", "qwen35moe"}  # recurrent layers + every n-th attention
-# llama.cpp refuses models beyond these (src/llama-hparams.h LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS)
-MAX_LAYERS = 512
-MAX_EXPERTS = 512
 MAX_HPARAM = (1 << 32) - 1  # hyperparameters are u32 in llama.cpp
 
 

@@ -19,8 +19,8 @@ import numpy as np
 
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
-from appliance.core.nesting import MAX_NESTING, max_nesting
-from appliance.core.strict_load import open_regular, parse_json_bytes
+from appliance.core.nesting import max_nesting
+from appliance.core.strict_load import MAX_DEPTH, open_regular, parse_json_bytes
 from appliance.core.validation import schema_errors
 
 MAGIC = b"MOETRACE"
@@ -206,10 +206,8 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
             f"{where}: trailer missing; the trace is truncated or was not finished by its writer"
         )
     raw = bytes(buffer[PREAMBLE_BYTES : PREAMBLE_BYTES + header_len])
-    if max_nesting(raw) > MAX_NESTING:
-        raise ConfigError(
-            f"{where}: trace header nests deeper than {MAX_NESTING} levels; the file is corrupt"
-        )
+    if max_nesting(raw) > MAX_DEPTH:
+        raise ConfigError(f"{where}: trace header nests deeper than {MAX_DEPTH} levels; the file is corrupt")
     try:
         header = parse_json_bytes(raw, "trace header", MAX_HEADER_BYTES)
     except ConfigError as exc:
@@ -267,10 +265,10 @@ def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.n
     rows = np.ascontiguousarray(rows)
     _check_rows(rows, header, str(path))
     encoded = encode_header(header)
-    if len(encoded) > MAX_HEADER_BYTES or max_nesting(encoded) > MAX_NESTING:
+    if len(encoded) > MAX_HEADER_BYTES or max_nesting(encoded) > MAX_DEPTH:
         raise ConfigError(
             f"{path}: the header is over {MAX_HEADER_BYTES} bytes or nests deeper "
-            f"than {MAX_NESTING} levels, which no reader accepts"
+            f"than {MAX_DEPTH} levels, which no reader accepts"
         )
     try:
         with atomic.replacing(path) as handle:

@@ -29,6 +29,8 @@ SIZES = ["8M", "8MiB", "8GB", "8mb", "8 MiB", "1.5GiB", "7000001"]
         ("0", 0),
         ("512 B", 512),
         (4096, 4096),
+        ("9223372036854775807", (1 << 63) - 1),  # exact: through a float it became 2**63
+        ("0.1KiB", 102),
     ],
 )
 def test_decimal_prefixes_are_powers_of_1000_binary_ones_of_1024(text: str | int, value: int) -> None:

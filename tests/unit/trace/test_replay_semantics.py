@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from appliance.core.errors import ConfigError
 from appliance.trace import kernels
-from appliance.trace.events import EventStream, trace_events
+from appliance.trace.events import EventStream, single_item_stream, sorted_distinct, trace_events
+from appliance.trace.format import Trace, row_dtype
 from appliance.trace.replay import ReplaySetup, pool_hits, replay_one
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 
@@ -271,3 +273,134 @@ def test_small_work_stays_plain_python(restored: pytest.MonkeyPatch) -> None:
     assert kernels._compiled is False
     kernels._prepare(kernels.COMPILE_ABOVE_REQUESTS + 1)
     assert kernels._compiled is True
+
+
+# --- trace_events and its pools, worked by hand ---------------------------------------------
+
+# (step, layer, ids) of a 4-expert trace, k=2, MoE layers 1 and 3 (blocks 0 and 2 dense):
+# two tokens of step 0 at layer 1 share expert 2; step 2 has no layer-1 row.
+HAND_ROWS = [(0, 1, (0, 2)), (0, 1, (2, 3)), (0, 3, (1, 0)), (1, 1, (3, 1)), (1, 3, (2, 3)), (2, 3, (0, 1))]
+
+
+def _hand_trace(rows_in: list[tuple[int, int, tuple[int, int]]]) -> Trace:
+    rows = np.zeros(len(rows_in), dtype=row_dtype(2, False))
+    for i, (step, layer, ids) in enumerate(rows_in):
+        rows[i]["step"], rows[i]["layer"], rows[i]["kind"], rows[i]["ids"] = step, layer, int(step > 0), ids
+    header = {
+        "format": "moetrace",
+        "version": 1,
+        "n_layers": 4,
+        "moe_layers": [1, 3],
+        "n_experts": 4,
+        "n_expert_used": 2,
+        "has_weights": False,
+    }
+    return Trace(header=header, rows=rows)
+
+
+def _as_lists(stream: EventStream) -> dict[str, object]:
+    return {
+        "ptr": stream.ptr.tolist(),
+        "items": stream.items.tolist(),
+        "step": stream.step.tolist(),
+        "layer_index": stream.layer_index.tolist(),
+        "n_objects": stream.n_objects,
+        "n_layers": stream.n_layers,
+    }
+
+
+def test_trace_events_of_a_hand_trace() -> None:
+    """One event per (step, MoE layer), its tokens' experts' union ascending; global object =
+    layer index x 4 + expert (layer 3 is index 1)."""
+    events = trace_events(_hand_trace(HAND_ROWS))
+    assert _as_lists(events.stream) == {
+        "ptr": [0, 3, 5, 7, 9, 11],
+        "items": [0, 2, 3, 4, 5, 1, 3, 6, 7, 4, 5],
+        "step": [0, 0, 1, 1, 2],
+        "layer_index": [0, 1, 0, 1, 1],
+        "n_objects": 8,
+        "n_layers": 2,
+    }
+    assert (events.n_experts, events.moe_layers) == (4, [1, 3])
+    assert events.stream.n_events == 5 and events.stream.n_requests == 11
+    assert events.stream.max_event_size() == 3
+    assert events.stream.item_layer_index().tolist() == [0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1]
+
+
+def test_per_layer_pools_of_a_hand_trace() -> None:
+    events = trace_events(_hand_trace(HAND_ROWS))
+    assert events.pools("global") == [events.stream]
+    assert [_as_lists(p) for p in events.pools("per-layer")] == [
+        {
+            "ptr": [0, 3, 5],
+            "items": [0, 2, 3, 1, 3],
+            "step": [0, 1],
+            "layer_index": [0, 0],
+            "n_objects": 4,
+            "n_layers": 2,
+        },
+        {
+            "ptr": [0, 2, 4, 6],
+            "items": [0, 1, 2, 3, 0, 1],
+            "step": [0, 1, 2],
+            "layer_index": [1, 1, 1],
+            "n_objects": 4,
+            "n_layers": 2,
+        },
+    ]
+    with pytest.raises(ConfigError, match=r"^scope must be one of per-layer, global, got 'both'$"):
+        events.pools("both")
+
+
+def test_single_item_stream_of_a_hand_trace() -> None:
+    flat = single_item_stream(trace_events(_hand_trace(HAND_ROWS)).stream)
+    assert _as_lists(flat) == {
+        "ptr": list(range(12)),
+        "items": [0, 2, 3, 4, 5, 1, 3, 6, 7, 4, 5],
+        "step": [0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2],
+        "layer_index": [0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1],
+        "n_objects": 8,
+        "n_layers": 2,
+    }
+    assert flat.max_event_size() == 1
+
+
+def test_events_of_a_trace_without_rows_and_of_one_row() -> None:
+    empty = trace_events(_hand_trace([])).stream
+    assert _as_lists(empty) == {
+        "ptr": [0],
+        "items": [],
+        "step": [],
+        "layer_index": [],
+        "n_objects": 8,
+        "n_layers": 2,
+    }
+    assert empty.max_event_size() == 0 and empty.n_events == 0
+    one = trace_events(_hand_trace([(0, 3, (3, 1))])).stream
+    assert _as_lists(one)["items"] == [5, 7] and one.max_event_size() == 2
+
+
+def test_sorted_distinct_is_np_unique() -> None:
+    for values in ([], [5], [3, 1, 3, 2, 1], [2, 2], [9, 8, 7]):
+        array = np.array(values, dtype=np.int64)
+        assert sorted_distinct(array).tolist() == np.unique(array).tolist()
+
+
+def test_event_arrays_are_int64_whatever_the_row_types() -> None:
+    """The kernels are compiled for int64 arrays: a float lookup table would turn every id into
+    a float that compares equal and replays differently (or not at all)."""
+    for stream in [
+        trace_events(_hand_trace(HAND_ROWS)).stream,
+        *trace_events(_hand_trace(HAND_ROWS)).pools("per-layer"),
+    ]:
+        assert {a.dtype for a in (stream.ptr, stream.items, stream.step, stream.layer_index)} == {
+            np.dtype(np.int64)
+        }
+
+
+def test_a_moe_layer_without_rows_gets_an_empty_per_layer_pool() -> None:
+    """Only layer 1 routed anything: layer 3's pool exists and is empty (one pool per MoE layer)."""
+    events = trace_events(_hand_trace([(0, 1, (0, 2)), (1, 1, (3, 1))]))
+    first, second = events.pools("per-layer")
+    assert (first.ptr.tolist(), first.items.tolist()) == ([0, 2, 4], [0, 2, 1, 3])
+    assert (second.ptr.tolist(), second.items.tolist(), second.n_events) == ([0], [], 0)
