@@ -107,6 +107,7 @@ def sweep_command(
                         "profile": plan.profile.name,
                         "limits": [limit.bytes for limit in plan.limits],
                         "trials": [t.name for t in plan.prepared.trials],
+                        "placement": {t.name: list(t.placement) for t in plan.prepared.trials},
                         "predicted_seconds": round(plan.estimate_s, 1),
                     },
                     indent=2,

@@ -146,3 +146,20 @@ def test_placement_help_names_the_options(engine_bin: Path) -> None:
     usage = result.stderr.decode()
     for option in ("-ot, --override-tensor PATTERN=TYPE", "-cmoe, --cpu-moe", "-ncmoe, --n-cpu-moe N"):
         assert option in usage
+
+
+def test_the_planner_beside_the_engine_on_the_cpu(engine_bin: Path, tmp_path: Path) -> None:
+    """results.json placement from a real engine record: on the CPU the planner's host bytes
+    are the model's tensor bytes, which the engine placed exactly."""
+    from appliance.analysis.placement import trial_placement
+    from appliance.planner.accounting import account_file
+
+    model = tiny_model("qwen3moe")
+    run = run_tracer(engine_bin, model, tmp_path, *ARGS, "--no-repack", prompt=PROMPT)
+    trial = {"dir": "001-baseline-r1", "variant": "baseline", "timing": run.timings, "cgroup": {}}
+    row = trial_placement(trial, account_file(model), 1 << 30, None)
+    assert row is not None
+    total, _, _ = tensor_bytes(model)
+    assert row["engine_model_bytes"] == {"CPU": total} and row["engine_buffers"] == {"CPU_Mapped": total}
+    assert row["planner_model_bytes"] == row["measured_model_bytes"] == {"CPU": total}
+    assert row["error_pct"] == {"model_cpu": 0.0, "peak": None} and row["under"] == []
