@@ -114,7 +114,9 @@ def _sizes(by_name: dict[str, int]) -> str:
 def placement_lines(results: dict[str, Any]) -> list[str]:
     """Where each variant's model lived (the engine's record, its first trial) and the planner's
     worst error against the engine over all trials (results.json `placement`)."""
-    placement = results.get("placement") or {}
+    placement = results.get("placement")
+    if not placement:  # results of an appliance before placement was recorded
+        return []
     rows = placement.get("trials") or []
     lines, seen = [], set()
     for row in rows:
