@@ -81,6 +81,8 @@ def print_summary(
     console.print(table)
     for line in ratio_lines(results):
         console.print(line)
+    for line in placement_lines(results):
+        console.print(line)
     print_outcome(console, results, run_dir, status)
     for plot in plots:
         console.print(f"plot: {plot}")
@@ -103,3 +105,37 @@ def print_outcome(
         if trial_status != TrialStatus.OK:
             console.print(f"[red]{trial}: {trial_status}[/red] (logs in {TRIALS_DIR}/{trial}/)")
     console.print(f"run {status}: {run_dir}")
+
+
+def _sizes(by_name: dict[str, int]) -> str:
+    return ", ".join(f"{name} {b / MIB:.1f} MiB" for name, b in sorted(by_name.items())) or "none"
+
+
+def placement_lines(results: dict[str, Any]) -> list[str]:
+    """Where each variant's model lived (the engine's record, its first trial) and the planner's
+    worst error against the engine over all trials (results.json `placement`)."""
+    placement = results.get("placement")
+    if not placement:  # results of an appliance before placement was recorded
+        return []
+    rows = placement.get("trials") or []
+    lines, seen = [], set()
+    for row in rows:
+        if row["variant"] in seen:
+            continue
+        seen.add(row["variant"])
+        lines.append(
+            f"placement {row['variant']}: model {_sizes(row['engine_buffers'])}; KV "
+            f"{_sizes(row['kv_cache_bytes'])}; compute {_sizes(row['compute_bytes'])}; "
+            f"{row['layers_offloaded']} layers offloaded"
+        )
+    worst = placement.get("worst")
+    if worst is not None:
+        under = " UNDER the measured figure" if worst["pct"] < 0 else ""
+        goal = "within" if placement.get("within_goal") else "OUTSIDE"
+        lines.append(
+            f"planner vs engine: worst {worst['figure']} {worst['pct']:+.2f}% ({worst['trial']}){under}; "
+            f"{goal} the goal of {placement['goal_pct']:g}% and never under, over {len(rows)} trials"
+        )
+    elif not rows:
+        lines.append("placement: the engine recorded none (an engine without patch 0001's placement record)")
+    return lines

@@ -6,7 +6,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from appliance.analysis.report import print_outcome
+from appliance.analysis.report import placement_lines, print_outcome
 from appliance.runs.memory_points import limit_label
 from appliance.runs.run_dir import RunDir
 
@@ -172,7 +172,10 @@ def print_sweep(console: Console, sweep: dict[str, Any]) -> None:
 def print_sweep_outcome(
     console: Console, results: dict[str, Any], run_dir: Path, status: str, plots: list[Path]
 ) -> None:
-    """Byte identity, trials that did not finish, where the run and its pictures are."""
+    """Where the model lived and the planner's worst error, byte identity, trials that did not
+    finish, where the run and its pictures are."""
+    for line in placement_lines(results):
+        console.print(line)
     print_outcome(console, results, run_dir, status, comparisons_scope=", all limits")
     for plot in sorted({*plots, *RunDir(run_dir).plots.glob("sweep_*.png")}):
         console.print(f"plot: {plot}")

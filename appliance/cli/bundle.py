@@ -5,6 +5,7 @@ from typing import Any
 
 import click
 
+from appliance.analysis.placement import placement_digest
 from appliance.attest.bundle import finalize_bundle, sealed_digests_match
 from appliance.attest.dsse import default_key_dir, existing_default_key, public_key_from_dict
 from appliance.attest.verify import MAX_SEAL_BYTES, Verdict, Verification, verify_bundle
@@ -122,6 +123,12 @@ def bundle_show(directory: Path, as_json: bool) -> None:
     provenance = load_json(layout.provenance_file)
     try:
         summary = _summary(manifest, provenance)
+        placement = placement_digest(
+            load_json(layout.results_file) if layout.results_file.exists() else None,
+            load_json(layout.run_file) if layout.run_file.exists() else None,
+        )
+        if placement is not None:
+            summary["placement"] = placement
     except (KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(
             f"{directory}: not a bundle this version can show (field {exc} missing or malformed)"

@@ -192,3 +192,57 @@ def trial_options(what: str) -> Callable[[F], F]:
         return command
 
     return apply
+
+
+class AssumedGpu(click.ParamType):
+    """`--assume-gpu CAPABILITY:MEMORY` (e.g. 8.9:24GiB): a GPU a dry run plans for."""
+
+    name = "CAPABILITY:MEMORY"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import re
+
+        from appliance.core.units import SizeError, format_size, parse_size
+        from appliance.host.gpu import Gpu
+
+        if not isinstance(value, str):
+            return value
+        capability, _, memory = value.partition(":")
+        if not re.fullmatch(r"[0-9]{1,2}\.[0-9]", capability) or not memory:
+            self.fail(
+                f"{value!r} is not CAPABILITY:MEMORY, e.g. 8.9:24GiB (RTX 4090) or 12.0:32GiB (RTX 5090)"
+            )
+        try:
+            size = parse_size(memory)
+        except (SizeError, OverflowError) as exc:
+            self.fail(f"{value!r}: {exc}")
+        if size <= 0:
+            self.fail(f"{value!r}: the GPU's memory must be more than 0")
+        name = f"assumed GPU (compute capability {capability}, {format_size(size, trim=True)})"
+        return Gpu(0, name, capability, "assumed", size, size)
+
+
+assume_gpu_option = click.option(
+    "--assume-gpu",
+    type=AssumedGpu(),
+    default=None,
+    help="Dry run only: plan for this GPU instead of the host's, e.g. 8.9:24GiB (RTX 4090) or "
+    "12.0:32GiB (RTX 5090); the output says the GPU is assumed.",
+)
+
+skeleton_option = click.option(
+    "--skeleton",
+    is_flag=True,
+    help="Dry run only: accept a header-only file (`appliance model skeleton`) of another size "
+    "and digest for the model; every line that depends on it says so.",
+)
+
+
+def refuse_dry_run_only(dry_run: bool, assume_gpu: Any, skeleton: bool) -> None:
+    """--assume-gpu and --skeleton describe a host or a file that is not here: dry runs only."""
+    for given, flag, why in (
+        (assume_gpu is not None, "--assume-gpu", "a real run uses the GPUs it sees"),
+        (skeleton, "--skeleton", "a real run needs the model file itself"),
+    ):
+        if given and not dry_run:
+            raise click.UsageError(f"{flag} needs --dry-run: {why}")

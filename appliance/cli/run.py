@@ -5,13 +5,17 @@ trials, the statistics and the sealed bundle)."""
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 
 from appliance.cli.options import (
+    assume_gpu_option,
+    refuse_dry_run_only,
     refuse_key_with_unsigned,
     run_options,
+    skeleton_option,
     strict_json,
     trial_options,
 )
@@ -31,6 +35,8 @@ from appliance.workflows.run import execute_profile
 @click.argument("profile_name", metavar="PROFILE")
 @click.option("--dry-run", is_flag=True, help="Print the trial plan and docker parameters only.")
 @trial_options("run")
+@assume_gpu_option
+@skeleton_option
 def run_command(
     profile_name: str,
     models_dir: Path,
@@ -48,11 +54,14 @@ def run_command(
     max_attempts: int,
     resume: bool,
     lock_path: Path | None,
+    assume_gpu: Any,
+    skeleton: bool,
 ) -> None:
     """Run an experiment PROFILE (a built-in name or a YAML file) in the engine image.
 
     With --dry-run --json the trial plan is printed as JSON."""
     refuse_key_with_unsigned(key, unsigned)
+    refuse_dry_run_only(dry_run, assume_gpu, skeleton)
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
     profile = load_profile(profile_name)
     lock = load_lock(lock_path)
@@ -70,6 +79,8 @@ def run_command(
                 gpu_index=gpu_index,
                 client_factory=docker_client,
                 progress=progress,
+                assume_gpu=assume_gpu,
+                skeleton=skeleton,
             )
         specs = planned_specs(prepared, LlamaMoeTraceEngine(prepared.image), secrets.token_hex(6))
         if as_json:

@@ -2,14 +2,18 @@
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 
 from appliance.cli.options import (
+    assume_gpu_option,
     finite,
+    refuse_dry_run_only,
     refuse_key_with_unsigned,
     run_options,
+    skeleton_option,
     strict_json,
     trial_options,
 )
@@ -34,6 +38,8 @@ from appliance.cli.progress import progress_display
 )
 @click.option("--dry-run", is_flag=True, help="Print the grid and the predicted time only.")
 @trial_options("sweep")
+@assume_gpu_option
+@skeleton_option
 def sweep_command(
     profile_name: str,
     models_dir: Path,
@@ -53,6 +59,8 @@ def sweep_command(
     max_attempts: int,
     resume: bool,
     lock_path: Path | None,
+    assume_gpu: Any,
+    skeleton: bool,
 ) -> None:
     """Run PROFILE's variants at several memory limits (interleaved, cold cache each trial),
     measure the disk once, and set each trial's reads beside LRU and Belady replays of its own
@@ -66,6 +74,7 @@ def sweep_command(
     from appliance.workflows.sweep import execute_sweep
 
     refuse_key_with_unsigned(key, unsigned)
+    refuse_dry_run_only(dry_run, assume_gpu, skeleton)
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
     profile = load_profile(profile_name)
     lock = load_lock(lock_path)
@@ -83,6 +92,8 @@ def sweep_command(
             image=image,
             gpu_index=gpu_index,
             progress=progress,
+            assume_gpu=assume_gpu,
+            skeleton=skeleton,
             resume=resume,
         )
     if dry_run:
@@ -96,6 +107,7 @@ def sweep_command(
                         "profile": plan.profile.name,
                         "limits": [limit.bytes for limit in plan.limits],
                         "trials": [t.name for t in plan.prepared.trials],
+                        "placement": {t.name: list(t.placement) for t in plan.prepared.trials},
                         "predicted_seconds": round(plan.estimate_s, 1),
                     },
                     indent=2,

@@ -127,9 +127,12 @@ def execute_run(
 
 def _trial_line(record: dict[str, Any]) -> str:
     status = record["status"]
-    colour = {TrialStatus.OK: "green", TrialStatus.OOM_KILLED: "red", TrialStatus.FAILED: "red"}.get(
-        status, "yellow"
-    )
+    colour = {
+        TrialStatus.OK: "green",
+        TrialStatus.OOM_KILLED: "red",
+        TrialStatus.FAILED: "red",
+        TrialStatus.OVER_BUDGET: "red",
+    }.get(status, "yellow")
     wall = record.get("engine_wall_s")
     peak = record.get("cgroup", {}).get("peak_bytes")
     where = (

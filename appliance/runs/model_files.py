@@ -22,6 +22,7 @@ from appliance.runs.profile import ModelManifest
 VERIFIED = "verified"  # sha256 computed (or cached) and equal to the pinned one
 UNPINNED = "unpinned"  # the profile pins no sha256: the computed one is recorded
 SKIPPED = "skipped"  # --skip-digest-check: nothing hashed, size checked only
+SKELETON = "skeleton"  # --skeleton (dry runs): a header-only file stands for the model, unchecked
 
 
 @dataclass(frozen=True)
@@ -89,15 +90,16 @@ def missing_model_message(manifest: ModelManifest, models_dir: Path) -> str:
     return f"model {manifest.file} not found in {models_dir} (expected {size}, {digest}); {where}"
 
 
-def locate_model(manifest: ModelManifest, models_dir: Path) -> tuple[Path, int]:
-    """The model's path and size; refuses a missing file or one of the wrong size."""
+def locate_model(manifest: ModelManifest, models_dir: Path, skeleton: bool = False) -> tuple[Path, int]:
+    """The model's path and size; refuses a missing file or one of the wrong size (unless it is
+    a skeleton standing for the model in a dry run)."""
     if not models_dir.is_dir():
         raise ApplianceError(f"models directory {models_dir} does not exist: pass --models DIR")
     path = models_dir / manifest.file
     if not path.is_file():
         raise ApplianceError(missing_model_message(manifest, models_dir))
     size = path.stat().st_size
-    if manifest.bytes is not None and size != manifest.bytes:
+    if manifest.bytes is not None and size != manifest.bytes and not skeleton:
         raise IntegrityError(
             f"model {path} has {size:,} bytes, the profile pins "
             f"{manifest.bytes:,} ({format_size(manifest.bytes, trim=True)}): wrong or "
@@ -112,10 +114,13 @@ def check_model(
     skip_digest: bool = False,
     progress: ProgressFn | None = None,
     located: tuple[Path, int] | None = None,
+    skeleton: bool = False,
 ) -> CheckedModel:
     """Size first (cheap), then sha256 unless skipped; refuses a missing or different file.
     `located` is `locate_model`'s answer when the caller has it already (then not asked again)."""
-    path, size = located if located is not None else locate_model(manifest, models_dir)
+    path, size = located if located is not None else locate_model(manifest, models_dir, skeleton)
+    if skeleton:
+        return CheckedModel(path, manifest.file, size, None, SKELETON, False)
     if skip_digest:
         return CheckedModel(path, manifest.file, size, None, SKIPPED, False)
     digest, from_cache = cached_sha256(path, progress)

@@ -40,7 +40,7 @@ class Engine(Protocol):
     @property
     def image(self) -> str: ...
 
-    def argv(self, profile: Profile, variant: Variant) -> list[str]: ...
+    def argv(self, profile: Profile, variant: Variant, placement: tuple[str, ...] = ()) -> list[str]: ...
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]: ...
 
@@ -53,9 +53,11 @@ class LlamaMoeTraceEngine:
 
     image: str
 
-    def argv(self, profile: Profile, variant: Variant) -> list[str]:
+    def argv(self, profile: Profile, variant: Variant, placement: tuple[str, ...] = ()) -> list[str]:
         """Greedy decoding of exactly n_predict tokens (EOS ignored), so every variant and
-        repeat does the same work; the schedule's seed is recorded, greedy needs none."""
+        repeat does the same work; the schedule's seed is recorded, greedy needs none.
+        `placement` (the trial's, from the profile's placement) comes before the profile's own
+        arguments."""
         s = profile.schedule
         argv = [
             "llama-moe-trace",
@@ -79,7 +81,7 @@ class LlamaMoeTraceEngine:
             argv += ["--no-trace"]
         if variant.future is not None:
             argv += ["--future", f"{FUTURE_MOUNT}/{TRACE_FILE}"]
-        return argv + list(profile.engine_args) + list(variant.args)
+        return argv + list(placement) + list(profile.engine_args) + list(variant.args)
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
         return dict(variant.env)
@@ -96,7 +98,7 @@ class CommandEngine:
     image: str
     commands: dict[str, list[str]]
 
-    def argv(self, profile: Profile, variant: Variant) -> list[str]:
+    def argv(self, profile: Profile, variant: Variant, placement: tuple[str, ...] = ()) -> list[str]:
         return list(self.commands[variant.name])
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
@@ -115,7 +117,7 @@ class DiskProbeEngine:
     block_bytes: int
     reads: int = 64
 
-    def argv(self, profile: Profile, variant: Variant) -> list[str]:
+    def argv(self, profile: Profile, variant: Variant, placement: tuple[str, ...] = ()) -> list[str]:
         return [
             "llama-moe-trace",
             "--probe-disk",
@@ -148,6 +150,7 @@ class Trial:
     memory: int | None = None  # a sweep's limit for this trial; None: the profile's
     point: str | None = None  # the sweep point, as written, that asked for `memory`
     future: str | None = None  # the earlier trial whose route trace is this one's --future
+    placement: tuple[str, ...] = ()  # engine arguments for where the model lives (prepare_run)
 
     @property
     def name(self) -> str:
@@ -237,9 +240,10 @@ def container_spec(
 ) -> dict[str, Any]:
     """Keyword arguments for docker-py's `containers.run` for one trial (detached);
     `future_trace` (the trace of `trial.future`) is mounted read-only at FUTURE_MOUNT."""
+    argv = engine.argv(profile, trial.variant, trial.placement)
     spec: dict[str, Any] = {
         "image": engine.image,
-        "command": ["/bin/sh", "-c", WRAPPER, "engine", *engine.argv(profile, trial.variant)],
+        "command": ["/bin/sh", "-c", WRAPPER, "engine", *argv],
         "environment": engine.env(profile, trial.variant),
         "name": name,
         "labels": labels,

@@ -4,6 +4,7 @@
 is written: a run directory exists only for a run that can start.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,9 @@ from appliance.images.labels import (
     missing_experimental,
     stand_in_of_labels,
 )
+from appliance.planner.accounting import account_file
 from appliance.runs.model_files import CheckedModel, check_model, locate_model
+from appliance.runs.placement import AUTO, PLAN, planned_args
 from appliance.runs.plan import ContainerSettings, Trial
 from appliance.runs.profile import Profile
 from appliance.runs.run_dir import RUN_FILE, RunDir
@@ -115,6 +118,52 @@ def check_limit_fits_host(profile: Profile, trials: list[Trial]) -> None:
     )
 
 
+def chosen_gpu(gpus: list[Gpu], choice: TargetChoice) -> Gpu | None:
+    if choice.gpu_ids is None:
+        return None
+    return next((g for g in gpus if str(g.index) == choice.gpu_ids[0]), None)
+
+
+def check_vram_budget(profile: Profile, gpu: Gpu | None) -> None:
+    """A GPU with less memory than limits.vram cannot hold the budget: refused in one line."""
+    vram = profile.limits.vram
+    if vram is None or gpu is None or vram <= gpu.memory_bytes:
+        return
+    raise ConfigError(
+        f"{profile.source_path}: /limits/vram: {format_size(vram, trim=True)} is more than GPU "
+        f"{gpu.index} ({gpu.name}) has ({format_size(gpu.memory_bytes, trim=True)}): lower the budget "
+        "or use a larger GPU"
+    )
+
+
+def placement_warnings(profile: Profile, model_bytes: int, gpu: Gpu | None) -> list[str]:
+    """`auto` placement on a GPU whose free memory holds the whole model: llama.cpp will keep it
+    in VRAM, so the RAM limit is not exercised."""
+    if gpu is None or profile.placement.mode != AUTO or model_bytes > gpu.free_bytes:
+        return []
+    return [
+        f"placement auto: the whole model ({format_size(model_bytes, trim=True)}) fits in GPU "
+        f"{gpu.index}'s free {format_size(gpu.free_bytes, trim=True)}, so llama.cpp may hold it in "
+        "VRAM and the RAM limit will not be exercised; set limits.vram (placement plan) or "
+        "placement: cpu-moe"
+    ]
+
+
+def place_trials(profile: Profile, trials: list[Trial], model_path: Path) -> list[Trial]:
+    """Each trial with the engine arguments its placement gives at its RAM limit."""
+    accounting = account_file(model_path) if profile.placement.mode == PLAN else None
+    by_limit: dict[int, tuple[str, ...]] = {}
+    out = []
+    for trial in trials:
+        ram = trial.memory_limit(profile)
+        if ram not in by_limit:
+            by_limit[ram] = planned_args(
+                profile.placement, accounting, ram, profile.limits.vram, profile.source_path
+            )
+        out.append(dataclasses.replace(trial, placement=by_limit[ram]))
+    return out
+
+
 def default_run_dir(profile: Profile) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return Path("runs") / f"{profile.name}-{stamp}"
@@ -131,6 +180,8 @@ class PreparedRun:
     trials: list[Trial]
     run_dir: Path
     stand_in: str | None = None  # the stand-in source the image was built from; None: canonical
+    gpu: Gpu | None = None  # the GPU the trials get (or the one --assume-gpu names)
+    warnings: tuple[str, ...] = ()  # said before the trials and recorded in run.json
 
 
 def prepare_run(
@@ -148,12 +199,21 @@ def prepare_run(
     progress: ProgressFn | None = None,
     resume: bool = False,
     located: tuple[Path, int] | None = None,
+    assume_gpu: Gpu | None = None,
+    skeleton: bool = False,
 ) -> tuple[PreparedRun, Any]:
     """All checks, cheapest first, for the trials given (`trial_plan` or `sweep_plan`).
     Returns the prepared run and a Docker client (None in a dry run); `client_factory()`
     connects (or raises the "Docker down" error). With resume, `out` must be an existing run
     directory (its trials so far are kept). `located` is `locate_model`'s answer when the
-    caller (a sweep's plan) has it already: the model file is located once per run."""
+    caller (a sweep's plan) has it already: the model file is located once per run.
+    `assume_gpu` (dry runs only) stands for the host's GPUs, so a plan for a GPU that is not
+    here can be printed; `skeleton` (dry runs only) accepts a header-only file of another size
+    and digest for the model (`appliance model skeleton`), and every line says so."""
+    if assume_gpu is not None and not dry_run:
+        raise ApplianceError("--assume-gpu is for dry runs only: a real run uses the GPUs it sees")
+    if skeleton and not dry_run:
+        raise ApplianceError("--skeleton is for dry runs only: a real run needs the model file itself")
     run_dir = out if out is not None else default_run_dir(profile)
     if resume:
         if out is None or not RunDir(run_dir).run_file.is_file():
@@ -165,12 +225,15 @@ def prepare_run(
             f"{run_dir} already exists and is not empty: choose another --out (or --resume it)"
         )
     if located is None:
-        located = locate_model(profile.model, models_dir)
+        located = locate_model(profile.model, models_dir, skeleton)
     if run_dir.resolve().is_relative_to(models_dir.resolve()):
         raise ApplianceError(
             f"--out {run_dir} is inside the models directory, which is never written to: choose another --out"
         )
-    choice = choose_target(profile, visible_gpus(), lock, dry_run, gpu_index)
+    gpus = [assume_gpu] if assume_gpu is not None else visible_gpus()
+    choice = choose_target(profile, gpus, lock, dry_run, gpu_index)
+    gpu = chosen_gpu(gpus, choice)
+    check_vram_budget(profile, gpu)
     client = None
     if not dry_run:
         check_limit_fits_host(profile, trials)
@@ -193,7 +256,12 @@ def prepare_run(
             )
         stand_in = stand_in_of_labels(labels)
     model = check_model(
-        profile.model, models_dir, skip_digest=skip_digest, progress=progress, located=located
+        profile.model,
+        models_dir,
+        skip_digest=skip_digest,
+        progress=progress,
+        located=located,
+        skeleton=skeleton,
     )
     settings = ContainerSettings(
         models_dir=models_dir,
@@ -201,7 +269,18 @@ def prepare_run(
         cgroup_version=cgroup_version(),
         gpu_device_ids=choice.gpu_ids,
     )
+    placed = place_trials(profile, list(trials), model.path)
     prepared = PreparedRun(
-        profile, model, choice, image, not dry_run, settings, list(trials), run_dir, stand_in
+        profile,
+        model,
+        choice,
+        image,
+        not dry_run,
+        settings,
+        placed,
+        run_dir,
+        stand_in,
+        gpu=gpu,
+        warnings=tuple(placement_warnings(profile, profile.model.bytes or model.bytes, gpu)),
     )
     return prepared, client

@@ -18,6 +18,7 @@ from appliance.core.strict_load import parse_yaml, read_text
 from appliance.core.units import SizeError, format_size, parse_size
 from appliance.core.validation import validate
 from appliance.runs.memory_points import MemoryPoint, parse_memory_point
+from appliance.runs.placement import Placement, check_placement_args, parse_placement
 
 PROFILES_DIR = PACKAGE_DIR / "profiles"
 MAX_PROFILE_BYTES = 64 << 10  # the built-in profiles are under 2 KiB
@@ -52,6 +53,7 @@ class MemoryLimits:
     memory: int
     swap: int
     engine_min_memory: int
+    vram: int | None = None  # the budget for what may sit on the GPU; None: no budget
 
     @property
     def memswap(self) -> int:
@@ -104,6 +106,7 @@ class Profile:
     evidence: tuple[str, ...]
     sweep: "SweepSpec | None" = None  # `sweep: {memory: [...], n_predict: N}`
     experimental: tuple[str, ...] = ()  # experimental patches the engine image must carry
+    placement: Placement = Placement("auto")  # where the model lives (appliance.runs.placement)
 
     def variant(self, name: str) -> Variant:
         for variant in self.variants:
@@ -129,6 +132,7 @@ def _limits(raw: dict[str, Any], path: Path) -> MemoryLimits:
         memory=_size(raw, "memory", path),
         swap=_size(raw, "swap", path, default=0),
         engine_min_memory=_size(raw, "engine_min_memory", path),
+        vram=_size(raw, "vram", path) if "vram" in raw else None,
     )
     floor = max(limits.engine_min_memory, DOCKER_MIN_MEMORY)
     if limits.memory < floor:
@@ -192,6 +196,10 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
                 f"{path}: /variants/{index}/future: needs trace: true (a future is a route trace)"
             )
     model, schedule = raw["model"], raw["schedule"]
+    check_placement_args(tuple(raw["engine"].get("args", [])), f"{path}: /engine/args")
+    for index, item in enumerate(raw["variants"]):
+        check_placement_args(tuple(item.get("args", [])), f"{path}: /variants/{index}/args")
+    limits = _limits(raw["limits"], path)
     return Profile(
         name=raw["name"],
         description=raw["description"],
@@ -206,7 +214,7 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
         ),
         target=raw["target"],
         gpu=raw["gpu"],
-        limits=_limits(raw["limits"], path),
+        limits=limits,
         engine_args=tuple(raw["engine"].get("args", [])),
         variants=_variants(raw["variants"], path),
         schedule=Schedule(
@@ -221,6 +229,7 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
         evidence=tuple(raw.get("evidence", [])),
         sweep=_sweep(raw.get("sweep"), path),
         experimental=tuple(raw["engine"].get("experimental", [])),
+        placement=parse_placement(raw.get("placement"), limits.vram, path),
     )
 
 

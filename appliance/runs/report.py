@@ -9,7 +9,8 @@ from rich.table import Table
 from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.images import labels as L
-from appliance.runs.model_files import SKIPPED, UNPINNED
+from appliance.runs.model_files import SKELETON, SKIPPED, UNPINNED
+from appliance.runs.placement import placement_text
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
 from appliance.runs.prepare import PreparedRun
 from appliance.runs.run_dir import RunDir
@@ -37,6 +38,13 @@ def planned_specs(prepared: PreparedRun, engine: Engine, run_id: str) -> list[di
 
 def digest_line(prepared: PreparedRun) -> str:
     model = prepared.model
+    if model.digest_status == SKELETON:
+        pinned = prepared.profile.model.bytes
+        stands_for = f"the pinned {pinned:,} bytes" if pinned is not None else "the model"
+        return (
+            f"SKELETON (--skeleton): a header-only file stands for {stands_for}; size and sha256 NOT "
+            "checked, placement planned from its header: nothing here can run"
+        )
     if model.digest_status == SKIPPED:
         return "sha256 NOT CHECKED (--skip-digest-check): this run is not verified"
     if model.digest_status == UNPINNED:
@@ -94,13 +102,23 @@ def print_header(console: Console, prepared: PreparedRun) -> None:
             else "not countable (the model is not on a block device)"
         )
     )
+    vram = prepared.profile.limits.vram
+    card = prepared.gpu
+    console.print(
+        "GPU memory  budget "
+        + (format_size(vram, trim=True) if vram is not None else "none (limits.vram unset)")
+        + (f" on GPU {card.index} {card.name}, {format_size(card.memory_bytes, trim=True)}" if card else "")
+        + f"; placement {prepared.profile.placement.label}"
+    )
     if prepared.choice.note:
         console.print(f"[bold red]note[/bold red]        {prepared.choice.note}")
+    for warning in prepared.warnings:
+        console.print(f"[bold yellow]warning[/bold yellow]     {warning}")
 
 
 def print_plan(console: Console, prepared: PreparedRun, specs: list[dict[str, Any]]) -> None:
     table = Table(title=f"trial plan ({prepared.profile.schedule.order}, {len(prepared.trials)} trials)")
-    for column in ("trial", "variant", "repeat", "env", "cold cache"):
+    for column in ("trial", "variant", "repeat", "env", "placement", "cold cache"):
         table.add_column(column)
     for trial in prepared.trials:
         env = " ".join(f"{k}={v}" for k, v in sorted(trial.variant.env.items())) or "-"
@@ -109,6 +127,8 @@ def print_plan(console: Console, prepared: PreparedRun, specs: list[dict[str, An
             trial.variant.name,
             str(trial.repeat),
             env,
+            placement_text(prepared.profile.placement, trial.placement)
+            + (" (SKELETON)" if prepared.model.digest_status == SKELETON else ""),
             "evict + check" if prepared.profile.schedule.cold_cache else "no",
         )
     console.print(table)
@@ -117,5 +137,8 @@ def print_plan(console: Console, prepared: PreparedRun, specs: list[dict[str, An
         if trial.variant.name in seen:
             continue
         seen.add(trial.variant.name)
-        console.print(f"[bold]docker run[/bold] for variant {trial.variant.name}:")
+        skeleton = (
+            " (model is a SKELETON: shown, cannot run)" if prepared.model.digest_status == SKELETON else ""
+        )
+        console.print(f"[bold]docker run[/bold] for variant {trial.variant.name}{skeleton}:")
         console.print(docker_cli_equivalent(spec), highlight=False, soft_wrap=True)

@@ -9,6 +9,7 @@ class TrialStatus(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed-out"
     INTERRUPTED = "interrupted"
+    OVER_BUDGET = "over-budget"  # ran, but the GPU held more than the profile's limits.vram
 
 
 class RunStatus(StrEnum):

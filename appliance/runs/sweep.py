@@ -15,6 +15,7 @@ from appliance.core.errors import ConfigError
 from appliance.core.progress import ProgressFn
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
+from appliance.host.gpu import Gpu
 from appliance.runs.memory_points import (
     MemoryPoint,
     SweepLimit,
@@ -22,7 +23,8 @@ from appliance.runs.memory_points import (
     parse_memory_list,
     resolve_limits,
 )
-from appliance.runs.model_files import locate_model
+from appliance.runs.model_files import SKELETON, locate_model
+from appliance.runs.placement import placement_text
 from appliance.runs.plan import DiskProbeEngine, Trial, sweep_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
@@ -103,11 +105,15 @@ def plan_sweep(
     gpu_index: int | None = None,
     progress: ProgressFn | None = None,
     resume: bool = False,
+    assume_gpu: Gpu | None = None,
+    skeleton: bool = False,
 ) -> tuple[SweepPlan, Any]:
     """Every check before anything starts, cheapest first: limits, length, then the run's."""
     profile = sweep_profile(profile)
     points = memory_points(profile, memory)
-    path, model_bytes = locate_model(profile.model, models_dir)
+    path, file_bytes = locate_model(profile.model, models_dir, skeleton)
+    # a skeleton stands for the pinned file: fractions and the estimate are of that file's size
+    model_bytes = profile.model.bytes if skeleton and profile.model.bytes is not None else file_bytes
     floor = max(profile.limits.engine_min_memory, DOCKER_MIN_MEMORY)
     limits = resolve_limits(points, model_bytes, floor, profile.name)
     n_experts, k, per_layer = gguf_expert_layout(path)
@@ -132,7 +138,9 @@ def plan_sweep(
         client_factory=docker_client,
         progress=progress,
         resume=resume,
-        located=(path, model_bytes),
+        located=(path, file_bytes),
+        assume_gpu=assume_gpu,
+        skeleton=skeleton,
     )
     return SweepPlan(profile, prepared, points, limits, max(per_layer.values()), estimate), client
 
@@ -144,16 +152,22 @@ def print_grid(console: Console, plan: SweepPlan) -> None:
     )
     table.add_column("limit")
     table.add_column("from")
+    table.add_column("placement")
     for variant in plan.profile.variants:
         table.add_column(variant.name)
     by_limit: dict[int, dict[str, list[str]]] = {}
+    placement: dict[int, str] = {}
     for trial in plan.prepared.trials:
         assert trial.memory is not None
+        placement[trial.memory] = placement_text(plan.profile.placement, trial.placement) + (
+            " (SKELETON)" if plan.prepared.model.digest_status == SKELETON else ""
+        )
         by_limit.setdefault(trial.memory, {}).setdefault(trial.variant.name, []).append(str(trial.index))
     for limit in plan.limits:
         table.add_row(
             f"{format_size(limit.bytes)} ({limit.bytes} B)",
             limit.point,
+            placement[limit.bytes],
             *[", ".join(by_limit[limit.bytes].get(v.name, [])) for v in plan.profile.variants],
         )
     console.print(table)

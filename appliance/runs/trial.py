@@ -23,6 +23,7 @@ from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, read_text
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
+from appliance.host.gpu_memory import GpuMemorySampler
 from appliance.images import labels as L
 from appliance.runs.model_files import CheckedModel
 from appliance.runs.plan import (
@@ -36,6 +37,7 @@ from appliance.runs.profile import Profile
 from appliance.runs.run_dir import (
     ENGINE_OUTPUTS,
     STREAMS,
+    TIMING_FILE,
     TRIALS_DIR,
     RunDir,
 )
@@ -211,9 +213,21 @@ def _status(record: dict[str, Any]) -> TrialStatus:
         return TrialStatus.OOM_KILLED
     if "timed_out_after_s" in record:
         return TrialStatus.TIMED_OUT
-    if record.get("exit_code") == 0:
-        return TrialStatus.OK
-    return TrialStatus.FAILED
+    if record.get("exit_code") != 0:
+        return TrialStatus.FAILED
+    if (record.get("gpu_memory") or {}).get("over_budget"):
+        return TrialStatus.OVER_BUDGET  # the GPU held more than limits.vram: the VRAM analogue of OOM
+    return TrialStatus.OK
+
+
+def _load_seconds(results: Path) -> float | None:
+    """The engine's load time (its timing.json `load_s`), for the GPU sample at load end."""
+    try:
+        timing = load_json(results / TIMING_FILE)
+    except ConfigError:
+        return None
+    value = timing.get("load_s") if isinstance(timing, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def engine_backend(timing_path: Path) -> str | None:
@@ -314,9 +328,12 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
                 record["residency_at_start"] = pagecache.evict_and_measure(ctx.model.path).as_dict()
             record["started_utc"] = utc_now()
             started = time.monotonic()
-            container = box.start(spec)
-            if not _wait_for_engine(container, results, ctx.trial_timeout_s):
-                record["timed_out_after_s"] = ctx.trial_timeout_s
+            gpus = ctx.settings.gpu_device_ids
+            with GpuMemorySampler(int(gpus[0]) if gpus else None) as gpu_memory:
+                container = box.start(spec)
+                if not _wait_for_engine(container, results, ctx.trial_timeout_s):
+                    record["timed_out_after_s"] = ctx.trial_timeout_s
+            record["gpu_memory"] = gpu_memory.record(_load_seconds(results), ctx.profile.limits.vram)
             record["host_wall_s"] = round(time.monotonic() - started, 6)
             record["ended_utc"] = utc_now()
             exited = _read_exit_file(results)

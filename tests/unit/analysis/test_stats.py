@@ -49,7 +49,14 @@ def _run_dir(tmp_path: Path, trials=TRIALS) -> Path:  # type: ignore[no-untyped-
 def test_per_variant_statistics_keep_raw_samples_and_skip_failed_trials(tmp_path: Path) -> None:
     results = summarize(_run_dir(tmp_path), ["baseline", "demand-mmap"], n_predict=4)
     base = results["variants"]["baseline"]
-    assert base["counts"] == {"ok": 2, "oom-killed": 1, "failed": 0, "timed-out": 0, "interrupted": 0}
+    assert base["counts"] == {
+        "ok": 2,
+        "oom-killed": 1,
+        "failed": 0,
+        "timed-out": 0,
+        "interrupted": 0,
+        "over-budget": 0,
+    }
     assert base["wall_s"]["samples"] == [10.0, 12.0]
     assert (base["wall_s"]["median"], base["wall_s"]["min"], base["wall_s"]["max"]) == (11.0, 10.0, 12.0)
     assert base["wall_s"]["spread"] == 2.0

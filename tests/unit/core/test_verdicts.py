@@ -44,7 +44,14 @@ def test_enums_serialize_as_their_json_values() -> None:
     assert json.dumps({TrialStatus.OOM_KILLED: RunStatus.COMPLETE}) == '{"oom-killed": "complete"}'
     assert set(VERDICT_TEXT) == set(PlanVerdict)
     assert PlanVerdict("does_not_start").text == "does not start"
-    assert [s.value for s in TrialStatus] == ["ok", "oom-killed", "failed", "timed-out", "interrupted"]
+    assert [s.value for s in TrialStatus] == [
+        "ok",
+        "oom-killed",
+        "failed",
+        "timed-out",
+        "interrupted",
+        "over-budget",
+    ]
 
 
 def test_the_scan_sees_bare_comparisons() -> None:

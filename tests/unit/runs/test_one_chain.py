@@ -24,8 +24,8 @@ def located_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     calls: list[Path] = []
     real = model_files.locate_model
 
-    def counting(manifest: Any, models_dir: Path) -> tuple[Path, int]:
-        found = real(manifest, models_dir)
+    def counting(manifest: Any, models_dir: Path, skeleton: bool = False) -> tuple[Path, int]:
+        found = real(manifest, models_dir, skeleton)
         calls.append(found[0])
         return found
 

@@ -12,9 +12,10 @@ from appliance.cli import cli
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.host.gpu import Gpu
+from appliance.models.skeleton import write_skeleton
 from appliance.runs.prepare import choose_target
 from appliance.runs.profile import PROFILES_DIR, load_profile
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 QWEN = "Qwen3.5-35B-A3B-UD-IQ4_NL.gguf"
 QWEN_SHA = "6aec31ed654fbf12f9950c98bab0a09faea433ffdc4b3acfeb55a1f050e3e444"
@@ -23,10 +24,12 @@ GIB8 = str(8 << 30)
 
 @pytest.fixture
 def fake_qwen(tmp_path: Path) -> Path:
-    """A sparse file of the exact size: takes no disk, fails any digest check."""
+    """A sparse file of the exact size, the model's header (its skeleton) first so placement can
+    be planned: takes no disk, fails any digest check."""
     models = tmp_path / "models"
     models.mkdir()
-    with open(models / QWEN, "wb") as handle:
+    write_skeleton(REPO / "evidence" / "plans" / "qwen35-35b-a3b-ud-iq4_nl.input.json", models / QWEN)
+    with open(models / QWEN, "r+b") as handle:
         handle.truncate(17_821_719_168)
     return models
 

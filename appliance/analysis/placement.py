@@ -1,0 +1,133 @@
+"""Where each trial's model lived, from the engine itself, beside what the planner predicted.
+
+The engine's record is timing.json `placement` (patch 0001's `llama-moe-trace`): exact model
+bytes per buffer and the device of each, the layers offloaded, and the KV cache and compute
+buffers per buffer type. The planner's prediction is `appliance.planner.plan.make_plan` for the
+trial's RAM limit and the profile's `limits.vram` (0 without one), and its predicted cgroup peak
+(`predicted_peak_bytes`, for the context the trial used). Each figure gets its error in percent
+of the measured one; a prediction under the measured figure is flagged: the planner's goal is
+within 5% and never under.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.planner.accounting import Accounting
+from appliance.planner.plan import PlanLimits, make_plan, predicted_peak_bytes
+from appliance.runs.run_dir import TIMING_FILE
+
+GOAL_PCT = 5.0  # the planner's goal: within 5% of the measured figure, and never under it
+HOST = "CPU"  # the device name llama.cpp gives host memory
+
+
+def engine_bytes_by_device(placement: dict[str, Any]) -> dict[str, int]:
+    """The model's bytes per device (CPU, CUDA0, ...), summed over the buffers on each."""
+    out: dict[str, int] = {}
+    for part in (placement.get("model") or {}).values():
+        out[part["device"]] = out.get(part["device"], 0) + int(part["bytes"])
+    return out
+
+
+def _error_pct(predicted: int, measured: int | None) -> float | None:
+    if not measured:
+        return None
+    return round((predicted - measured) / measured * 100, 3)
+
+
+def trial_placement(
+    trial: dict[str, Any], accounting: Accounting | None, ram_bytes: int, vram_bytes: int | None
+) -> dict[str, Any] | None:
+    """One trial's engine placement beside the planner's; None when the engine recorded none."""
+    timing = trial.get("timing") or {}
+    engine = timing.get("placement")
+    if not isinstance(engine, dict):
+        return None
+    devices = engine_bytes_by_device(engine)
+    row: dict[str, Any] = {
+        "trial": trial["dir"],
+        "variant": trial.get("variant"),
+        "layers_offloaded": engine.get("layers_offloaded"),
+        "overrides": engine.get("overrides", []),
+        "engine_model_bytes": devices,
+        "engine_buffers": {name: part["bytes"] for name, part in (engine.get("model") or {}).items()},
+        "kv_cache_bytes": {name: part["bytes"] for name, part in (engine.get("kv_cache") or {}).items()},
+        "compute_bytes": {name: part["bytes"] for name, part in (engine.get("compute") or {}).items()},
+    }
+    if accounting is None:
+        return row
+    prompt = int(timing.get("n_prompt_tokens") or 1)
+    ctx = prompt + int(timing.get("n_decode_tokens") or 0) + 1
+    plan = make_plan(accounting, PlanLimits(ram_bytes=ram_bytes, vram_bytes=vram_bytes or 0, ctx=ctx))
+    gpu_weights = sum(
+        line.bytes for line in plan.budget if line.tier == "vram" and line.item.startswith("weights")
+    )
+    predicted = {HOST: accounting.tensor_data_bytes - gpu_weights}
+    if gpu_weights:
+        predicted["GPU"] = gpu_weights
+    measured_gpu = sum(b for device, b in devices.items() if device != HOST)
+    measured = {HOST: devices.get(HOST, 0), **({"GPU": measured_gpu} if measured_gpu or gpu_weights else {})}
+    peak = (trial.get("cgroup") or {}).get("peak_bytes")
+    predicted_peak = predicted_peak_bytes(accounting, ram_bytes, ctx=ctx, prompt_tokens=prompt)
+    errors = {
+        f"model_{device.lower()}": _error_pct(predicted[device], measured.get(device)) for device in predicted
+    }
+    errors["peak"] = _error_pct(predicted_peak, peak)
+    row.update(
+        {
+            "planner_model_bytes": predicted,
+            "measured_model_bytes": measured,
+            "planner_peak_bytes": predicted_peak,
+            "measured_peak_bytes": peak,
+            "error_pct": errors,
+            "under": sorted(name for name, pct in errors.items() if pct is not None and pct < 0),
+        }
+    )
+    return row
+
+
+def placement_summary(
+    trials: list[dict[str, Any]], accounting: Accounting | None, ram_of: Any, vram_bytes: int | None
+) -> dict[str, Any]:
+    """results.json `placement`: every trial's row and the worst planner error (the largest in
+    magnitude, an under-prediction first); `ram_of(trial)` is the trial's RAM limit."""
+    rows = [
+        row
+        for trial in trials
+        if (row := trial_placement(trial, accounting, ram_of(trial), vram_bytes)) is not None
+    ]
+    worst = None
+    for row in rows:
+        for name, pct in (row.get("error_pct") or {}).items():
+            if pct is None:
+                continue
+            key = (pct < 0, abs(pct))
+            if worst is None or key > (worst["pct"] < 0, abs(worst["pct"])):
+                worst = {"trial": row["trial"], "figure": name, "pct": pct}
+    return {
+        "source": f"{TIMING_FILE} placement (the engine) beside appliance.planner.plan",
+        "goal_pct": GOAL_PCT,
+        "vram_budget_bytes": vram_bytes,
+        "trials": rows,
+        "worst": worst,
+        "within_goal": None if worst is None else (worst["pct"] >= 0 and worst["pct"] <= GOAL_PCT),
+    }
+
+
+def placement_digest(results: dict[str, Any] | None, run: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What `appliance bundle show` says about placement: the profile's mode and budget and any
+    warning (run.json), each variant's model bytes per buffer and the planner's worst error
+    (results.json); None for a bundle that records none of it."""
+    placement = (results or {}).get("placement") or {}
+    planned = (run or {}).get("placement")
+    if not placement and not planned:
+        return None
+    per_variant: dict[str, Any] = {}
+    for row in placement.get("trials") or []:
+        per_variant.setdefault(row["variant"], row["engine_buffers"])
+    return {
+        "profile": planned,
+        "model_bytes_per_buffer": per_variant,
+        "planner_worst": placement.get("worst"),
+        "within_goal": placement.get("within_goal"),
+    }
