@@ -179,10 +179,27 @@ def _run_logged(args: list[str], cwd: Path, log_path: Path, what: str) -> None:
         raise ApplianceError(f"{what} failed ({last}); full log: {log_path}")
 
 
+def reset_moved_build(workspace: Path) -> bool:
+    """Remove workspace/build when its CMake cache was made at another path (the appliance
+    cache was moved or copied): CMake refuses such a cache. True when it was removed."""
+    build = workspace / "build"
+    try:
+        lines = (build / "CMakeCache.txt").read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    made_in = next((line.split("=", 1)[1] for line in lines if line.startswith("CMAKE_CACHEFILE_DIR:")), None)
+    if made_in is not None and Path(made_in) == build.resolve():
+        return False
+    shutil.rmtree(build)
+    return True
+
+
 def _compile(lock: Lock, source: SourceTree, workspace: Path, log: Log) -> tuple[float, bool]:
     """Configure and build the targets in workspace; returns (seconds, incremental)."""
     log_path = workspace / "build.log"
     log_path.write_text("")
+    if reset_moved_build(workspace):
+        log(f"{workspace / 'build'} was configured at another path: configuring it afresh")
     incremental = (workspace / "build" / "CMakeCache.txt").is_file()
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []
     args = cmake_args(lock, source)
