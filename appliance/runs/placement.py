@@ -120,12 +120,18 @@ def planned_args(
             f"{format_size(ram_bytes, trim=True)} RAM and limits.vram {format_size(vram_bytes, trim=True)}: "
             f"{plan.reason}"
         )
-    args = ["-ngl", str(plan.gpu_layers)]
-    if "--n-cpu-moe" in plan.args:
-        args += ["--n-cpu-moe", str(plan.cpu_moe_layers)]
-    elif "--cpu-moe" in plan.args:
-        args += ["--cpu-moe"]
-    return tuple(args)
+    return placement_options(tuple(plan.args))
+
+
+def placement_options(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The placement options among engine arguments (each with its value), in their order."""
+    kept: list[str] = []
+    for i, arg in enumerate(args):
+        if arg in CPU_MOE_FLAGS:
+            kept.append(arg)
+        elif arg in (*GPU_LAYERS, *N_CPU_MOE, *OVERRIDE) and i + 1 < len(args):
+            kept += [arg, args[i + 1]]
+    return tuple(kept)
 
 
 def placement_text(placement: Placement, args: tuple[str, ...]) -> str:
