@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -54,6 +55,13 @@ def lock_with(tmp_path: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
     path = tmp_path / "lock.json"
     path.write_text(json.dumps(raw))
     return path
+
+
+def sigint_default() -> None:
+    """preexec_fn for a child that a test interrupts with SIGINT: a shell that started the tests
+    in the background without job control left SIGINT ignored, and an ignored SIGINT stays
+    ignored across exec, so the child would never see its Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_cli(

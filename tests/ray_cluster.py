@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
+from tests.conftest import REPO, sigint_default
 
 PORT = 6379
 ADDRESS = f"127.0.0.1:{PORT}"
@@ -111,6 +111,7 @@ class LoopbackCluster:
             text=True,
             env=self.env,
             cwd=REPO,
+            preexec_fn=sigint_default,
         )
 
     def join(self, *, head: bool = False, images: dict[str, str] | None = None) -> None:

@@ -28,7 +28,7 @@ from appliance.runs.plan import CommandEngine, trial_plan
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import load_profile
 from appliance.runs.trial import RunContext
-from tests.conftest import REPO
+from tests.conftest import REPO, sigint_default
 
 pytestmark = pytest.mark.docker
 
@@ -295,6 +295,7 @@ def test_ctrl_c_stops_the_container_and_marks_the_run_incomplete(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=sigint_default,
     )
     running = None
     try:

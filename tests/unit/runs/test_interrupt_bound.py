@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from appliance.runs.trial import within
-from tests.conftest import REPO
+from tests.conftest import REPO, sigint_default
 
 HUNG_DOCKER = textwrap.dedent("""
     import json, os, signal, socket, sys, threading, time
@@ -45,6 +45,7 @@ def _run(tmp_path: Path, seconds: float, second: bool) -> subprocess.CompletedPr
         text=True,
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=sigint_default,
     )
 
 
