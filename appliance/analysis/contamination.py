@@ -18,7 +18,8 @@ capacity-miss bytes by up to two pages per such miss before the trial is flagged
 
 from typing import Any
 
-PAGE_BYTES = 4096
+from appliance.core.units import PAGE_BYTES
+
 PAGES_PER_MISS = 2  # the partial first and last page of each missed expert
 
 

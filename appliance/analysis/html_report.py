@@ -1,6 +1,7 @@
 """A run directory as one self-contained HTML page (RUN/report.html): the verification verdict
 and signer, the profile and what it reproduces, the run's or sweep's table, the plots, every
-trial, the comparison with evidence/ and the provenance summary.
+trial and where its model lived beside the planner's prediction, the comparison with evidence/
+and the provenance summary.
 
 The page fetches nothing: the plots are inlined as `data:` URIs, there is no script, no font
 and no link, and its Content-Security-Policy forbids any load but inline images and styles.
@@ -18,7 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.analysis.report import SUMMARY_COLUMNS, SUMMARY_TITLE, ratio_lines, summary_rows
+from appliance.analysis.report import (
+    PLACEMENT_COLUMNS,
+    PLACEMENT_TITLE,
+    SUMMARY_COLUMNS,
+    SUMMARY_TITLE,
+    placement_lines,
+    placement_rows,
+    ratio_lines,
+    summary_rows,
+)
 from appliance.analysis.sweep_report import (
     CACHE_COLUMNS,
     READS_COLUMNS,
@@ -254,6 +264,17 @@ def _results(results: dict[str, Any]) -> str:
     return _section("results", "Results", "".join(parts))
 
 
+def _placement_section(results: dict[str, Any]) -> str:
+    """The engine's placement of every trial beside the planner's peak, and the worst error."""
+    rows = placement_rows(results)
+    attrs = [{"trial": row[0]} for row in rows]
+    lines = [line for line in placement_lines(results) if not line.startswith("placement ")]
+    body = (_table(PLACEMENT_COLUMNS, rows, PLACEMENT_TITLE, attrs, "placement") if rows else "") + "".join(
+        f"<p>{esc(line)}</p>" for line in lines
+    )
+    return _section("placement", "Placement", body or "<p>the run records no placement</p>")
+
+
 def _plots(layout: RunDir) -> str:
     figures = []
     for path in sorted(layout.plots.glob("*.png")):
@@ -418,6 +439,7 @@ def render_report(run_dir: Path, seal: SealView, comparisons: list[dict[str, Any
         parts: list[tuple[str, str, Callable[[], str]]] = [
             ("profile", "Profile", lambda: _profile(layout, run, comparisons)),
             ("results", "Results", lambda: _results(results)),
+            ("placement", "Placement", lambda: _placement_section(results)),
             ("plots", "Plots", lambda: _plots(layout)),
             ("trials", "Trials", lambda: _trials(layout, run)),
             ("evidence", "Comparison with evidence/", lambda: _evidence(comparisons)),

@@ -18,7 +18,7 @@ from appliance.analysis.capacity import anon_bytes, capacity_for, model_experts
 from appliance.analysis.contamination import contamination
 from appliance.analysis.sweep_analysis import phase_reads, predicted_reads
 from appliance.trace.events import trace_events
-from appliance.trace.format import read_trace
+from appliance.trace.format import chosen_experts, read_trace
 from appliance.trace.replay import ReplaySetup, replay_one
 
 
@@ -27,7 +27,7 @@ def predicted_cold_read(
 ) -> dict[str, Any]:
     trace = read_trace(trace_path)
     experts = model_experts(model_path, trace)
-    non_expert, one_expert, n_experts = experts.non_expert_bytes, experts.one_expert, experts.n_experts
+    non_expert, one_expert = experts.non_expert_bytes, experts.one_expert
     capacity, _ = capacity_for(memory_limit, anon_bytes, experts)
     setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=experts.expert_bytes)
     lru = replay_one(setup, "lru", int(capacity), "global")
@@ -40,15 +40,14 @@ def predicted_cold_read(
         "non_expert_bytes": non_expert,
         "anon_bytes": anon_bytes,
         "expert_misses": int(lru["total"]["misses"]),
-        "distinct_experts": distinct_experts(trace.layers, trace.ids, n_experts),
+        "distinct_experts": distinct_experts(trace.layers, trace.ids),
         "predicted_read_bytes": predicted,
     }
 
 
-def distinct_experts(layers: np.ndarray, ids: np.ndarray, n_experts: int) -> int:
+def distinct_experts(layers: np.ndarray, ids: np.ndarray) -> int:
     """(layer, expert) pairs the trace touched: a cold start reads at least these experts."""
-    keys = layers.astype(np.int64)[:, None] * n_experts + ids.astype(np.int64)
-    return int(np.unique(keys).size)
+    return len(chosen_experts(layers, ids))
 
 
 def run_trial_contamination(trial: dict[str, Any], trace: Path, model_path: Path) -> dict[str, Any]:

@@ -4,16 +4,21 @@ The engine's record is timing.json `placement` (patch 0001's `llama-moe-trace`):
 bytes per buffer and the device of each, the layers offloaded, and the KV cache and compute
 buffers per buffer type. The planner's prediction is `appliance.planner.plan.make_plan` for the
 trial's RAM limit and the profile's `limits.vram` (0 without one), and its predicted cgroup peak
-(`predicted_peak_bytes`, for the context the trial used). Each figure gets its error in percent
-of the measured one; a prediction under the measured figure is flagged: the planner's goal is
-within 5% and never under.
+(`predicted_peak_bytes`, for the context the trial used). A demand-mapped trial holds only the
+pages of the experts its router chose, so its peak is predicted from its own route trace: the
+routing is an input, the page and anonymous-memory model is what is checked. Each figure gets
+its error in percent of the measured one; a prediction under the measured figure is flagged:
+the planner's goal is within 5% and never under. A trial whose peak cannot be predicted (a
+demand-mapped trial without a trace) leaves the goal undecided, which counts as not met.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from appliance.planner.accounting import Accounting
+from appliance.planner.pages import is_demand_mapped
 from appliance.planner.plan import PlanLimits, make_plan, predicted_peak_bytes
 from appliance.runs.run_dir import TIMING_FILE
 
@@ -35,10 +40,24 @@ def _error_pct(predicted: int, measured: int | None) -> float | None:
     return round((predicted - measured) / measured * 100, 3)
 
 
+def _chosen_experts(trace: Path | None) -> list[tuple[int, int]] | None:
+    if trace is None:
+        return None
+    from appliance.trace.format import chosen_experts, read_trace
+
+    loaded = read_trace(trace)
+    return chosen_experts(loaded.layers, loaded.ids)
+
+
 def trial_placement(
-    trial: dict[str, Any], accounting: Accounting | None, ram_bytes: int, vram_bytes: int | None
+    trial: dict[str, Any],
+    accounting: Accounting | None,
+    ram_bytes: int,
+    vram_bytes: int | None,
+    trace: Path | None = None,
 ) -> dict[str, Any] | None:
-    """One trial's engine placement beside the planner's; None when the engine recorded none."""
+    """One trial's engine placement beside the planner's; None when the engine recorded none.
+    `trace` is the trial's route trace, which a demand-mapped trial's peak is predicted from."""
     timing = trial.get("timing") or {}
     engine = timing.get("placement")
     if not isinstance(engine, dict):
@@ -68,16 +87,29 @@ def trial_placement(
     measured_gpu = sum(b for device, b in devices.items() if device != HOST)
     measured = {HOST: devices.get(HOST, 0), **({"GPU": measured_gpu} if measured_gpu or gpu_weights else {})}
     peak = (trial.get("cgroup") or {}).get("peak_bytes")
-    predicted_peak = predicted_peak_bytes(accounting, ram_bytes, ctx=ctx, prompt_tokens=prompt)
+    demand = is_demand_mapped((trial.get("container") or {}).get("environment"))
+    experts = _chosen_experts(trace) if demand else None
+    predicted_peak = (
+        None
+        if demand and experts is None
+        else predicted_peak_bytes(accounting, ram_bytes, ctx=ctx, prompt_tokens=prompt, experts=experts)
+    )
     errors = {
         f"model_{device.lower()}": _error_pct(predicted[device], measured.get(device)) for device in predicted
     }
-    errors["peak"] = _error_pct(predicted_peak, peak)
+    errors["peak"] = None if predicted_peak is None else _error_pct(predicted_peak, peak)
     row.update(
         {
             "planner_model_bytes": predicted,
             "measured_model_bytes": measured,
             "planner_peak_bytes": predicted_peak,
+            "planner_peak_pages": (
+                "no route trace: a demand-mapped peak needs the router's choices"
+                if predicted_peak is None
+                else "the chosen experts' pages (route trace)"
+                if demand
+                else "every page of the model file"
+            ),
             "measured_peak_bytes": peak,
             "error_pct": errors,
             "under": sorted(name for name, pct in errors.items() if pct is not None and pct < 0),
@@ -87,15 +119,30 @@ def trial_placement(
 
 
 def placement_summary(
-    trials: list[dict[str, Any]], accounting: Accounting | None, ram_of: Any, vram_bytes: int | None
+    trials: list[dict[str, Any]],
+    accounting: Accounting | None,
+    ram_of: Any,
+    vram_bytes: int | None,
+    traces: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     """results.json `placement`: every trial's row and the worst planner error (the largest in
-    magnitude, an under-prediction first); `ram_of(trial)` is the trial's RAM limit."""
+    magnitude, an under-prediction first); `ram_of(trial)` is the trial's RAM limit and
+    `traces` maps a trial directory to its route trace."""
     rows = [
         row
         for trial in trials
-        if (row := trial_placement(trial, accounting, ram_of(trial), vram_bytes)) is not None
+        if (
+            row := trial_placement(
+                trial, accounting, ram_of(trial), vram_bytes, (traces or {}).get(trial["dir"])
+            )
+        )
+        is not None
     ]
+    undecided = sorted(
+        row["trial"]
+        for row in rows
+        if "error_pct" in row and row["measured_peak_bytes"] and row["error_pct"]["peak"] is None
+    )
     worst = None
     for row in rows:
         for name, pct in (row.get("error_pct") or {}).items():
@@ -110,7 +157,10 @@ def placement_summary(
         "vram_budget_bytes": vram_bytes,
         "trials": rows,
         "worst": worst,
-        "within_goal": None if worst is None else (worst["pct"] >= 0 and worst["pct"] <= GOAL_PCT),
+        "undecided": undecided,
+        "within_goal": (
+            None if worst is None else (not undecided and worst["pct"] >= 0 and worst["pct"] <= GOAL_PCT)
+        ),
     }
 
 

@@ -111,6 +111,47 @@ def _sizes(by_name: dict[str, int]) -> str:
     return ", ".join(f"{name} {b / MIB:.1f} MiB" for name, b in sorted(by_name.items())) or "none"
 
 
+PLACEMENT_COLUMNS = (
+    "trial",
+    "variant",
+    "model per buffer",
+    "KV cache",
+    "compute",
+    "layers offloaded",
+    "planner peak MiB",
+    "measured peak MiB",
+    "peak error %",
+    "model pages counted",
+)
+PLACEMENT_TITLE = "where each trial's model lived (the engine) beside the planner's predicted peak"
+
+
+def _mib(value: Any) -> str:
+    return f"{value / MIB:.1f}" if isinstance(value, int) and not isinstance(value, bool) else "-"
+
+
+def placement_rows(results: dict[str, Any]) -> list[list[Any]]:
+    """One row a trial of results.json `placement`, in PLACEMENT_COLUMNS order."""
+    rows = []
+    for row in (results.get("placement") or {}).get("trials") or []:
+        pct = (row.get("error_pct") or {}).get("peak")
+        rows.append(
+            [
+                row["trial"],
+                row["variant"],
+                _sizes(row["engine_buffers"]),
+                _sizes(row["kv_cache_bytes"]),
+                _sizes(row["compute_bytes"]),
+                row["layers_offloaded"],
+                _mib(row.get("planner_peak_bytes")),
+                _mib(row.get("measured_peak_bytes")),
+                "-" if pct is None else f"{pct:+.2f}" + (" UNDER" if pct < 0 else ""),
+                row.get("planner_peak_pages", "-"),
+            ]
+        )
+    return rows
+
+
 def placement_lines(results: dict[str, Any]) -> list[str]:
     """Where each variant's model lived (the engine's record, its first trial) and the planner's
     worst error against the engine over all trials (results.json `placement`)."""
@@ -136,6 +177,10 @@ def placement_lines(results: dict[str, Any]) -> list[str]:
             f"planner vs engine: worst {worst['figure']} {worst['pct']:+.2f}% ({worst['trial']}){under}; "
             f"{goal} the goal of {placement['goal_pct']:g}% and never under, over {len(rows)} trials"
         )
-    elif not rows:
+    for trial in placement.get("undecided") or []:
+        lines.append(
+            f"planner vs engine: {trial}: peak not predicted (a demand-mapped trial without a route trace)"
+        )
+    if worst is None and not rows:
         lines.append("placement: the engine recorded none (an engine without patch 0001's placement record)")
     return lines

@@ -35,7 +35,11 @@ def run_placement(run_dir: Path, profile: Profile, model_path: Path | None) -> d
             accounting = account_file(model_path)
         except ApplianceError:  # an analysis that cannot run must not block the seal
             accounting = None
-    trials = RunDir(run_dir).load_trials()
+    layout = RunDir(run_dir)
     return placement_summary(
-        trials, accounting, lambda t: t.get("memory_limit") or profile.limits.memory, profile.limits.vram
+        layout.load_trials(),
+        accounting,
+        lambda t: t.get("memory_limit") or profile.limits.memory,
+        profile.limits.vram,
+        layout.traces(),
     )

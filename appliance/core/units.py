@@ -32,6 +32,7 @@ UNITS = {
     "tib": 1 << 40,
 }
 SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+PAGE_BYTES = 4096  # the kernel page (x86-64): the unit of mmap faults and page-cache charging
 HINT = "write a number with an optional unit, e.g. 400MiB, 8GiB, 24GB"
 
 

@@ -11,19 +11,24 @@ experts of layers 0..N-1 in host memory; `-ngl K` offloads the last K layers.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from appliance.core.errors import ApplianceError
 from appliance.core.units import format_size
-from appliance.planner.accounting import Accounting
+from appliance.planner.accounting import Accounting, ArchFacts
+from appliance.planner.pages import DEMAND_ENV, resident_file_bytes
 
 GiB = 1 << 30
 MiB = 1 << 20
 CUDA_CONTEXT_BYTES = 768 * MiB  # CUDA context, cuBLAS workspace, allocator slack on the GPU
 CUDA_HOST_BYTES = 1 * GiB  # CUDA runtime, driver and pinned staging buffers in host memory
-PROCESS_BYTES = 32 * MiB  # llama.cpp binary, libraries, tokenizer tables, threads (CPU build)
+# llama.cpp binary and libraries, thread stacks, allocator arenas (CPU build): make demo measured
+# at most 10.3 MiB of anonymous memory and charged library pages beside a 260-token model
+PROCESS_BYTES = 16 * MiB
+VOCAB_BYTES_PER_TOKEN = 128  # tokenizer tables: a token's text, score and attributes, its map entry
 VRAM_MARGIN = 0.05  # of the VRAM limit kept free
 RAM_MARGIN = 0.05  # of the RAM limit kept free (page tables, kernel, other processes)
 
@@ -163,6 +168,11 @@ def check_limits(limits: PlanLimits) -> None:
         raise ApplianceError(f"--hit-rate must be from 0 to 1, got {limits.hit_rate}")
 
 
+def process_bytes(facts: ArchFacts) -> int:
+    """The engine process's own memory before any model buffer: runtime plus tokenizer."""
+    return PROCESS_BYTES + VOCAB_BYTES_PER_TOKEN * facts.vocab
+
+
 def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     check_limits(limits)
     f = acc.facts
@@ -239,7 +249,7 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
         BudgetLine(
             "ram",
             "process and runtime (estimate)",
-            PROCESS_BYTES + (CUDA_HOST_BYTES if use_gpu else 0),
+            process_bytes(f) + (CUDA_HOST_BYTES if use_gpu else 0),
             "anonymous",
         ),
         BudgetLine("ram", "host compute buffer (estimate)", host_compute, "anonymous"),
@@ -312,7 +322,7 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
         args += ["-fa", "on"]
     if demand:
         args += ["--no-repack"]
-    env = {"LLAMA_MMAP_DEMAND": "1"} if demand else {}
+    env = {DEMAND_ENV: "1"} if demand else {}
 
     page_cache = max(ram_budget - ram_anon - file_dense, 0)
     routed_host_per_token = sum(
@@ -367,7 +377,7 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
         assumptions={
             "cuda_context_bytes": CUDA_CONTEXT_BYTES,
             "cuda_host_bytes": CUDA_HOST_BYTES,
-            "process_bytes": PROCESS_BYTES,
+            "process_bytes": process_bytes(f),
             "vram_margin": VRAM_MARGIN,
             "ram_margin": RAM_MARGIN,
             "kv_cache_type": "f16",
@@ -377,15 +387,21 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
 
 
 def predicted_peak_bytes(
-    acc: Accounting, ram_bytes: int, ctx: int = 4096, n_ubatch: int = 512, prompt_tokens: int | None = None
+    acc: Accounting,
+    ram_bytes: int,
+    ctx: int = 4096,
+    n_ubatch: int = 512,
+    prompt_tokens: int | None = None,
+    experts: Iterable[tuple[int, int]] | None = None,
 ) -> int:
     """Predicted cgroup memory peak of a CPU-only llama.cpp run of this model under `ram_bytes`:
-    anonymous memory plus every weight page the run maps in, capped by the limit (file pages
-    beyond it are reclaimed rather than charged). The compute buffer is touched only as far as
-    the largest batch actually decoded, so a known prompt length narrows it. For the runner's
-    predicted-versus-measured table."""
+    anonymous memory plus the model file's resident pages (`appliance.planner.pages`: all of
+    them, or for a demand-mapped run only the `experts` its router chose), capped by the limit
+    (file pages beyond it are reclaimed rather than charged). The compute buffer is touched
+    only as far as the largest batch actually decoded, so a known prompt length narrows it.
+    For the runner's predicted-versus-measured table."""
     touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
     plan = make_plan(
         acc, PlanLimits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx, n_ubatch=max(touched_ubatch, 1))
     )
-    return min(ram_bytes, plan.ram_anon + plan.ram_file)
+    return min(ram_bytes, plan.ram_anon + resident_file_bytes(acc, experts))

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from appliance.core import units
 from appliance.core.errors import ApplianceError, ConfigError
 
-PAGE = 4096
 MAX_FRACTION = 64.0  # a larger plain number is a byte count written without its unit
 
 
@@ -26,7 +25,7 @@ class MemoryPoint:
         if self.size is not None:
             return self.size
         assert self.fraction is not None
-        limit = int(self.fraction * model_bytes) // PAGE * PAGE
+        limit = int(self.fraction * model_bytes) // units.PAGE_BYTES * units.PAGE_BYTES
         if limit <= 0:
             raise ConfigError(
                 f"memory {self.text}: {self.fraction} of the {model_bytes}-byte "

@@ -55,6 +55,15 @@ def row_dtype(k: int, has_weights: bool) -> np.dtype:
     return np.dtype(fields)
 
 
+def chosen_experts(layers: np.ndarray, ids: np.ndarray) -> list[tuple[int, int]]:
+    """The (layer, expert) pairs that rows of a trace chose, each once, in order."""
+    if ids.size == 0:
+        return []
+    per_slot = np.broadcast_to(layers.astype(np.int64)[:, None], ids.shape)
+    pairs = np.unique(np.stack([per_slot.ravel(), ids.astype(np.int64).ravel()], axis=1), axis=0)
+    return [(int(layer), int(expert)) for layer, expert in pairs]
+
+
 @dataclass(frozen=True)
 class Trace:
     """A route trace: its JSON header and its rows (read-only, usually a view of the file)."""

@@ -7,6 +7,7 @@ import shutil
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,9 @@ def trusted(tmp_path: Path, signer: KeyPair, monkeypatch: pytest.MonkeyPatch) ->
     return store
 
 
-def sealed_run(root: Path, signer: KeyPair, hostile: bool = False) -> Path:
+def sealed_run(
+    root: Path, signer: KeyPair, hostile: bool = False, placement: dict[str, Any] | None = None
+) -> Path:
     """A fake run whose results and plots the real analysis computed, sealed by `signer`;
     hostile: a variant name and the profile's description are markup."""
     run = make_run(root)
@@ -95,6 +98,8 @@ def sealed_run(root: Path, signer: KeyPair, hostile: bool = False) -> Path:
         variants[1] = HOSTILE
     (run / "plots" / "decode_tps.png").unlink()
     results = stats.summarize(run, variants, 32)
+    if placement is not None:
+        results["placement"] = placement
     (run / "results.json").write_text(json.dumps(results))
     plots.write_plots(run, results, 209715200)
     finalize_bundle(run, signer.private)
@@ -233,3 +238,34 @@ def test_records_of_an_odd_shape_leave_their_section_unreadable_not_a_traceback(
     for section in ("trials", "provenance", "results"):
         assert "could not be read in this version" in page.under(section), section
     assert "tiny-oversub" in page.under("profile")
+
+
+def test_the_placement_section_sets_each_trial_beside_the_planner(
+    tmp_path: Path, signer: KeyPair, trusted: Path
+) -> None:
+    mib = 1 << 20
+    row = {
+        "trial": "008-477.6MiB-demand-mmap-r1",
+        "variant": "demand-mmap",
+        "layers_offloaded": 0,
+        "engine_buffers": {"CPU_Mapped": 398 * mib},
+        "kv_cache_bytes": {"CPU": mib // 2},
+        "compute_bytes": {"CPU": 2 * mib},
+        "planner_peak_bytes": 2374 * mib // 10,
+        "planner_peak_pages": "the chosen experts' pages (route trace)",
+        "measured_peak_bytes": 2290 * mib // 10,
+        "error_pct": {"model_cpu": 0.0, "peak": 3.742},
+    }
+    placement = {
+        "goal_pct": 5.0,
+        "trials": [row],
+        "worst": {"trial": row["trial"], "figure": "peak", "pct": 3.742},
+        "undecided": [],
+        "within_goal": True,
+    }
+    page = Page(make_report(sealed_run(tmp_path, signer, placement=placement), now=NOW).path.read_text())
+    table = page.under("placement")
+    for cell in ("008-477.6MiB-demand-mmap-r1", "CPU_Mapped 398.0 MiB", "237.4", "229.0", "+3.74"):
+        assert cell in table, cell
+    assert "route trace" in table and "UNDER" not in table
+    assert "worst peak +3.74% (008-477.6MiB-demand-mmap-r1); within the goal of 5%" in page.under("placement")

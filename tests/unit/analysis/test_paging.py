@@ -74,14 +74,13 @@ def test_distinct_experts_counts_layer_expert_pairs() -> None:
     layers = np.array([0, 0, 1, 1, 2], dtype=np.uint16)
     ids = np.array([[0, 1], [1, 0], [0, 1], [3, 1], [3, 3]], dtype=np.int32)
     # layer 0: {0, 1}; layer 1: {0, 1, 3}; layer 2: {3}
-    assert distinct_experts(layers, ids, 4) == 6
-    assert distinct_experts(layers, ids, 1000) == 6
+    assert distinct_experts(layers, ids) == 6
 
 
 def test_distinct_experts_keeps_layers_apart_however_far() -> None:
-    layers = np.array([0, 2], dtype=np.uint16)  # layer 2 is more than n_experts layers away
+    layers = np.array([0, 2], dtype=np.uint16)  # layers far apart stay apart
     ids = np.array([[1], [0]], dtype=np.int32)
-    assert distinct_experts(layers, ids, 2) == 2
+    assert distinct_experts(layers, ids) == 2
 
 
 def _timing(decode_read_bytes: int | None) -> dict[str, object]:

@@ -1,0 +1,60 @@
+"""Which pages of the model file a run brings into memory: the planner's page model.
+
+Without demand mmap llama.cpp maps and populates the whole file, so every page of every tensor
+is resident. With demand mmap (patch 0002, `LLAMA_MMAP_DEMAND=1`) the file is mapped without
+populating it and with random-access advice, so the kernel reads exactly the 4 KiB pages a
+computation touches: each page of a tensor every token uses (attention, norms, routers, shared
+experts, the output head; the token embeddings are counted whole, an over-estimate of at most
+their table), and of a routed expert tensor only the slices of the experts the router chose.
+The header is read with read(2) into the page cache, which the cgroup charges the same way.
+A slice seldom starts or ends on a page boundary, so pages are counted as the union of the
+page-rounded byte ranges, never as bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from appliance.core.units import PAGE_BYTES
+from appliance.planner.accounting import Accounting
+from appliance.trace.expert_bytes import expert_slice_bytes
+
+DEMAND_ENV = "LLAMA_MMAP_DEMAND"  # patch 0002's switch: "1" maps the model on demand
+
+
+def is_demand_mapped(environment: dict[str, str] | None) -> bool:
+    """Whether an engine environment maps the model on demand (patch 0002's exact test)."""
+    return (environment or {}).get(DEMAND_ENV) == "1"
+
+
+def _page_union_bytes(ranges: Iterable[tuple[int, int]]) -> int:
+    """Bytes of the pages that the byte ranges [start, end) touch, each page counted once."""
+    pages = sorted((start // PAGE_BYTES, -(-end // PAGE_BYTES)) for start, end in ranges if end > start)
+    total, reach = 0, 0
+    for first, stop in pages:
+        first = max(first, reach)
+        if stop > first:
+            total += stop - first
+            reach = stop
+    return total * PAGE_BYTES
+
+
+def resident_file_bytes(acc: Accounting, experts: Iterable[tuple[int, int]] | None = None) -> int:
+    """Bytes of the model file's pages a run holds: the header and every tensor, or with
+    `experts` (the (layer, expert) pairs a demand-mapped run's router chose) every non-expert
+    tensor and only those experts' slices of each routed expert tensor."""
+    chosen: dict[int, set[int]] | None = None
+    if experts is not None:
+        chosen = {}
+        for layer, expert in experts:
+            chosen.setdefault(int(layer), set()).add(int(expert))
+    ranges = [(0, acc.header_bytes)]
+    for tensor in acc.tensors:
+        if chosen is None or tensor.group != "routed_experts":
+            ranges.append((tensor.offset, tensor.offset + tensor.nbytes))
+            continue
+        one = expert_slice_bytes(tensor.name, tensor.shape, tensor.nbytes, acc.facts.experts, acc.source)
+        for expert in chosen.get(tensor.layer, ()):
+            start = tensor.offset + expert * one
+            ranges.append((start, start + one))
+    return _page_union_bytes(ranges)

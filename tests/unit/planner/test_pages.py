@@ -1,0 +1,83 @@
+"""The page model: which pages of a GGUF a run holds, checked against a layout worked out by
+hand and against page sets built another way (a set of page numbers from gguf's own reader)."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from gguf import GGUFReader
+
+from appliance.core.units import PAGE_BYTES
+from appliance.planner.accounting import TensorBytes, account_file
+from appliance.planner.pages import is_demand_mapped, resident_file_bytes
+from tests.models import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    return tiny_model("qwen3moe")
+
+
+def _pages(start: int, end: int) -> set[int]:
+    return set(range(start // PAGE_BYTES, (end + PAGE_BYTES - 1) // PAGE_BYTES))
+
+
+def test_a_layout_worked_out_by_hand(model: Path) -> None:
+    acc = account_file(model)
+    tensors = [
+        TensorBytes("token_embd.weight", "F16", (4, 25), 200, 4000, "embeddings", -1),  # pages 0, 1
+        TensorBytes("blk.0.ffn_up_exps.weight", "F16", (2, 1500, 3), 18000, 8192, "routed_experts", 0),
+        TensorBytes("blk.0.attn_q.weight", "F16", (2, 2), 8, 4090, "attention_ssm", 0),  # pages 0, 1
+    ]
+    hand = dataclasses.replace(acc, header_bytes=100, tensors=tensors)  # header: page 0
+    # expert 1 of the routed tensor is bytes [14192, 20192): pages 3 and 4
+    assert resident_file_bytes(hand, [(0, 1)]) == 4 * PAGE_BYTES
+    # expert 0 is [8192, 14192): pages 2 and 3; expert 2 is [20192, 26192): pages 4, 5 and 6
+    assert resident_file_bytes(hand, [(0, 0), (0, 2)]) == 7 * PAGE_BYTES
+    assert resident_file_bytes(hand, [(0, 0), (0, 0), (0, 2)]) == 7 * PAGE_BYTES  # chosen twice
+    assert resident_file_bytes(hand, [(1, 1)]) == 2 * PAGE_BYTES  # another layer's expert: none here
+    assert resident_file_bytes(hand, []) == 2 * PAGE_BYTES
+    assert resident_file_bytes(hand) == 7 * PAGE_BYTES  # pages 0 to 6, without a router's choice
+
+
+def test_the_whole_file_is_every_page_of_header_and_tensors(model: Path) -> None:
+    reader = GGUFReader(model)
+    pages = _pages(0, min(int(t.data_offset) for t in reader.tensors))
+    for tensor in reader.tensors:
+        pages |= _pages(int(tensor.data_offset), int(tensor.data_offset) + int(tensor.n_bytes))
+    assert resident_file_bytes(account_file(model)) == len(pages) * PAGE_BYTES
+
+
+def test_a_demand_mapped_run_holds_only_the_chosen_experts_slices(model: Path) -> None:
+    reader = GGUFReader(model)
+    chosen = {(0, 1), (0, 7), (2, 3)}
+    pages = _pages(0, min(int(t.data_offset) for t in reader.tensors))
+    for tensor in reader.tensors:
+        start, size = int(tensor.data_offset), int(tensor.n_bytes)
+        name = tensor.name
+        if "_exps" not in name:
+            pages |= _pages(start, start + size)
+            continue
+        layer = int(name.split(".")[1])
+        one = size // int(tensor.shape[-1])  # gguf lists the expert dimension last
+        for chosen_layer, expert in chosen:
+            if chosen_layer == layer:
+                pages |= _pages(start + expert * one, start + (expert + 1) * one)
+    acc = account_file(model)
+    demand = resident_file_bytes(acc, sorted(chosen))
+    assert demand == len(pages) * PAGE_BYTES
+    assert demand < resident_file_bytes(acc)
+
+
+@pytest.mark.parametrize(
+    ("environment", "demand"),
+    [
+        ({"LLAMA_MMAP_DEMAND": "1"}, True),
+        ({"LLAMA_MMAP_DEMAND": "0"}, False),
+        ({"LLAMA_MMAP_DEMAND": "yes"}, False),
+        ({}, False),
+        (None, False),
+    ],
+)
+def test_demand_mapping_is_patch_0002s_exact_switch(environment: dict[str, str] | None, demand: bool) -> None:
+    assert is_demand_mapped(environment) is demand
