@@ -10,7 +10,7 @@ cpu image and each GPU image from the same source, then asserts for each GPU ima
 - started without a GPU, `llama-moe-trace` says in one line that it fell back to the CPU backend
   and records `"backend": "CPU"` in its timing record;
 - its route trace and generated text of a tiny synthesized MoE model are byte-identical to the
-  cpu image's.
+  cpu image's, and its placement record holds the same model buffers, no layer offloaded.
 
 Exit status 0 when all hold; the last line is a JSON summary with build times and image sizes.
 """
@@ -132,6 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         assert run["timing"]["backend"] == "CPU", f"{target}: timing backend {run['timing'].get('backend')}"
         assert run["trace"] == reference["trace"], f"{target}: trace differs from the cpu image's"
         assert run["text"] == reference["text"], f"{target}: text differs from the cpu image's"
+        placement, expected = run["timing"].get("placement"), reference["timing"].get("placement")
+        assert expected and placement, f"{target}: no placement record (cpu: {bool(expected)})"
+        assert placement["model"] == expected["model"], f"{target}: model buffers {placement['model']}"
+        assert placement["layers_offloaded"] == 0, (
+            f"{target}: {placement['layers_offloaded']} layers offloaded"
+        )
+        summary["images"][target]["model_buffers"] = {k: v["bytes"] for k, v in placement["model"].items()}
         summary["images"][target]["fallback_line"] = fallback[0]
         print(f"{target}: trace ({len(run['trace'])} bytes) and text byte-identical to cpu's", flush=True)
     summary["trace_bytes"] = len(reference["trace"])
