@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from appliance.analysis.capacity import anon_bytes
 from appliance.analysis.paging import distinct_experts, predicted_cold_read, run_trial_contamination
 from appliance.planner.accounting import account_file
 from appliance.trace.format import write_trace
@@ -118,3 +119,11 @@ def test_a_run_trial_below_belady_at_k_slots_is_flagged(model: Path, tmp_path: P
         f"measured decode reads {floor - 1} B are below the {rereads * one} B Belady must re-read"
     )
     assert flag(None) == {"comparable": True, "checked": False}
+
+
+def test_anonymous_memory_is_the_larger_engine_sample_and_zero_without_one() -> None:
+    assert anon_bytes({}) == 0
+    assert anon_bytes({"timing": {"residency_after_load": {}}}) == 0
+    both = {"residency_after_load": {"anon_bytes": 5_000}, "residency_at_end": {"anon_bytes": 7_000}}
+    assert anon_bytes({"timing": both}) == 7_000
+    assert anon_bytes({"timing": {"residency_at_end": {"anon_bytes": 3}}}) == 3
