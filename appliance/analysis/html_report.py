@@ -24,8 +24,8 @@ from appliance.analysis.report import (
     PLACEMENT_TITLE,
     SUMMARY_COLUMNS,
     SUMMARY_TITLE,
-    placement_lines,
     placement_rows,
+    planner_verdict_lines,
     ratio_lines,
     summary_rows,
 )
@@ -268,7 +268,7 @@ def _placement_section(results: dict[str, Any]) -> str:
     """The engine's placement of every trial beside the planner's peak, and the worst error."""
     rows = placement_rows(results)
     attrs = [{"trial": row[0]} for row in rows]
-    lines = [line for line in placement_lines(results) if not line.startswith("placement ")]
+    lines = planner_verdict_lines(results)
     body = (_table(PLACEMENT_COLUMNS, rows, PLACEMENT_TITLE, attrs, "placement") if rows else "") + "".join(
         f"<p>{esc(line)}</p>" for line in lines
     )

@@ -152,9 +152,30 @@ def placement_rows(results: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def planner_verdict_lines(results: dict[str, Any]) -> list[str]:
+    """The planner's worst error against the engine over all trials, and each trial whose peak
+    it could not predict (results.json `placement`)."""
+    placement = results.get("placement") or {}
+    lines = []
+    worst = placement.get("worst")
+    if worst is not None:
+        under = " UNDER the measured figure" if worst["pct"] < 0 else ""
+        goal = "within" if placement.get("within_goal") else "OUTSIDE"
+        lines.append(
+            f"planner vs engine: worst {worst['figure']} {worst['pct']:+.2f}% ({worst['trial']}){under}; "
+            f"{goal} the goal of {placement['goal_pct']:g}% and never under, "
+            f"over {len(placement.get('trials') or [])} trials"
+        )
+    for trial in placement.get("undecided") or []:
+        lines.append(
+            f"planner vs engine: {trial}: peak not predicted (a demand-mapped trial without a route trace)"
+        )
+    return lines
+
+
 def placement_lines(results: dict[str, Any]) -> list[str]:
-    """Where each variant's model lived (the engine's record, its first trial) and the planner's
-    worst error against the engine over all trials (results.json `placement`)."""
+    """Where each variant's model lived (the engine's record, its first trial), then the
+    planner's verdict (`planner_verdict_lines`)."""
     placement = results.get("placement")
     if not placement:  # results of an appliance before placement was recorded
         return []
@@ -169,18 +190,7 @@ def placement_lines(results: dict[str, Any]) -> list[str]:
             f"{_sizes(row['kv_cache_bytes'])}; compute {_sizes(row['compute_bytes'])}; "
             f"{row['layers_offloaded']} layers offloaded"
         )
-    worst = placement.get("worst")
-    if worst is not None:
-        under = " UNDER the measured figure" if worst["pct"] < 0 else ""
-        goal = "within" if placement.get("within_goal") else "OUTSIDE"
-        lines.append(
-            f"planner vs engine: worst {worst['figure']} {worst['pct']:+.2f}% ({worst['trial']}){under}; "
-            f"{goal} the goal of {placement['goal_pct']:g}% and never under, over {len(rows)} trials"
-        )
-    for trial in placement.get("undecided") or []:
-        lines.append(
-            f"planner vs engine: {trial}: peak not predicted (a demand-mapped trial without a route trace)"
-        )
-    if worst is None and not rows:
+    lines += planner_verdict_lines(results)
+    if placement.get("worst") is None and not rows:
         lines.append("placement: the engine recorded none (an engine without patch 0001's placement record)")
     return lines
