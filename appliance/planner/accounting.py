@@ -106,9 +106,6 @@ class Accounting:
         """Routed expert bytes one token touches across all layers (used experts each)."""
         return sum(b * self.facts.experts_used for b in self.expert_bytes_by_layer.values())
 
-    def layer_bytes(self, layer: int, groups: tuple[str, ...]) -> int:
-        return sum(t.nbytes for t in self.tensors if t.layer == layer and t.group in groups)
-
     def summary(self) -> dict[str, Any]:
         f = self.facts
         return {

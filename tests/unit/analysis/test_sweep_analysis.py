@@ -313,6 +313,21 @@ def test_probe_summary_in_full() -> None:
     }
 
 
+def test_probe_reference_skips_page_rows_listed_first() -> None:
+    """Expert-size rows are any block size but 4096, wherever the page rows stand."""
+    measurements = [
+        {"block_bytes": 4096, "queue_depth": 1, "bytes": 100, "seconds": 1.0},
+        {"block_bytes": 4096, "queue_depth": 8, "bytes": 300, "seconds": 1.0},
+        {"block_bytes": 4097, "queue_depth": 1, "bytes": 500, "seconds": 1.0},
+        {"block_bytes": 65536, "queue_depth": 8, "bytes": 700, "seconds": 1.0},
+    ]
+    probe = probe_summary({"measurements": measurements})
+    assert probe["expert_qd1_bytes_per_s"] == 500.0
+    assert probe["expert_qd8_bytes_per_s"] == 700.0
+    assert probe["page_qd1_bytes_per_s"] == 100.0
+    assert probe["page_qd8_bytes_per_s"] == 300.0
+
+
 def _phases(measured: int) -> dict[str, int]:
     """_io(4_000, 10_000, 10_000 + measured)'s phases, by hand."""
     return {

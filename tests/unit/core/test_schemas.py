@@ -347,3 +347,52 @@ def test_two_errors_say_one_more_and_an_unnamed_keyword_is_shown_as_is() -> None
         raise_for(Path("f"), ["/a: bad", "/b: bad"])
     assert str(two.value) == "f: /a: bad (and 1 more)"
     assert _problem("multipleOf", 3, 7, {}) == "fails multipleOf 3"
+
+
+# --- schemas without top-level properties, and a false that is no additionalProperties -------
+
+
+@pytest.fixture
+def write_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Write a schema under a name of its own (the text is cached by name); return the name."""
+    import appliance.core.validation as validation
+
+    monkeypatch.setattr(validation, "SCHEMAS_DIR", tmp_path)
+
+    def write(label: str, schema: dict[str, Any]) -> str:
+        name = f"{label}-{tmp_path.name}"
+        (tmp_path / f"{name}.schema.json").write_text(json.dumps(schema))
+        return name
+
+    return write
+
+
+def test_a_schema_without_properties_allows_no_field_and_has_no_version(write_schema: Any) -> None:
+    name = write_schema("closed", {"$schema": DRAFT, "type": "object", "additionalProperties": False})
+    assert schema_errors({}, name) == []
+    assert schema_errors({"a": 1, "b~": 2}, name) == [
+        "/a: unknown field (allowed: )",
+        "/b~0: unknown field (allowed: )",
+    ]
+    assert schema_errors({"schema_version": 9}, name) == ["/schema_version: unknown field (allowed: )"]
+
+
+def test_a_const_false_is_a_const_line_not_an_unknown_field(write_schema: Any) -> None:
+    name = write_schema(
+        "off",
+        {
+            "$schema": DRAFT,
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"off": {"const": False}},
+        },
+    )
+    assert schema_errors({"off": True}, name) == ["/off: must be false, got true"]
+    assert schema_errors({"off": False}, name) == []
+
+
+def test_properties_alone_make_an_object_schema() -> None:
+    assert schema_problems({"$schema": DRAFT, "properties": {"a": {"type": "string"}}}) == [
+        "(top level): an object schema must set additionalProperties"
+    ]
+    assert schema_problems({"$schema": DRAFT, "properties": {}, "additionalProperties": False}) == []

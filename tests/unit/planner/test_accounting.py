@@ -4,6 +4,7 @@ import json
 import re
 import shutil
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,16 @@ import pytest
 from gguf import GGUFReader
 
 from appliance.core.errors import ApplianceError
-from appliance.models.gguf_header import KEEP_ARRAY_MAX
+from appliance.models.gguf_header import KEEP_ARRAY_MAX, ArrayInfo, GGUFHeader, TensorInfo
 from appliance.models.skeleton import write_skeleton
 from appliance.planner.accounting import (
+    GROUPS,
     MAX_EXPERTS,
     MAX_HPARAM,
     MAX_LAYERS,
+    account,
     account_file,
+    account_source,
     classify,
     per_layer,
     whole_number,
@@ -476,3 +480,135 @@ def test_counts_past_their_bounds_are_refused(edit: dict[str, object], refusal: 
     path = _header_only(tmp_path / "bad.gguf", "qwen3moe", {**BASE_KEYS, **edit}, 3)
     with pytest.raises(ApplianceError, match=re.escape(refusal)):
         account_file(path)
+
+
+def _hand_header(
+    metadata: dict[str, Any],
+    tensors: Sequence[tuple[str, tuple[int, ...], int]] = (),
+    data_offset: int = 96,
+    file_size: int | None = None,
+) -> GGUFHeader:
+    """A qwen3moe header as the reader would return it: F32 tensors (name, shape in ggml
+    order, relative offset), a data section at `data_offset`, source "m.gguf"."""
+    meta = {"general.architecture": "qwen3moe", **{f"qwen3moe.{k}": v for k, v in metadata.items()}}
+    infos = [TensorInfo(name, shape, 0, offset) for name, shape, offset in tensors]
+    return GGUFHeader("m.gguf", 3, meta, infos, 32, data_offset, file_size)
+
+
+@pytest.mark.parametrize("file_size", [96, None], ids=["whole", "unknown-size"])
+def test_a_header_without_tensors_is_all_header(file_size: int | None) -> None:
+    acc = account(_hand_header({}, [], data_offset=96, file_size=file_size))
+    assert (acc.file_size, acc.partial, acc.header_bytes) == (96, file_size is None, 96)
+    assert (acc.tensor_data_bytes, acc.padding_bytes) == (0, 0)
+    assert acc.groups == dict.fromkeys(GROUPS, 0) and acc.expert_bytes_by_layer == {}
+
+
+def test_no_layers_means_no_heads_and_no_head_dimension() -> None:
+    f = account(_hand_header({"block_count": 0, "embedding_length": 64})).facts
+    assert (f.layers, f.head_count, f.head_count_kv) == (0, [], [])
+    assert (f.key_length, f.value_length) == (0, 0)  # no heads to divide the embedding by
+    assert f.expert_ff == 0 and f.kv_bytes_per_token() == 0
+
+
+def test_missing_head_counts_are_zero_heads_without_kv_cache() -> None:
+    f = account(_hand_header({"block_count": 3, "embedding_length": 64})).facts
+    assert f.head_count == [0, 0, 0] and f.head_count_kv == [0, 0, 0]
+    assert (f.key_length, f.value_length) == (0, 0)
+    assert f.attention_layers == [] and f.kv_bytes_per_token() == 0
+    assert f.expert_ff == 0  # neither feed-forward length: none
+
+
+def test_the_head_dimension_rounds_down() -> None:
+    f = account(
+        _hand_header({"block_count": 2, "embedding_length": 70, "attention.head_count": [4, 2]})
+    ).facts
+    assert (f.key_length, f.value_length) == (17, 17)  # 70 // 4, the most heads of any layer
+
+
+def test_the_expert_length_of_mtp_blocks_is_not_counted() -> None:
+    keys = {"block_count": 2, "nextn_predict_layers": 1, "expert_feed_forward_length": [3, 9]}
+    f = account(_hand_header(keys)).facts
+    assert (f.layers, f.expert_ff) == (1, 3)  # block 1 is the NextN block: its 9 is not read
+
+
+def test_a_token_list_kept_whole_is_the_vocabulary() -> None:
+    header = _hand_header({"block_count": 1, "vocab_size": 32})
+    header.metadata["tokenizer.ggml.tokens"] = [0, 1, 2]
+    assert account(header).facts.vocab == 3
+    header.metadata["tokenizer.ggml.tokens"] = ArrayInfo(8, 5)
+    assert account(header).facts.vocab == 5
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("context_length", "x", "'x'"),
+        ("attention.head_count", "x", "'x'"),
+        ("attention.head_count", [4, -1], "-1"),
+        ("feed_forward_length", "x", "'x'"),
+        ("expert_feed_forward_length", [-2], "-2"),
+    ],
+    ids=["number", "per-layer", "per-layer-list", "ff", "expert-ff-list"],
+)
+def test_a_bad_metadata_value_is_refused_naming_file_and_key(key: str, value: object, shown: str) -> None:
+    with pytest.raises(ApplianceError, match=r"^m\.gguf: corrupt GGUF header: qwen3moe\.") as refused:
+        account(_hand_header({"block_count": 2, key: value}))
+    assert str(refused.value) == (
+        f"m.gguf: corrupt GGUF header: qwen3moe.{key} is {shown}, not a whole number from 0 to {MAX_HPARAM}"
+    )
+
+
+def test_a_bad_scalar_per_layer_value_names_file_and_key() -> None:
+    with pytest.raises(
+        ApplianceError, match=r"^s: corrupt GGUF header: n is -1, not a whole number"
+    ) as refused:
+        per_layer(-1, 2, "n", "s")
+    assert str(refused.value) == f"s: corrupt GGUF header: n is -1, not a whole number from 0 to {MAX_HPARAM}"
+
+
+def test_an_unknown_tensor_type_names_the_file() -> None:
+    header = _hand_header({"block_count": 1}, [("blk.0.attn_q.weight", (4, 4), 0)])
+    header.tensors[0] = TensorInfo("blk.0.attn_q.weight", (4, 4), 99, 0)
+    with pytest.raises(
+        ApplianceError, match=r"^m\.gguf: tensor 'blk\.0\.attn_q\.weight' has ggml type id 99,"
+    ):
+        account(header)
+
+
+def test_a_routed_expert_tensor_of_no_experts_is_refused_by_name() -> None:
+    header = _hand_header(
+        {"block_count": 1, "expert_count": 4}, [("blk.0.ffn_gate_exps.weight", (64, 8, 0), 0)]
+    )
+    with pytest.raises(ApplianceError, match=r"^m\.gguf: corrupt GGUF header: routed expert") as refused:
+        account(header)
+    assert str(refused.value) == (
+        "m.gguf: corrupt GGUF header: routed expert tensor 'blk.0.ffn_gate_exps.weight' "
+        "has shape [64, 8, 0], 0 experts"
+    )
+
+
+def test_a_two_dimensional_routed_tensor_splits_by_the_expert_count() -> None:
+    header = _hand_header({"block_count": 1, "expert_count": 4}, [("blk.0.ffn_gate_exps.weight", (64, 8), 0)])
+    acc = account(header)
+    assert acc.routed_by_layer == {0: 64 * 8 * 4}
+    assert acc.expert_bytes_by_layer == {0: 64 * 8 * 4 // 4}
+
+
+class _MemorySource:
+    """A byte source over bytes in memory, as a remote reader would hand them out."""
+
+    def __init__(self, name: str, data: bytes) -> None:
+        self.name, self.data = name, data
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self.data[offset : offset + size]
+
+    def total_size(self) -> int | None:
+        return len(self.data)
+
+
+def test_accounting_from_a_byte_source_is_the_files(model: Path) -> None:
+    acc = account_source(_MemorySource("remote.gguf", model.read_bytes()))
+    expected = account_file(model).summary()
+    expected["source"] = "remote.gguf"
+    assert acc.summary() == expected

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from gguf import GGUFReader
 
+from appliance.core.errors import ApplianceError
 from appliance.core.units import PAGE_BYTES
 from appliance.planner.accounting import TensorBytes, account_file
 from appliance.planner.pages import is_demand_mapped, resident_file_bytes
@@ -38,6 +39,44 @@ def test_a_layout_worked_out_by_hand(model: Path) -> None:
     assert resident_file_bytes(hand, [(1, 1)]) == 2 * PAGE_BYTES  # another layer's expert: none here
     assert resident_file_bytes(hand, []) == 2 * PAGE_BYTES
     assert resident_file_bytes(hand) == 7 * PAGE_BYTES  # pages 0 to 6, without a router's choice
+
+
+def test_an_empty_tensor_holds_no_page(model: Path) -> None:
+    acc = account_file(model)
+    tensors = [TensorBytes("rope_freqs.weight", "F32", (0,), 0, 3 * PAGE_BYTES + 10, "other", -1)]
+    hand = dataclasses.replace(acc, header_bytes=100, tensors=tensors)
+    assert resident_file_bytes(hand) == PAGE_BYTES  # the header's page 0 only
+
+
+def test_a_one_byte_header_holds_page_zero(model: Path) -> None:
+    acc = account_file(model)
+    tensors = [TensorBytes("token_embd.weight", "F32", (4,), 16, PAGE_BYTES, "embeddings", -1)]
+    hand = dataclasses.replace(acc, header_bytes=1, tensors=tensors)
+    assert resident_file_bytes(hand) == 2 * PAGE_BYTES  # pages 0 and 1
+
+
+def test_a_two_dimensional_routed_tensor_splits_by_the_models_expert_count(model: Path) -> None:
+    acc = account_file(model)
+    tensors = [TensorBytes("blk.0.ffn_up_exps.weight", "F16", (2, 3000), 12000, 8192, "routed_experts", 0)]
+    hand = dataclasses.replace(
+        acc, header_bytes=100, tensors=tensors, facts=dataclasses.replace(acc.facts, experts=4)
+    )
+    # one expert is 12000 / 4 = 3000 bytes; expert 2 is [14192, 17192): pages 3 and 4
+    assert resident_file_bytes(hand, [(0, 2)]) == 3 * PAGE_BYTES
+    # expert 0 is [8192, 11192): page 2 only
+    assert resident_file_bytes(hand, [(0, 0)]) == 2 * PAGE_BYTES
+
+
+def test_a_routed_tensor_of_no_experts_is_refused_by_name(model: Path) -> None:
+    acc = account_file(model)
+    tensors = [TensorBytes("blk.0.ffn_up_exps.weight", "F16", (2, 3, 0), 0, 8192, "routed_experts", 0)]
+    hand = dataclasses.replace(acc, source="m.gguf", header_bytes=100, tensors=tensors)
+    with pytest.raises(ApplianceError, match=r"^m\.gguf: corrupt GGUF header: routed expert") as refused:
+        resident_file_bytes(hand, [(0, 0)])
+    assert str(refused.value) == (
+        "m.gguf: corrupt GGUF header: routed expert tensor 'blk.0.ffn_up_exps.weight' "
+        "has shape [2, 3, 0], 0 experts"
+    )
 
 
 def test_the_whole_file_is_every_page_of_header_and_tensors(model: Path) -> None:

@@ -275,6 +275,36 @@ def test_small_work_stays_plain_python(restored: pytest.MonkeyPatch) -> None:
     assert kernels._compiled is True
 
 
+def test_kernel_marks_a_function_with_its_options_and_returns_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "_KERNELS", list(kernels._KERNELS))
+    count = len(kernels._KERNELS)
+
+    def twice(x: int) -> int:
+        return 2 * x
+
+    assert kernels.kernel(inline="always", fastmath=True)(twice) is twice
+    assert kernels._KERNELS[count:] == [(twice, {"inline": "always", "fastmath": True})]
+
+
+def test_cache_stats_count_what_each_run_kernel_compiled_and_loaded(restored: pytest.MonkeyPatch) -> None:
+    """The first run of a kernel compiles it (one cache miss, written to the on-disk cache under
+    the test's tmp dir); a fresh dispatcher, as in a new process, loads it (one hit). Kernels
+    that never ran are not listed."""
+    ptr, items = np.array([0, 2, 3, 5]), np.array([0, 1, 0, 1, 0])
+    # events {0, 1}, {0}, {0, 1}: the next event of each request's object, by hand
+    expected = [1, 2, 2, kernels.NEVER, kernels.NEVER]
+    kernels.compile_kernels()
+    assert kernels.cache_stats() == {}  # dispatchers compile lazily: nothing ran yet
+    assert kernels._next_use_events(ptr, items, 2).tolist() == expected
+    assert kernels.cache_stats() == {"_next_use_events": (0, 1)}
+    for func, _ in kernels._KERNELS:
+        restored.setattr(kernels, func.__name__, func)
+    restored.setattr(kernels, "_compiled", False)
+    kernels.compile_kernels()
+    assert kernels._next_use_events(ptr, items, 2).tolist() == expected
+    assert kernels.cache_stats() == {"_next_use_events": (1, 0)}
+
+
 # --- trace_events and its pools, worked by hand ---------------------------------------------
 
 # (step, layer, ids) of a 4-expert trace, k=2, MoE layers 1 and 3 (blocks 0 and 2 dense):
