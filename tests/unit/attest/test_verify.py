@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from appliance.attest.bundle import finalize_bundle
-from appliance.attest.verify import Verdict, verify_bundle
-from appliance.core.checks import Status
+from appliance.attest.verify import Verdict, Verification, _reject_name, _same_json, verify_bundle
+from appliance.core.checks import Check, Status
 from appliance.core.errors import ConfigError
 from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
 from tests.conftest import run_cli
@@ -101,7 +101,13 @@ def test_incomplete_run_is_its_own_verdict(tmp_path: Path, keys: Keys, trust_sto
     finalize_bundle(run, keys.trusted.private)
     result = verify_bundle(run)
     assert result.verdict is Verdict.INCOMPLETE and result.exit_code == 6
-    assert "run-status: the run is incomplete" in result.summary()
+    assert result.summary() == (
+        "verdict: INCOMPLETE: run-status: the run is incomplete: its results are partial and "
+        "cannot be evidence; rerun the profile"
+    )
+    [check] = [c for c in result.checks if c.status is not Status.PASS]
+    assert (check.name, check.status, check.files) == ("run-status", Status.FAIL, ["run.json"])
+    assert check.reason == "run is incomplete: this bundle records a run that did not complete"
     assert not verify_bundle(run, allow_untrusted=True, allow_unsigned=True).accepted
 
 
@@ -270,6 +276,7 @@ def test_a_manifest_naming_another_signer_is_tampered(fresh: Path, keys: Keys, t
         result = verify_bundle(fresh)
         assert result.verdict is Verdict.TAMPERED, attestation
         assert [c.name for c in result.checks if c.status is Status.FAIL] == ["signature"]
+        assert next(c.files for c in result.checks if c.name == "signature") == [MANIFEST_FILE]
         assert _reason(result, "signature") == (
             f"valid ed25519 signature by {keys.trusted.keyid}, but {MANIFEST_FILE} does not record "
             "that key as the signer (attestation.signed, attestation.public_key)"
@@ -325,3 +332,102 @@ def test_a_report_html_beside_a_sealed_bundle_is_not_one_of_its_files(
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
     assert {c.name: c for c in result.checks}["subjects-cover-files"].reason == "added: trials/report.html"
+
+
+def test_as_json_is_the_report_bundle_verify_json_prints() -> None:
+    check = Check("signature", Status.WARN, "valid signature by another key", ["attestation.dsse.json"])
+    verification = Verification(
+        [check],
+        Verdict.UNTRUSTED,
+        frozenset({Verdict.UNTRUSTED, Verdict.UNSIGNED}),
+        signer="ab" * 32,
+        bundle_digest="cd" * 32,
+        run_status="complete",
+        advice="contents verified, origin not",
+    )
+    assert verification.as_json() == {
+        "verdict": "untrusted",
+        "accepted": True,
+        "exit_code": 0,
+        "untrusted_input": True,
+        "allowed": ["--allow-unsigned", "--allow-untrusted"],
+        "signer": "ab" * 32,
+        "bundle_digest": "cd" * 32,
+        "summary": "verdict: UNTRUSTED, accepted by --allow-untrusted: contents verified, origin not",
+        "checks": [
+            {
+                "name": "signature",
+                "status": "warn",
+                "reason": "valid signature by another key",
+                "files": ["attestation.dsse.json"],
+                "fix": "",
+            }
+        ],
+    }
+
+
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_same_json_compares_canonical_forms_and_is_false_when_there_is_none() -> None:
+    assert _same_json({"a": 1, "b": [2, 3]}, {"b": [2, 3], "a": 1})
+    assert not _same_json({"a": 1}, {"a": 2})
+    assert not _same_json("\ud800", "\ud800")  # a lone surrogate has no UTF-8 form
+    assert not _same_json({1j: 1}, {1j: 1})  # not JSON at all
+    deep = _nested(100_000)
+    assert not _same_json(deep, deep)  # too deep to write out
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        (5, "not a non-empty string"),
+        ("", "not a non-empty string"),
+        ("/etc/passwd", "absolute or not a POSIX path"),
+        ("trials\\x", "absolute or not a POSIX path"),
+        ("a\0b", "absolute or not a POSIX path"),
+        ("a/../b", "contains '..'"),
+        ("..", "contains '..'"),
+        ("./results.json", "not normalised"),
+        ("trials//x", "not normalised"),
+        ("trials/", "not normalised"),
+        ("manifest.json", "names a sealing file"),
+        ("attestation.dsse.json", "names a sealing file"),
+        ("report.html", "names a derived file, which is never sealed"),
+    ],
+)
+def test_a_subject_name_that_is_not_a_plain_relative_path_says_why(name: object, why: str) -> None:
+    assert _reject_name(name) == why
+
+
+@pytest.mark.parametrize("name", ["results.json", "trials/x/y", "...", ".hidden", "a..b", "a b/-"])
+def test_any_plain_relative_name_is_a_subject_name(name: str) -> None:
+    assert _reject_name(name) is None
+
+
+@pytest.mark.parametrize("attestation", [[], "attestation.dsse.json", 7, None])
+def test_a_manifest_whose_attestation_is_not_an_object_is_refused(
+    fresh: Path, trust_store: Path, attestation: object
+) -> None:
+    manifest = json.loads((fresh / MANIFEST_FILE).read_text())
+    manifest["attestation"] = attestation
+    (fresh / MANIFEST_FILE).write_text(json.dumps(manifest))
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    assert _reason(result, "manifest") == (
+        "manifest.json is not a version 1 manifest (exactly manifest_version, created_by, "
+        "run_status, bundle_digest, files, attestation; attestation naming attestation.dsse.json)"
+    )
+
+
+def test_a_seal_that_is_not_utf8_is_named_without_its_path(fresh: Path, trust_store: Path) -> None:
+    (fresh / MANIFEST_FILE).write_bytes(b'{"a": "\xff"}')
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    assert _reason(result, "manifest") == (
+        "manifest.json is not strict JSON (line 1: not UTF-8 (byte 0xff at offset 7))"
+    )

@@ -10,6 +10,7 @@ fail with it; the enumeration test refuses a check name without a tamper here.
 import base64
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE
+from appliance.attest.dsse import PREDICATE_TYPE
 from appliance.attest.verify import MAX_SEAL_BYTES, Verdict, verify_bundle
 from appliance.core.checks import Status
 from tests.tamper import (
@@ -193,3 +195,118 @@ def test_seal_budget_at_the_limit_and_one_past(tmp_path: Path, genuine: Path, tr
     check = {c.name: c for c in verify_bundle(bundle).checks}["manifest"]
     assert check.status is Status.FAIL
     assert check.reason == f"{MANIFEST_FILE} is over {MAX_SEAL_BYTES} bytes"
+
+
+def _check(result: Any, name: str) -> Any:
+    return next(c for c in result.checks if c.name == name)
+
+
+def test_every_entry_that_is_not_a_regular_file_is_named(fresh: Path, trust_store: Path) -> None:
+    os.mkfifo(fresh / "trials" / "pipe-b")
+    os.mkfifo(fresh / "trials" / "pipe-a")
+    (fresh / "plots" / "link").symlink_to("decode_tps.png")
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    check = _check(result, "plain-files")
+    assert check.reason == (
+        "not regular files: plots/link (symbolic link), trials/pipe-a (FIFO), trials/pipe-b (FIFO)"
+    )
+    assert check.files == ["plots/link", "trials/pipe-a", "trials/pipe-b"]
+
+
+def test_every_bad_subject_is_named_not_only_the_first(fresh: Path, keys: Keys, trust_store: Path) -> None:
+    statement = _statement(fresh)
+    first = len(statement["subject"])
+    digest = {"sha256": "0" * 64}
+    statement["subject"] += [
+        {"name": "/abs", "digest": digest},
+        {"name": "a/../b", "digest": digest},
+        {"name": 7, "digest": digest},
+    ]
+    sign_statement(fresh, statement, keys.trusted)
+    check = _check(verify_bundle(fresh), "subject-names")
+    assert check.status is Status.FAIL
+    assert check.reason == (
+        f"subject {first} '/abs': absolute or not a POSIX path; "
+        f"subject {first + 1} 'a/../b': contains '..'; "
+        f"subject {first + 2} 7: not a non-empty string"
+    )
+    assert check.files == ["/abs", "a/../b"]  # the names that are strings
+
+
+def test_every_file_added_and_removed_is_named(fresh: Path, trust_store: Path) -> None:
+    (fresh / "trials" / "extra-b.txt").write_text("sneaked in\n")
+    (fresh / "trials" / "extra-a.txt").write_text("sneaked in\n")
+    (fresh / "plots" / "decode_tps.png").unlink()
+    (fresh / "inputs" / "lock.json").unlink()
+    check = _check(verify_bundle(fresh), "subjects-cover-files")
+    assert check.status is Status.FAIL
+    assert check.reason == (
+        "added: trials/extra-a.txt, trials/extra-b.txt; removed: inputs/lock.json, plots/decode_tps.png"
+    )
+    assert check.files == [
+        "inputs/lock.json",
+        "plots/decode_tps.png",
+        "trials/extra-a.txt",
+        "trials/extra-b.txt",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("predicate", []), ("predicate", None), ("subject", "results.json")]
+)
+def test_a_statement_without_a_subject_list_and_a_predicate_object_is_refused(
+    field: str, value: object, fresh: Path, keys: Keys, trust_store: Path
+) -> None:
+    statement = _statement(fresh)
+    statement[field] = value
+    sign_statement(fresh, statement, keys.trusted)
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    check = _check(result, "attestation")
+    assert (check.status, check.files) == (Status.FAIL, [ATTESTATION_FILE])
+    assert check.reason == (
+        f"statement lacks subjects or a predicate, or has predicate type {PREDICATE_TYPE!r}, "
+        f"expected {PREDICATE_TYPE!r}"
+    )
+
+
+def test_every_changed_file_is_named(fresh: Path, trust_store: Path) -> None:
+    (fresh / "run.json").write_text("{}")
+    (fresh / "results.json").write_text("{}")
+    check = _check(verify_bundle(fresh), "file-digests")
+    assert (check.status, check.reason) == (Status.FAIL, "changed: results.json, run.json")
+    assert check.files == ["results.json", "run.json"]
+
+
+def _added(run: Path) -> None:
+    (run / "trials" / "extra.txt").write_text("sneaked in\n")
+
+
+def _removed(run: Path) -> None:
+    (run / "plots" / "decode_tps.png").unlink()
+
+
+def _changed(run: Path) -> None:
+    (run / "plots" / "decode_tps.png").write_bytes(b"not the plot")
+
+
+@pytest.mark.parametrize("spoil", [_added, _removed, _changed], ids=["added", "removed", "changed"])
+def test_no_bundle_digest_is_reported_for_contents_that_differ(
+    spoil: Callable[[Path], None], fresh: Path, trust_store: Path
+) -> None:
+    spoil(fresh)
+    result = verify_bundle(fresh)
+    assert result.verdict is Verdict.TAMPERED
+    assert result.bundle_digest is None
+
+
+def test_every_field_the_run_record_and_the_signed_run_differ_on_is_named(
+    fresh: Path, keys: Keys, trust_store: Path
+) -> None:
+    statement = _statement(fresh)
+    statement["predicate"]["run"].update(profile="another-profile", ended_utc="2026-01-02T00:00:00Z")
+    sign_statement(fresh, statement, keys.trusted)
+    check = _check(verify_bundle(fresh), "run-status")
+    assert (check.status, check.files) == (Status.FAIL, ["run.json"])
+    assert check.reason == "run.json and the signed predicate differ on profile, ended_utc"

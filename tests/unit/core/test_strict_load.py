@@ -5,6 +5,7 @@ the reader's own bounds on what it reads (each failed a surviving mutant of stri
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -16,8 +17,11 @@ from appliance.core.strict_load import (
     MAX_NODES,
     load_json,
     load_yaml,
+    open_regular,
     parse_json,
+    parse_json_bytes,
     parse_yaml,
+    read_bytes,
     read_text,
 )
 
@@ -258,3 +262,141 @@ def test_json_depth_follows_closing_brackets() -> None:
     siblings = "[" + "[0]," * 100 + "[0]]"  # depth 2 throughout: closes must count down by one
     assert len(parse_json(siblings, HERE, max_depth=2)) == 101
     assert _refusal(parse_json, "[[[],\n [[]]]]", HERE, 3) == "x.json: line 2: nested deeper than 3 levels"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1,\n "\\udc00": 2\n}',  # a key
+        '{"a": {"b": [1,\n "x\\uD800y"]}\n}\n',  # a string in a list in an object's value
+        '[["ok"],\n "\\ud83d",\n 2]',  # a high surrogate with no low one after it
+    ],
+)
+def test_json_lone_surrogate_escapes_are_refused_at_their_line(text: str) -> None:
+    assert _refusal(parse_json, text, HERE) == (
+        "x.json: line 2: a lone surrogate (a \\u escape) is not Unicode text"
+    )
+
+
+def test_json_surrogate_pairs_are_text() -> None:
+    text = '{"\\ud83d\\ude00": ["a", {"b": "\\uD83D\\uDE00"}]}'
+    assert parse_json(text, HERE) == {"\U0001f600": ["a", {"b": "\U0001f600"}]}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[" + "9" * 101 + "x]", "a number with more than 100 digits"),
+        ("[1e400x]", "1e400 is too large for a number"),
+        ("[NaNx]", "NaN is not a JSON number"),
+    ],
+)
+def test_json_refused_value_glued_to_garbage_is_named_by_json(text: str, problem: str) -> None:
+    """json refuses the value before it reaches the garbage after it; the token the locator sees
+    ("9...9x", "1e400x", "NaNx") is no number, so the line is json's own message."""
+    assert _refusal(parse_json, text, HERE) == f"x.json: not valid JSON: {problem}"
+
+
+def test_json_bytes_budget_utf8_and_label() -> None:
+    assert parse_json_bytes(b"[1]", "label", 3) == [1]
+    assert _refusal(parse_json_bytes, b"[ 1]", "label", 3) == (
+        "label: larger than 3 bytes, the most this reader accepts"
+    )
+    assert _refusal(parse_json_bytes, b'["\xff"]', "label") == (
+        "label: line 1: not UTF-8 (byte 0xff at offset 2)"
+    )
+
+
+def test_read_bytes_says_file_not_found_by_default(tmp_path: Path) -> None:
+    assert _refusal(read_bytes, tmp_path / "gone") == f"{tmp_path / 'gone'}: file not found"
+
+
+def test_a_file_longer_than_its_stat_size_is_read_one_byte_past_the_budget() -> None:
+    status = Path("/proc/self/status")  # st_size 0, about a kilobyte of text
+    assert os.stat(status).st_size == 0
+    assert _refusal(read_bytes, status, 100) == (
+        f"{status}: larger than 100 bytes, the most this reader accepts"
+    )
+
+
+def test_a_growing_file_is_read_in_chunks_up_to_one_byte_past_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that grew after its stat (fstat says 0 bytes here) is read 1 MiB, then the one
+    byte past a 1 MiB budget, and refused: never read to its end."""
+    path = tmp_path / "growing.json"
+    path.write_bytes(b" " * (3 << 20))
+    real_fstat, real_read, reads = os.fstat, os.read, []
+
+    def stale_fstat(fd: int) -> os.stat_result:
+        info = list(real_fstat(fd))
+        info[6] = 0  # st_size
+        return os.stat_result(info)
+
+    def counted_read(fd: int, n: int) -> bytes:
+        chunk = real_read(fd, n)
+        reads.append(len(chunk))
+        return chunk
+
+    monkeypatch.setattr(os, "fstat", stale_fstat)
+    monkeypatch.setattr(os, "read", counted_read)
+    message = _refusal(read_bytes, path, 1 << 20)
+    monkeypatch.undo()
+    assert message == f"{path}: larger than {1 << 20} bytes, the most this reader accepts"
+    assert reads == [1 << 20, 1]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"a": NaNx,\n "b": XX,\n "a": 2}', "line 3: duplicate key 'a' (first at line 1)"),  # XX: no bracket
+        ('{"a": [NaNx] "a": 1}', "not valid JSON: NaN is not a JSON number"),  # no "," after "]": a value
+        ('{"a": NaNx "x" "a"}', "not valid JSON: NaN is not a JSON number"),  # strings after strings: values
+        ('[NaNx, {: "a", "a"}]', "not valid JSON: NaN is not a JSON number"),  # ":" then "a": a value
+        ('NaNx, "a"', "not valid JSON: NaN is not a JSON number"),  # "," and a string outside any container
+    ],
+)
+def test_json_after_a_value_json_refused_the_locator_reads_the_rest_token_by_token(
+    text: str, problem: str
+) -> None:
+    """json stops at the NaN, so what follows need not be JSON: the locator still takes a key to
+    be a string right after "{" or an object's ",", and nothing else."""
+    assert _refusal(parse_json, text, HERE) == f"x.json: {problem}"
+
+
+def test_open_regular_says_file_not_found_by_default(tmp_path: Path) -> None:
+    assert _refusal(open_regular, tmp_path / "gone") == f"{tmp_path / 'gone'}: file not found"
+
+
+def test_open_regular_opens_non_blocking_and_close_on_exec(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text("{}")
+    fd = open_regular(path)
+    try:
+        assert (os.get_blocking(fd), os.get_inheritable(fd)) == (False, False)
+        assert os.read(fd, 10) == b"{}"
+    finally:
+        os.close(fd)
+
+
+def test_a_pipe_swapped_in_after_the_stat_is_refused_from_its_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path was a regular file when stat looked (faked here) and is a FIFO when opened: the
+    non-blocking open returns at once, the descriptor's own stat refuses it, and it is closed."""
+    fifo = tmp_path / "swapped.json"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+
+    def stat_before_the_swap(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        info = list(real_stat(path, *args, **kwargs))  # type: ignore[arg-type]
+        if path == fifo:
+            info[0] = stat.S_IFREG | 0o644  # st_mode
+        return os.stat_result(info)
+
+    open_fds = sorted(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "stat", stat_before_the_swap)
+    message = _refusal(open_regular, fifo)
+    monkeypatch.undo()
+    assert message == f"{fifo}: is not a regular file (a device, pipe or socket)"
+    assert sorted(os.listdir("/proc/self/fd")) == open_fds
