@@ -19,7 +19,8 @@ from typing import Any
 
 from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import KeyPair, envelope_for, load_signer
-from appliance.attest.verify import Verdict
+from appliance.attest.verify import Verdict, Verification
+from appliance.core.checks import Check
 from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
 
 
@@ -27,6 +28,11 @@ from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
 class Keys:
     trusted: KeyPair
     untrusted: KeyPair
+
+
+def check_named(result: Verification, name: str) -> Check:
+    """The check of that name in a verification."""
+    return next(c for c in result.checks if c.name == name)
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, str]]:

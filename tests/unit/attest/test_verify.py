@@ -15,7 +15,7 @@ from appliance.core.errors import ConfigError
 from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
 from tests.conftest import run_cli
 from tests.fake_run import make_run
-from tests.tamper import Keys, another_genuine_bundle, cases, sign_statement, snapshot
+from tests.tamper import Keys, another_genuine_bundle, cases, check_named, sign_statement, snapshot
 
 CASE_NAMES = [case.name for case in cases(Path("other"))]
 
@@ -257,7 +257,9 @@ def test_a_manifest_with_a_field_the_sealer_never_writes_is_tampered(
     (fresh / MANIFEST_FILE).write_text(json.dumps(manifest))
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    assert _reason(result, "manifest").startswith(f"{MANIFEST_FILE} is not a version 1 manifest (exactly ")
+    assert check_named(result, "manifest").reason.startswith(
+        f"{MANIFEST_FILE} is not a version 1 manifest (exactly "
+    )
 
 
 def test_a_manifest_naming_another_signer_is_tampered(fresh: Path, keys: Keys, trust_store: Path) -> None:
@@ -276,15 +278,11 @@ def test_a_manifest_naming_another_signer_is_tampered(fresh: Path, keys: Keys, t
         result = verify_bundle(fresh)
         assert result.verdict is Verdict.TAMPERED, attestation
         assert [c.name for c in result.checks if c.status is Status.FAIL] == ["signature"]
-        assert next(c.files for c in result.checks if c.name == "signature") == [MANIFEST_FILE]
-        assert _reason(result, "signature") == (
+        assert check_named(result, "signature").files == [MANIFEST_FILE]
+        assert check_named(result, "signature").reason == (
             f"valid ed25519 signature by {keys.trusted.keyid}, but {MANIFEST_FILE} does not record "
             "that key as the signer (attestation.signed, attestation.public_key)"
         )
-
-
-def _reason(result: object, name: str) -> str:
-    return next(c.reason for c in result.checks if c.name == name)  # type: ignore[attr-defined]
 
 
 def test_any_field_of_a_signed_statement_in_another_shape_is_a_refusal(
@@ -418,7 +416,7 @@ def test_a_manifest_whose_attestation_is_not_an_object_is_refused(
     (fresh / MANIFEST_FILE).write_text(json.dumps(manifest))
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    assert _reason(result, "manifest") == (
+    assert check_named(result, "manifest").reason == (
         "manifest.json is not a version 1 manifest (exactly manifest_version, created_by, "
         "run_status, bundle_digest, files, attestation; attestation naming attestation.dsse.json)"
     )
@@ -428,6 +426,6 @@ def test_a_seal_that_is_not_utf8_is_named_without_its_path(fresh: Path, trust_st
     (fresh / MANIFEST_FILE).write_bytes(b'{"a": "\xff"}')
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    assert _reason(result, "manifest") == (
+    assert check_named(result, "manifest").reason == (
         "manifest.json is not strict JSON (line 1: not UTF-8 (byte 0xff at offset 7))"
     )

@@ -32,6 +32,7 @@ from tests.tamper import (
     _flip_byte,
     _statement,
     _write_envelope,
+    check_named,
     sign_statement,
 )
 from tests.unit.core.test_limit_edges import padded
@@ -171,14 +172,10 @@ def test_a_tamper_only_this_check_catches(check: str, fresh: Path, keys: Keys, t
     )
 
 
-def _check_reason(result: Any, name: str) -> str:
-    return str(next(c.reason for c in result.checks if c.name == name))
-
-
 def test_each_check_names_what_it_found(fresh: Path, keys: Keys, trust_store: Path) -> None:
     """The reasons of the lone failures say what differs, not only that something does."""
     _attestation_reformatted(fresh, keys)
-    assert _check_reason(verify_bundle(fresh), "attestation-digest") == (
+    assert check_named(verify_bundle(fresh), "attestation-digest").reason == (
         "attestation file differs from the sha256 in the manifest (statement or signature changed "
         "after sealing)"
     )
@@ -197,17 +194,13 @@ def test_seal_budget_at_the_limit_and_one_past(tmp_path: Path, genuine: Path, tr
     assert check.reason == f"{MANIFEST_FILE} is over {MAX_SEAL_BYTES} bytes"
 
 
-def _check(result: Any, name: str) -> Any:
-    return next(c for c in result.checks if c.name == name)
-
-
 def test_every_entry_that_is_not_a_regular_file_is_named(fresh: Path, trust_store: Path) -> None:
     os.mkfifo(fresh / "trials" / "pipe-b")
     os.mkfifo(fresh / "trials" / "pipe-a")
     (fresh / "plots" / "link").symlink_to("decode_tps.png")
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    check = _check(result, "plain-files")
+    check = check_named(result, "plain-files")
     assert check.reason == (
         "not regular files: plots/link (symbolic link), trials/pipe-a (FIFO), trials/pipe-b (FIFO)"
     )
@@ -224,7 +217,7 @@ def test_every_bad_subject_is_named_not_only_the_first(fresh: Path, keys: Keys, 
         {"name": 7, "digest": digest},
     ]
     sign_statement(fresh, statement, keys.trusted)
-    check = _check(verify_bundle(fresh), "subject-names")
+    check = check_named(verify_bundle(fresh), "subject-names")
     assert check.status is Status.FAIL
     assert check.reason == (
         f"subject {first} '/abs': absolute or not a POSIX path; "
@@ -239,7 +232,7 @@ def test_every_file_added_and_removed_is_named(fresh: Path, trust_store: Path) -
     (fresh / "trials" / "extra-a.txt").write_text("sneaked in\n")
     (fresh / "plots" / "decode_tps.png").unlink()
     (fresh / "inputs" / "lock.json").unlink()
-    check = _check(verify_bundle(fresh), "subjects-cover-files")
+    check = check_named(verify_bundle(fresh), "subjects-cover-files")
     assert check.status is Status.FAIL
     assert check.reason == (
         "added: trials/extra-a.txt, trials/extra-b.txt; removed: inputs/lock.json, plots/decode_tps.png"
@@ -263,7 +256,7 @@ def test_a_statement_without_a_subject_list_and_a_predicate_object_is_refused(
     sign_statement(fresh, statement, keys.trusted)
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    check = _check(result, "attestation")
+    check = check_named(result, "attestation")
     assert (check.status, check.files) == (Status.FAIL, [ATTESTATION_FILE])
     assert check.reason == (
         f"statement lacks subjects or a predicate, or has predicate type {PREDICATE_TYPE!r}, "
@@ -274,7 +267,7 @@ def test_a_statement_without_a_subject_list_and_a_predicate_object_is_refused(
 def test_every_changed_file_is_named(fresh: Path, trust_store: Path) -> None:
     (fresh / "run.json").write_text("{}")
     (fresh / "results.json").write_text("{}")
-    check = _check(verify_bundle(fresh), "file-digests")
+    check = check_named(verify_bundle(fresh), "file-digests")
     assert (check.status, check.reason) == (Status.FAIL, "changed: results.json, run.json")
     assert check.files == ["results.json", "run.json"]
 
@@ -307,6 +300,6 @@ def test_every_field_the_run_record_and_the_signed_run_differ_on_is_named(
     statement = _statement(fresh)
     statement["predicate"]["run"].update(profile="another-profile", ended_utc="2026-01-02T00:00:00Z")
     sign_statement(fresh, statement, keys.trusted)
-    check = _check(verify_bundle(fresh), "run-status")
+    check = check_named(verify_bundle(fresh), "run-status")
     assert (check.status, check.files) == (Status.FAIL, ["run.json"])
     assert check.reason == "run.json and the signed predicate differ on profile, ended_utc"

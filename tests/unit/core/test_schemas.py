@@ -3,6 +3,7 @@
 import copy
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -235,14 +236,27 @@ KEYWORD_LINES = [
 ]
 
 
+SchemaWriter = Callable[[str, dict[str, Any]], str]
+
+
 @pytest.fixture
-def keyword_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def write_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SchemaWriter:
+    """Write a schema under a name of its own (the text is cached by name); return the name."""
     import appliance.core.validation as validation
 
     monkeypatch.setattr(validation, "SCHEMAS_DIR", tmp_path)
-    name = f"keywords-{tmp_path.name}"  # the schema text is cached by name
-    (tmp_path / f"{name}.schema.json").write_text(json.dumps(KEYWORD_SCHEMA))
-    return name
+
+    def write(label: str, schema: dict[str, Any]) -> str:
+        name = f"{label}-{tmp_path.name}"
+        (tmp_path / f"{name}.schema.json").write_text(json.dumps(schema))
+        return name
+
+    return write
+
+
+@pytest.fixture
+def keyword_schema(write_schema: SchemaWriter) -> str:
+    return write_schema("keywords", KEYWORD_SCHEMA)
 
 
 def test_every_keyword_has_its_own_line(keyword_schema: str) -> None:
@@ -352,22 +366,7 @@ def test_two_errors_say_one_more_and_an_unnamed_keyword_is_shown_as_is() -> None
 # --- schemas without top-level properties, and a false that is no additionalProperties -------
 
 
-@pytest.fixture
-def write_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Write a schema under a name of its own (the text is cached by name); return the name."""
-    import appliance.core.validation as validation
-
-    monkeypatch.setattr(validation, "SCHEMAS_DIR", tmp_path)
-
-    def write(label: str, schema: dict[str, Any]) -> str:
-        name = f"{label}-{tmp_path.name}"
-        (tmp_path / f"{name}.schema.json").write_text(json.dumps(schema))
-        return name
-
-    return write
-
-
-def test_a_schema_without_properties_allows_no_field_and_has_no_version(write_schema: Any) -> None:
+def test_a_schema_without_properties_allows_no_field_and_has_no_version(write_schema: SchemaWriter) -> None:
     name = write_schema("closed", {"$schema": DRAFT, "type": "object", "additionalProperties": False})
     assert schema_errors({}, name) == []
     assert schema_errors({"a": 1, "b~": 2}, name) == [
@@ -377,7 +376,7 @@ def test_a_schema_without_properties_allows_no_field_and_has_no_version(write_sc
     assert schema_errors({"schema_version": 9}, name) == ["/schema_version: unknown field (allowed: )"]
 
 
-def test_a_const_false_is_a_const_line_not_an_unknown_field(write_schema: Any) -> None:
+def test_a_const_false_is_a_const_line_not_an_unknown_field(write_schema: SchemaWriter) -> None:
     name = write_schema(
         "off",
         {

@@ -216,15 +216,20 @@ def _marked_in_source() -> list[str]:
     ]
 
 
+def _as_plain_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel back to its plain-Python function, as before compile_kernels."""
+    for func, _ in kernels._KERNELS:
+        monkeypatch.setattr(kernels, func.__name__, func)
+    monkeypatch.setattr(kernels, "_compiled", False)
+
+
 @pytest.fixture
 def restored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     """The kernels module as plain Python, as before compile_kernels (the trace tests' conftest
     compiles them for the session), numba's cache dir unset; all put back afterwards."""
     from numba.core import config
 
-    for func, _ in kernels._KERNELS:
-        monkeypatch.setattr(kernels, func.__name__, func)
-    monkeypatch.setattr(kernels, "_compiled", False)
+    _as_plain_python(monkeypatch)
     monkeypatch.setattr(config, "CACHE_DIR", "")
     monkeypatch.setenv("APPLIANCE_CACHE", str(tmp_path / "cache"))
     return monkeypatch
@@ -297,9 +302,7 @@ def test_cache_stats_count_what_each_run_kernel_compiled_and_loaded(restored: py
     assert kernels.cache_stats() == {}  # dispatchers compile lazily: nothing ran yet
     assert kernels._next_use_events(ptr, items, 2).tolist() == expected
     assert kernels.cache_stats() == {"_next_use_events": (0, 1)}
-    for func, _ in kernels._KERNELS:
-        restored.setattr(kernels, func.__name__, func)
-    restored.setattr(kernels, "_compiled", False)
+    _as_plain_python(restored)
     kernels.compile_kernels()
     assert kernels._next_use_events(ptr, items, 2).tolist() == expected
     assert kernels.cache_stats() == {"_next_use_events": (1, 0)}
