@@ -158,6 +158,12 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
         raise ConfigError(
             f"{where}: header moe_layers must be ascending block indices below n_layers={header['n_layers']}"
         )
+    sizes = header.get("expert_bytes")
+    if sizes is not None and sorted(int(key) for key in sizes) != layers:
+        raise ConfigError(
+            f"{where}: header expert_bytes must name exactly the moe_layers, "
+            f"got {', '.join(sorted(sizes, key=int))}; the file is corrupt"
+        )
     if len(layers) * header["n_experts"] > MAX_OBJECTS:
         raise ConfigError(
             f"{where}: {len(layers)} MoE layers x {header['n_experts']} experts "
