@@ -227,7 +227,8 @@ def route_csv_to_trace(data: bytes, source: dict[str, Any], where: str, turn: in
     _check_range(col, "slot", k - 1, where, first_line)
     _check_range(col, "expert", n_experts - 1, where, first_line)
     _check_range(col, "residency", 1, where, first_line)
-    finite = np.isfinite(col["weight"].astype(np.float32))
+    with np.errstate(over="ignore"):
+        finite = np.isfinite(col["weight"].astype(np.float32))
     if not finite.all():
         i = int(np.argmin(finite))
         raise _fail(where, first_line + i, "field weight: not a finite 32-bit number")
