@@ -15,9 +15,10 @@ expert e at layer l:
   |S(p, l) ∩ S(p - 1, l)| of its k experts; the share is the sum of those over k x the
   number of such (token, layer) pairs. The first decode token, whose predecessor is a prompt
   token, does not count.
-- **reuse distance**: for each decode activation (p, l, e), p - p' where p' is the last
-  earlier decode token that chose e at l, or "first" when none did; the distribution is the
-  share of all decode activations in each of `DISTANCE_BUCKETS`.
+- **reuse distance**: for each decode activation (t, l, e), t the decode token's ordinal in
+  evaluation order, t - t' where t' is the last earlier decode token that chose e at l, or
+  "first" when none did; the distribution is the share of all decode activations in each of
+  `DISTANCE_BUCKETS`.
 - **hit rates**: our replay (`appliance.trace.replay`, MoE-atomic events, one global pool of
   (layer, expert) objects) of the decode rows from a cold cache, LRU and Belady, at
   capacities of `CAPACITY_SHARES` of the L x E pairs (floor, at least k experts).
@@ -39,16 +40,16 @@ from appliance.trace.replay import RATE_DIGITS, ReplaySetup, replay_one
 
 CAPACITY_SHARES = (0.10, 0.25, 0.50)
 POLICIES = ("lru", "belady")
-# (label, smallest distance, largest distance) in tokens; None: no earlier use
-DISTANCE_BUCKETS: tuple[tuple[str, int, int], ...] = (
-    ("1", 1, 1),
-    ("2", 2, 2),
-    ("3-4", 3, 4),
-    ("5-8", 5, 8),
-    ("9-16", 9, 16),
-    ("17-32", 17, 32),
-    ("33-64", 33, 64),
-    (">64", 65, 1 << 62),
+# (label, smallest distance in tokens): each bucket runs to the next one's smallest - 1
+DISTANCE_BUCKETS: tuple[tuple[str, int], ...] = (
+    ("1", 1),
+    ("2", 2),
+    ("3-4", 3),
+    ("5-8", 5),
+    ("9-16", 9),
+    ("17-32", 17),
+    ("33-64", 33),
+    (">64", 65),
 )
 
 
@@ -73,16 +74,40 @@ def _activations(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return lidx, pos, rows["ids"].astype(np.int64).ravel()
 
 
+def previous_rows(lidx: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Per row, the index of the row at the same layer and position - 1, or -1 when none."""
+    span = int(pos.max()) + 2 if len(pos) else 1
+    key = lidx * span + pos
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    at = np.searchsorted(ordered, key - 1)
+    found = (at < len(key)) & (ordered[np.minimum(at, len(key) - 1)] == key - 1)
+    return np.where(found, order[np.minimum(at, len(key) - 1)], -1)
+
+
+def kept_experts(ids: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """Per row with a previous row, how many of its ids the previous row also chose (rows of
+    k ids compared k x k, in chunks that keep the comparison under 64 MiB)."""
+    k = ids.shape[1]
+    rows = np.flatnonzero(prev >= 0)
+    kept = np.zeros(len(rows), dtype=np.int64)
+    chunk = max(1, (1 << 26) // (k * k))
+    for start in range(0, len(rows), chunk):
+        sel = rows[start : start + chunk]
+        now, before = ids[sel], ids[prev[sel]]
+        kept[start : start + chunk] = (now[:, :, None] == before[:, None, :]).any(axis=2).sum(axis=1)
+    return kept
+
+
 def next_token_reuse(trace: Trace, lidx: np.ndarray, pos: np.ndarray, ids: np.ndarray) -> dict[str, Any]:
     """Kept share of the previous token's experts, overall and per MoE layer (decode rows)."""
-    n_layers, n_experts, k = len(trace.moe_layers), trace.n_experts, trace.k
-    span = int(pos.max()) + 2 if len(pos) else 1
-    row_key = lidx[::k] * span + pos[::k]
-    has_prev = np.isin(row_key - 1, row_key)
-    act_key = (lidx * span + pos) * n_experts + ids
-    kept = np.isin(act_key - n_experts, act_key)  # the same expert at p - 1, same layer
-    kept_per_layer = np.bincount(lidx[kept], minlength=n_layers)
-    pairs_per_layer = np.bincount(lidx[::k][has_prev], minlength=n_layers) * k
+    n_layers, k = len(trace.moe_layers), trace.k
+    row_lidx, row_pos = lidx[::k], pos[::k]
+    prev = previous_rows(row_lidx, row_pos)
+    kept = kept_experts(ids.reshape(-1, k), prev)
+    with_prev = row_lidx[prev >= 0]
+    kept_per_layer = np.bincount(with_prev, weights=kept, minlength=n_layers).astype(np.int64)
+    pairs_per_layer = np.bincount(with_prev, minlength=n_layers) * k
     return {
         "overall": _share(int(kept_per_layer.sum()), int(pairs_per_layer.sum())),
         "per_layer": [
@@ -92,23 +117,45 @@ def next_token_reuse(trace: Trace, lidx: np.ndarray, pos: np.ndarray, ids: np.nd
     }
 
 
-def reuse_distances(lidx: np.ndarray, pos: np.ndarray, ids: np.ndarray, n_experts: int) -> np.ndarray:
-    """Per decode activation, tokens since its (layer, expert) was last chosen; 0 for none."""
+def stable_pair_order(pair: np.ndarray) -> np.ndarray:
+    """The stable argsort of non-negative ids below 2**32, as two 16-bit radix passes (numpy
+    sorts 16-bit keys stably by radix, several times faster than a 64-bit sort)."""
+    order = np.argsort((pair & 0xFFFF).astype(np.uint16), kind="stable")
+    if len(pair) and int(pair.max()) >= 1 << 16:
+        order = order[np.argsort((pair[order] >> 16).astype(np.uint16), kind="stable")]
+    return order
+
+
+def reuse_distances(lidx: np.ndarray, token: np.ndarray, ids: np.ndarray, n_experts: int) -> np.ndarray:
+    """Per decode activation (in evaluation order, `token` its decode token's ordinal), decode
+    tokens since its (layer, expert) was last chosen; 0 for none."""
     pair = lidx * n_experts + ids
-    order = np.lexsort((pos, pair))
+    order = stable_pair_order(pair)  # by pair, then evaluation order
     distance = np.zeros(len(pair), dtype=np.int64)
     same = pair[order[1:]] == pair[order[:-1]]
-    distance[order[1:][same]] = (pos[order[1:]] - pos[order[:-1]])[same]
+    distance[order[1:][same]] = (token[order[1:]] - token[order[:-1]])[same]
     return distance
 
 
+def decode_ordinals(decode: Trace) -> np.ndarray:
+    """Per decode activation, its token's ordinal among the decode steps (0, 1, ...)."""
+    step = decode.rows["step"].astype(np.int64)
+    new = np.ones(len(step), dtype=np.int64)
+    new[1:] = step[1:] != step[:-1]
+    return np.repeat(np.cumsum(new) - 1, decode.k)
+
+
 def distance_distribution(distance: np.ndarray) -> list[dict[str, Any]]:
+    """Share of the activations in each of `DISTANCE_BUCKETS`, then `first` (distance 0)."""
+    lows = np.array([low for _, low in DISTANCE_BUCKETS], dtype=np.int64)
+    bucket = np.searchsorted(lows, distance, side="right")  # 0: first use, j: bucket j - 1
+    counts = np.bincount(bucket, minlength=len(lows) + 1)
     total = len(distance)
     out = [
-        {"distance": label, "share": _share(int(((distance >= low) & (distance <= high)).sum()), total)}
-        for label, low, high in DISTANCE_BUCKETS
+        {"distance": label, "share": _share(int(counts[j + 1]), total)}
+        for j, (label, _) in enumerate(DISTANCE_BUCKETS)
     ]
-    out.append({"distance": "first", "share": _share(int((distance == 0).sum()), total)})
+    out.append({"distance": "first", "share": _share(int(counts[0]), total)})
     return out
 
 
@@ -142,6 +189,8 @@ def locality(trace: Trace) -> dict[str, Any]:
         "hottest_count": int(counts.max()) if len(ids) else 0,
         "hottest_over_uniform": round(float(counts.max()) / mean, 3) if len(ids) else None,
         "next_token_reuse": next_token_reuse(trace, lidx, pos, ids),
-        "reuse_distance": distance_distribution(reuse_distances(lidx, pos, ids, n_experts)),
+        "reuse_distance": distance_distribution(
+            reuse_distances(lidx, decode_ordinals(decode), ids, n_experts)
+        ),
         "hit_rates": capacity_hit_rates(decode, n_pairs),
     }
