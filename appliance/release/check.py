@@ -16,12 +16,14 @@ from pathlib import Path
 from appliance.core.checks import Check, Status
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.evidence.finding import load_findings
+from appliance.models.gguf_header import GGUF_MAGIC
+from appliance.trace.format import MAGIC as TRACE_MAGIC
 
 DEFAULT_MAX_BYTES = 1 << 20
 WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".pt", ".pth", ".ckpt", ".onnx", ".h5", ".tflite")
-WEIGHT_MAGICS = (b"GGUF",)
+WEIGHT_MAGICS = (GGUF_MAGIC,)
 TRACE_SUFFIXES = (".moetrace",)
-TRACE_MAGICS = (b"MOETRACE",)
+TRACE_MAGICS = (TRACE_MAGIC,)
 SHOWN = 8
 SCAN_LIMIT = 64 << 20
 ALLOW_FILE = ".release-check-allow"
