@@ -35,8 +35,10 @@ KIND_DECODE = 1
 # What a reader accepts, so that every trace it accepts can be replayed in bounded memory:
 # replay keeps a few 8-byte words per (MoE layer, expert) object.
 MAX_HEADER_BYTES = 1 << 20
-MAX_LAYERS = 4096  # blocks; rows store the layer in 16 bits
-MAX_EXPERTS = 4096
+# A trace header's n_layers and n_experts: bounds on what a replay holds, not the model limits
+# llama.cpp enforces (appliance.core.limits.MAX_MODEL_LAYERS, MAX_MODEL_EXPERTS).
+MAX_TRACE_LAYERS = 4096  # blocks; rows store the layer in 16 bits
+MAX_TRACE_EXPERTS = 4096
 MAX_EXPERT_USED = 256
 MAX_OBJECTS = 1 << 20  # MoE layers x experts
 HEADER_SCHEMA = "trace-header"  # appliance/schemas/trace-header.schema.json: the documented types
@@ -135,8 +137,8 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
             f"{where}: header version {header['version']} but this reader understands version {VERSION}"
         )
     for key, top in (
-        ("n_layers", MAX_LAYERS),
-        ("n_experts", MAX_EXPERTS),
+        ("n_layers", MAX_TRACE_LAYERS),
+        ("n_experts", MAX_TRACE_EXPERTS),
         ("n_expert_used", MAX_EXPERT_USED),
     ):
         if not 1 <= header[key] <= top:

@@ -182,8 +182,8 @@ def _header(**fields: object) -> dict[str, object]:
 @pytest.mark.parametrize(
     ("key", "limit", "others"),
     [
-        ("n_layers", "MAX_LAYERS", {}),
-        ("n_experts", "MAX_EXPERTS", {}),
+        ("n_layers", "MAX_TRACE_LAYERS", {}),
+        ("n_experts", "MAX_TRACE_EXPERTS", {}),
         ("n_expert_used", "MAX_EXPERT_USED", {"n_experts": 4096}),
     ],
 )
@@ -348,11 +348,19 @@ def test_profile_memory_at_the_engines_floor_and_one_below(tmp_path: Path) -> No
 
 
 def test_llama_cpp_limits_have_one_home() -> None:
-    assert accounting.MAX_LAYERS is limits.MAX_LAYERS and shapes.MAX_LAYERS is limits.MAX_LAYERS
-    assert accounting.MAX_EXPERTS is limits.MAX_EXPERTS and shapes.MAX_EXPERTS is limits.MAX_EXPERTS
+    assert (
+        accounting.MAX_MODEL_LAYERS is limits.MAX_MODEL_LAYERS
+        and shapes.MAX_MODEL_LAYERS is limits.MAX_MODEL_LAYERS
+    )
+    assert (
+        accounting.MAX_MODEL_EXPERTS is limits.MAX_MODEL_EXPERTS
+        and shapes.MAX_MODEL_EXPERTS is limits.MAX_MODEL_EXPERTS
+    )
 
 
-@pytest.mark.parametrize(("key", "limit"), [("block_count", "MAX_LAYERS"), ("expert_count", "MAX_EXPERTS")])
+@pytest.mark.parametrize(
+    ("key", "limit"), [("block_count", "MAX_MODEL_LAYERS"), ("expert_count", "MAX_MODEL_EXPERTS")]
+)
 def test_the_planner_reads_llama_cpps_limits_at_the_edge_and_refuses_past(
     key: str, limit: str, tmp_path: Path
 ) -> None:
@@ -372,7 +380,7 @@ def test_the_planner_reads_llama_cpps_limits_at_the_edge_and_refuses_past(
 
 @pytest.mark.parametrize(
     ("field", "flag", "limit"),
-    [("layers", "--layers", "MAX_LAYERS"), ("experts", "--experts", "MAX_EXPERTS")],
+    [("layers", "--layers", "MAX_MODEL_LAYERS"), ("experts", "--experts", "MAX_MODEL_EXPERTS")],
 )
 def test_the_synthesizer_takes_llama_cpps_limits_and_refuses_past(field: str, flag: str, limit: str) -> None:
     top = getattr(limits, limit)
