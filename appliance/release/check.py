@@ -19,13 +19,17 @@ from appliance.core.checks import Check, Status
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.evidence.finding import load_findings
+from appliance.models.gguf_header import GGUF_MAGIC
 from appliance.release.vendored import vendored_sha256
+from appliance.trace.format import MAGIC as TRACE_MAGIC
+from appliance.trace.route_csv import MAGIC_LINE as ROUTE_CSV_MAGIC_LINE
 
 DEFAULT_MAX_BYTES = 1 << 20
 WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".pt", ".pth", ".ckpt", ".onnx", ".h5", ".tflite")
-WEIGHT_MAGICS = (b"GGUF",)
+WEIGHT_MAGICS = (GGUF_MAGIC,)
 TRACE_SUFFIXES = (".moetrace",)
-TRACE_MAGICS = (b"MOETRACE", b"# route_trace")  # our format; route_trace CSV (trace import)
+# Our format, and route_trace CSV (trace import) by its first line's prefix without the version.
+TRACE_MAGICS = (TRACE_MAGIC, ROUTE_CSV_MAGIC_LINE.rsplit(" ", 1)[0].encode())
 SHOWN = 8
 SCAN_LIMIT = 64 << 20
 ALLOW_FILE = ".release-check-allow"
