@@ -3,9 +3,10 @@
 The tensor list, shapes and ggml types are exactly the skeleton's (models/skeleton.py, one home
 for the tensor plan); this module adds weights and a tokenizer so llama.cpp loads and runs the
 file. Weights are random but bounded: quantized tensors are random blocks whose fp16 scales
-bound every value (models/blocks.py), at 1/sqrt(fan-in) so every activation stays finite
-through all layers; layer outputs (attn_output, ssm_out, ffn_down_*) are ten times smaller, as
-in the tiny synth, so the token embedding dominates the residual. Norms are 1. Routers
+bound every value (models/blocks.py) by sqrt(3 / fan-in) (the range of a uniform fill of
+variance 1 / fan-in), so every activation stays finite through all layers; layer outputs
+(attn_output, ssm_out, ffn_down_*) are ten times smaller, as in the tiny synth, so the token
+embedding dominates the residual. Norms are 1. Routers
 (ffn_gate_inp) are noise plus `skew` x a Zipf popularity read from a constant component of
 every token embedding (dimension 0), the tiny synth's popularity control; the tiny synth's
 cluster locality needs designed embeddings and is left out here (the real-routing issue
