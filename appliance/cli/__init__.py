@@ -36,7 +36,10 @@ VERBS: dict[str, Verb] = {
         "Pull TARGET's published image by digest, or load it "
         "--from an exported archive, and check it against the lock.",
     ),
-    "model": Verb("appliance.cli.model", "Synthesize tiny MoE GGUF models and inspect GGUF files."),
+    "model": Verb(
+        "appliance.cli.model",
+        "Synthesize MoE GGUF models (tiny, or full size from a skeleton input) and header-only GGUFs.",
+    ),
     "plan": Verb(
         "appliance.cli.plan",
         "Plan placement and memory for a GGUF (path, header-only file or URL) under limits.",

@@ -6,7 +6,9 @@ import click
 
 from appliance.cli.options import POSITIVE, SEED, OutputPath, finite, json_option, strict_json
 from appliance.cli.progress import progress_display
+from appliance.core.errors import ApplianceError
 from appliance.core.units import format_size, parse_size
+from appliance.models.full_synth import synthesize_like
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, ModelSynthSpec
 from appliance.models.skeleton import write_skeleton
 from appliance.models.synth import synthesize
@@ -14,90 +16,146 @@ from appliance.models.synth import synthesize
 
 @click.group("model")
 def model_group() -> None:
-    """Synthesize tiny MoE GGUF models and inspect GGUF files."""
+    """Synthesize MoE GGUF models (tiny, or full size from a skeleton input) and header-only GGUFs."""
 
 
 @model_group.command("synth")
 @click.argument("out", type=OutputPath())
-@click.option("--arch", type=click.Choice(ARCHES), required=True)
+@click.option(
+    "--like",
+    "like",
+    metavar="INPUT.json",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Full size: the tensors, shapes and types of this skeleton input (evidence/plans/).",
+)
+@click.option("--arch", type=click.Choice(ARCHES), help="Tiny model: the architecture.")
 @click.option(
     "--size",
     "size_text",
-    default="400MiB",
-    show_default=True,
-    help="Largest file size; the expert width is chosen to come close to it.",
+    help="Tiny model: largest file size; the expert width is chosen to come close to it.  [default: 400MiB]",
 )
-@click.option("--experts", type=POSITIVE, default=64, show_default=True, help="Routed experts per layer.")
-@click.option("--used", type=POSITIVE, default=8, show_default=True, help="Experts chosen per token.")
-@click.option("--layers", type=POSITIVE, default=4, show_default=True, help="MoE layers.")
+@click.option("--experts", type=POSITIVE, help="Tiny model: routed experts per layer.  [default: 64]")
+@click.option("--used", type=POSITIVE, help="Tiny model: experts chosen per token.  [default: 8]")
+@click.option(
+    "--layers",
+    type=POSITIVE,
+    help="MoE layers (tiny default 4); with --like, the first N layers at full width (default all).",
+)
 @click.option(
     "--skew",
     type=finite(min=0),
     default=1.0,
     show_default=True,
-    help="Router structure: 0 uniform random, 1 heavy-tailed with strong locality.",
+    help="Router structure: 0 uniform random, 1 heavy-tailed (tiny models: with strong locality).",
 )
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(
     "--type",
     "expert_type",
     type=click.Choice(sorted(EXPERT_TYPES)),
-    default="f16",
-    show_default=True,
-    help="Type of the expert tensors.",
+    help="Tiny model: type of the expert tensors.  [default: f16]",
 )
 @json_option
 def synth_command(
     out: Path,
-    arch: str,
-    size_text: str,
-    experts: int,
-    used: int,
-    layers: int,
+    like: Path | None,
+    arch: str | None,
+    size_text: str | None,
+    experts: int | None,
+    used: int | None,
+    layers: int | None,
     skew: float,
     seed: int,
-    expert_type: str,
+    expert_type: str | None,
     as_json: bool,
 ) -> None:
-    """Write a tiny synthetic MoE GGUF that llama.cpp loads and runs (same seed, same bytes)."""
+    """Write a synthetic MoE GGUF that llama.cpp loads and runs (same seed, same bytes): a tiny
+    one (--arch), or a full-size one with the tensor plan of a skeleton input (--like)."""
+    if like is not None:
+        tiny = {
+            "--arch": arch,
+            "--size": size_text,
+            "--experts": experts,
+            "--used": used,
+            "--type": expert_type,
+        }
+        given = [name for name, value in tiny.items() if value is not None]
+        if given:
+            verb = "describes" if len(given) == 1 else "describe"
+            raise ApplianceError(
+                f"{', '.join(given)} {verb} a tiny model; --like takes its shape from {like}"
+            )
+        synth_like(like, out, seed, skew, layers, as_json)
+        return
+    if arch is None:
+        raise ApplianceError("give --arch (a tiny model) or --like INPUT.json (a full-size one)")
     spec = ModelSynthSpec(
         arch=arch,
-        size_bytes=parse_size(size_text),
-        experts=experts,
-        used=used,
-        layers=layers,
+        size_bytes=parse_size(size_text or "400MiB"),
+        experts=experts or 64,
+        used=used or 8,
+        layers=layers or 4,
         skew=skew,
         seed=seed,
-        expert_type=expert_type,
+        expert_type=expert_type or "f16",
     )
     with progress_display(quiet=as_json) as progress:
         result = synthesize(spec, out, progress)
-    for stale in result.stale_removed:
-        click.echo(f"removed {stale}, left by an earlier synth that was killed", err=True)
     record = {
         "path": str(result.path),
         "size_bytes": result.size_bytes,
         "sha256": result.sha256,
         "arch": arch,
-        "experts": experts,
-        "used": used,
-        "layers": layers,
+        "experts": spec.experts,
+        "used": spec.used,
+        "layers": spec.layers,
         "skew": skew,
         "seed": seed,
-        "type": expert_type,
+        "type": spec.expert_type,
         "expert_ff": result.expert_ff,
         "expert_bytes": result.expert_bytes,
     }
+    summary = (
+        f"{arch}, {spec.layers} layers x {spec.experts} experts ({spec.used} per token), "
+        f"expert width {result.expert_ff}"
+    )
+    echo_written(record, result.stale_removed, summary, result.expert_bytes, as_json)
+
+
+def echo_written(
+    record: dict[str, object], stale: tuple[Path, ...], summary: str, expert_bytes: int, as_json: bool
+) -> None:
+    """What a synth wrote: the record as JSON, or a summary line and the sha256."""
+    for path in stale:
+        click.echo(f"removed {path}, left by an earlier synth that was killed", err=True)
     if as_json:
         click.echo(strict_json(record, indent=2))
         return
+    size = int(str(record["size_bytes"]))
     click.echo(
-        f"wrote {result.path}: {format_size(result.size_bytes)} "
-        f"({result.size_bytes} bytes), {arch}, {layers} layers x {experts} experts "
-        f"({used} per token), expert width {result.expert_ff}, "
-        f"{100 * result.expert_bytes / result.size_bytes:.1f}% of bytes in experts"
+        f"wrote {record['path']}: {format_size(size)} ({size} bytes), {summary}, "
+        f"{100 * expert_bytes / size:.1f}% of bytes in experts"
     )
-    click.echo(f"sha256 {result.sha256}")
+    click.echo(f"sha256 {record['sha256']}")
+
+
+def synth_like(like: Path, out: Path, seed: int, skew: float, layers: int | None, as_json: bool) -> None:
+    with progress_display(quiet=as_json) as progress:
+        result = synthesize_like(like, out, seed=seed, skew=skew, layers=layers, progress=progress)
+    record = {
+        "path": str(result.path),
+        "size_bytes": result.size_bytes,
+        "sha256": result.sha256,
+        "like": like.name,
+        "arch": result.arch,
+        "layers": result.layers,
+        "tensors": result.tensors,
+        "skew": skew,
+        "seed": seed,
+        "expert_bytes": result.expert_bytes,
+    }
+    summary = f"{result.arch} like {like.name}, {result.layers} layers, {result.tensors} tensors"
+    echo_written(record, result.stale_removed, summary, result.expert_bytes, as_json)
 
 
 @model_group.command("skeleton")

@@ -5,6 +5,7 @@ one expert slab plus the small tensors, whatever the file size."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.core.progress import ProgressFn, byte_counter
 from appliance.models import weights
-from appliance.models.shapes import Layout, ModelSynthSpec, solve_layout
+from appliance.models.shapes import Layout, ModelSynthSpec, TensorSpec, solve_layout
 from appliance.models.vocab import Vocab, byte_vocab
 
 SYNTH_FORMAT = 1  # bump when the same spec would produce different bytes
@@ -32,6 +33,17 @@ class SynthResult:
     expert_bytes: int
     layout: Layout
     stale_removed: tuple[Path, ...] = ()  # temporaries of killed earlier runs, now removed
+
+
+def add_tokenizer(w: GGUFWriter, vocab: Vocab) -> None:
+    w.add_string(Keys.Tokenizer.MODEL, "gpt2")
+    w.add_string(Keys.Tokenizer.PRE, "qwen2")
+    w.add_array(Keys.Tokenizer.LIST, vocab.tokens)
+    w.add_array(Keys.Tokenizer.TOKEN_TYPE, vocab.token_types)
+    w.add_array(Keys.Tokenizer.MERGES, vocab.merges)
+    w.add_uint32(Keys.Tokenizer.EOS_ID, vocab.eos_id)
+    w.add_uint32(Keys.Tokenizer.PAD_ID, vocab.eos_id)
+    w.add_bool(Keys.Tokenizer.ADD_BOS, False)
 
 
 def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
@@ -68,18 +80,59 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
         w.add_uint32(Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=a), layout.full_attention_interval)
     else:
         w.add_uint32(Keys.Rope.DIMENSION_COUNT.format(arch=a), d.head_dim)
-    w.add_string(Keys.Tokenizer.MODEL, "gpt2")
-    w.add_string(Keys.Tokenizer.PRE, "qwen2")
-    w.add_array(Keys.Tokenizer.LIST, vocab.tokens)
-    w.add_array(Keys.Tokenizer.TOKEN_TYPE, vocab.token_types)
-    w.add_array(Keys.Tokenizer.MERGES, vocab.merges)
-    w.add_uint32(Keys.Tokenizer.EOS_ID, vocab.eos_id)
-    w.add_uint32(Keys.Tokenizer.PAD_ID, vocab.eos_id)
-    w.add_bool(Keys.Tokenizer.ADD_BOS, False)
+    add_tokenizer(w, vocab)
     w.add_uint32("appliance.synth.format", SYNTH_FORMAT)
     w.add_uint32("appliance.synth.seed", spec.seed)
     w.add_float32("appliance.synth.skew", spec.skew)
     w.add_uint64("appliance.synth.size_request", spec.size_bytes)
+
+
+def stream_gguf(
+    writer: GGUFWriter,
+    out: Path,
+    tensors: Iterable[Iterable[bytes | memoryview]],
+    data_bytes: int,
+    progress: ProgressFn | None,
+) -> str:
+    """Write the writer's header and tensor infos, then each tensor's chunks (in the order of
+    the infos) with the alignment padding after each, to `out` through a temporary name renamed
+    when whole; the file's sha256, taken while writing (the file is never read back)."""
+    digest = hashlib.sha256()
+    try:
+        with atomic.replacing_path(out) as tmp:
+            writer.write_header_to_file(tmp)
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            assert writer.fout is not None
+            fout = writer.fout[0]
+            writer.write_padding(fout, fout.tell())
+            fout.flush()
+            digest.update(tmp.read_bytes())  # header only: nothing else written yet
+            written = byte_counter(f"writing {out.name}", data_bytes, progress)
+            total = 0
+            for chunks in tensors:
+                size = 0
+                for chunk in chunks:
+                    view = memoryview(chunk).cast("B")
+                    fout.write(view)
+                    digest.update(view)
+                    size += view.nbytes
+                    written(view.nbytes)
+                pad = bytes(-size % writer.data_alignment)
+                fout.write(pad)
+                digest.update(pad)
+                written(len(pad))
+                total += size + len(pad)
+            if total != data_bytes:
+                raise AssertionError(f"wrote {total} bytes of tensor data, the header declares {data_bytes}")
+            writer.close()
+    except OSError as exc:
+        writer.close()
+        raise ApplianceError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    except BaseException:
+        writer.close()
+        raise
+    return digest.hexdigest()
 
 
 def synthesize(spec: ModelSynthSpec, out: Path, progress: ProgressFn | None = None) -> SynthResult:
@@ -96,42 +149,14 @@ def synthesize(spec: ModelSynthSpec, out: Path, progress: ProgressFn | None = No
         writer.add_tensor_info(
             t.name, tuple(reversed(t.shape)), np.dtype(np.float32), t.nbytes, raw_dtype=t.qtype
         )
-    digest = hashlib.sha256()  # taken while writing: the file is never read back
-    try:
-        with atomic.replacing_path(out) as tmp:
-            writer.write_header_to_file(tmp)
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            assert writer.fout is not None
-            fout = writer.fout[0]
-            writer.write_padding(fout, fout.tell())
-            fout.flush()
-            digest.update(tmp.read_bytes())  # header only: nothing else written yet
-            data_bytes = sum(t.nbytes + -t.nbytes % writer.data_alignment for t in layout.tensors)
-            written = byte_counter(f"writing {out.name}", data_bytes, progress)
+    data_bytes = sum(t.nbytes + -t.nbytes % writer.data_alignment for t in layout.tensors)
 
-            def emit(data: bytes) -> None:
-                fout.write(data)
-                digest.update(data)
-                written(len(data))
+    def tensor_bytes(t: TensorSpec) -> Iterator[bytes]:
+        if t.role == "experts":
+            yield from weights.expert_slabs(layout, t)
+        else:
+            yield weights.dense_bytes(layout, design, t)
 
-            for t in layout.tensors:
-                if t.role == "experts":
-                    for slab in weights.expert_slabs(layout, t):
-                        emit(slab)
-                else:
-                    emit(weights.dense_bytes(layout, design, t))
-                pad = -t.nbytes % writer.data_alignment
-                if pad:
-                    emit(bytes(pad))
-            writer.close()
-    except OSError as exc:
-        writer.close()
-        raise ApplianceError(f"cannot write {out}: {exc.strerror or exc}") from exc
-    except BaseException:
-        writer.close()
-        raise
+    sha256 = stream_gguf(writer, out, (tensor_bytes(t) for t in layout.tensors), data_bytes, progress)
     expert_bytes = sum(t.nbytes for t in layout.tensors if t.role == "experts")
-    return SynthResult(
-        out, out.stat().st_size, digest.hexdigest(), layout.ff_exp, expert_bytes, layout, tuple(stale)
-    )
+    return SynthResult(out, out.stat().st_size, sha256, layout.ff_exp, expert_bytes, layout, tuple(stale))

@@ -61,3 +61,15 @@ def token_bytes(vocab: Vocab, token: int) -> bytes:
     """The bytes a normal token stands for (GPT-2 symbols mapped back to bytes)."""
     back = {symbol: b for b, symbol in enumerate(gpt2_byte_symbols())}
     return bytes(back[ch] for ch in vocab.tokens[token])
+
+
+def padded_vocab(n_tokens: int) -> Vocab:
+    """The byte vocabulary filled up to `n_tokens` with normal tokens `[synthN]` (a model's
+    token embedding and output head have exactly one row per token)."""
+    base = byte_vocab()
+    fill = n_tokens - len(base.tokens)
+    if fill < 0:
+        raise ValueError(f"a vocabulary needs at least {len(base.tokens)} tokens, not {n_tokens}")
+    tokens = base.tokens + [f"[synth{i}]" for i in range(fill)]
+    types = base.token_types + [int(TokenType.NORMAL)] * fill
+    return Vocab(tokens, types, base.merges, base.eos_id, base.im_start_id, base.im_end_id)

@@ -37,9 +37,13 @@ F16_EXPERT_EXPONENT = 9  # expert f16 values: random sign and mantissa, magnitud
 Q8_0_SCALE = np.float16(2.0**-12)  # expert q8_0 blocks: random int8 times this scale
 
 
+def name_key(name: str) -> int:
+    """A tensor name as a 64-bit seed component: each tensor draws its own stream."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
+
+
 def rng_for(seed: int, name: str) -> np.random.Generator:
-    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
-    return np.random.default_rng([seed, key])
+    return np.random.default_rng([seed, name_key(name)])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,245 @@
+"""Full-size synthetic models with the tensor plan of a skeleton input (`model synth --like`).
+
+The tensor list, shapes and ggml types are exactly the skeleton's (models/skeleton.py, one home
+for the tensor plan); this module adds weights and a tokenizer so llama.cpp loads and runs the
+file. Weights are random but bounded: quantized tensors are random blocks whose fp16 scales
+bound every value (models/blocks.py) by sqrt(3 / fan-in) (the range of a uniform fill of
+variance 1 / fan-in), so every activation stays finite through all layers; layer outputs
+(attn_output, ssm_out, ffn_down_*) are ten times smaller, as in the tiny synth, so the token
+embedding dominates the residual. Norms are 1. Routers
+(ffn_gate_inp) are noise plus `skew` x a Zipf popularity read from a constant component of
+every token embedding (dimension 0), the tiny synth's popularity control; the tiny synth's
+cluster locality needs designed embeddings and is left out here (the real-routing issue
+calibrates routing).
+
+The file is written in one streaming pass with bounded memory: the header, then each tensor's
+data in chunks of about CHUNK_BYTES, each tensor drawn from its own generator seeded by
+(seed, tensor name). Same input, seed, skew and layers: the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGUFWriter
+from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
+
+from appliance.core import atomic
+from appliance.core.errors import ConfigError
+from appliance.core.progress import ProgressFn
+from appliance.host.filesystems import refuse_unfit_target
+from appliance.models import blocks, skeleton
+from appliance.models.synth import add_tokenizer, stream_gguf
+from appliance.models.vocab import padded_vocab
+from appliance.models.weights import POPULARITY_GAIN, name_key, zipf_popularity
+
+FULL_SYNTH_FORMAT = 1  # bump when the same input and seed would produce different bytes
+CHUNK_BYTES = 16 << 20  # tensor bytes generated and written at a time
+OUTPUT_GAIN = 0.1  # layer outputs stay small so the token embedding dominates the residual
+EMBED_AMAX = 1.0  # token embedding values lie in [-1, 1] ...
+EMBED_SHARED = 4.0  # ... apart from dimension 0, the constant the routers' popularity reads
+HEADER_SLACK = 1 << 20  # metadata and tensor infos besides the tokens, an upper bound
+TOKEN_BYTES = 8 + 4 + len("[synth]")  # a filler token in the header: length, type, text (+ digits)
+OUTPUT_PROJECTIONS = ("attn_output", "ssm_out", "ffn_down_exps", "ffn_down_shexp")
+FLOAT_ONLY = ("ones", "zeros", "router", "ssm_a", "conv")
+
+F32, Q8_0, Q4_K = GGMLQuantizationType.F32, GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_K
+SHARED_EMBEDDING_TYPES = (Q8_0, Q4_K)  # token embeddings that can carry the routers' constant
+
+
+@dataclass(frozen=True)
+class FullSynthResult:
+    path: Path
+    size_bytes: int
+    sha256: str
+    arch: str
+    layers: int
+    tensors: int
+    expert_bytes: int
+    stale_removed: tuple[Path, ...] = ()
+
+
+def role(name: str) -> str:
+    base = skeleton.base_name(name)
+    if base == "token_embd":
+        return "token_embd"
+    if base.endswith("norm"):
+        return "ones"
+    if base == "ffn_gate_inp":
+        return "router"
+    if base == "ssm_a":
+        return "ssm_a"
+    if base == "ssm_dt":
+        return "zeros"
+    if base == "ssm_conv1d":
+        return "conv"
+    return "dense"
+
+
+def amax_for(name: str, shape: tuple[int, ...]) -> float:
+    """Bound of a matrix's values: sqrt(3 / fan-in), the bound of a uniform fill of variance
+    1 / fan-in, times OUTPUT_GAIN for layer outputs."""
+    gain = OUTPUT_GAIN if skeleton.base_name(name) in OUTPUT_PROJECTIONS else 1.0
+    return gain * math.sqrt(3.0 / shape[0])
+
+
+def bitgen_for(seed: int, name: str) -> np.random.SFC64:
+    return np.random.SFC64(np.random.SeedSequence([seed, name_key(name)]))
+
+
+def check_plan(specs: list[skeleton.Spec], skew: float, where: str) -> None:
+    """Refuse, before anything is written, what the writer cannot generate."""
+    for name, _, qtype in specs:
+        blocks.refuse_ungenerated(qtype, name, where)
+        r = role(name)
+        if r in FLOAT_ONLY and qtype not in blocks.FLOAT_TYPES:
+            raise ConfigError(f"{where}: {name} ({r}) must be F32 or F16 to be generated, not {qtype.name}")
+        if r == "token_embd" and skew > 0 and qtype not in SHARED_EMBEDDING_TYPES:
+            names = " or ".join(t.name for t in SHARED_EMBEDDING_TYPES)
+            raise ConfigError(
+                f"{where}: routers with --skew {skew:g} read a constant written into a {names} token "
+                f"embedding; token_embd is {qtype.name}: use --skew 0 or one of those types"
+            )
+
+
+def router(seed: int, skew: float, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """ffn_gate_inp rows (experts, embd): noise plus skew x Zipf popularity on dimension 0."""
+    embd, experts = shape
+    rng = np.random.Generator(bitgen_for(seed, name))
+    w = (rng.standard_normal((experts, embd)) / np.sqrt(embd)).astype(np.float32)
+    w[:, 0] = skew * POPULARITY_GAIN * zipf_popularity(rng, experts)
+    return w
+
+
+def quantized_chunks(
+    seed: int, skew: float, name: str, shape: tuple[int, ...], qtype: GGMLQuantizationType
+) -> Iterator[np.ndarray]:
+    block, size = GGML_QUANT_SIZES[qtype]
+    per_row = shape[0] // block
+    rows = math.prod(shape[1:])
+    bitgen = bitgen_for(seed, name)
+    embedding = role(name) == "token_embd"
+    amax = EMBED_AMAX if embedding else amax_for(name, shape)
+    rows_per_chunk = max(1, CHUNK_BYTES // (per_row * size))
+    for first in range(0, rows, rows_per_chunk):
+        n = min(rows_per_chunk, rows - first)
+        raw = blocks.random_blocks(bitgen, qtype, n * per_row, amax)
+        if embedding and skew > 0:
+            raw.reshape(n, per_row, size)[:, 0, :] = shared_first_block(qtype)
+        yield raw
+
+
+def shared_first_block(qtype: GGMLQuantizationType) -> np.ndarray:
+    """The first block of every token embedding row when routers are skewed: element 0 is
+    EMBED_SHARED, the rest of the block 0, so dimension 0 is a constant every router reads."""
+    _, size = GGML_QUANT_SIZES[qtype]
+    block = np.zeros(size, dtype=np.uint8)
+    if qtype == Q8_0:  # d, int8 q[32]
+        block[0:2] = np.frombuffer(np.float16(EMBED_SHARED / 127).astype("<f2").tobytes(), np.uint8)
+        block[2] = 127
+    else:  # Q4_K: d, dmin = 0, scales (sub-block 0: scale 63, min 0; others 0), q[0] = 15
+        block[0:2] = np.frombuffer(np.float16(EMBED_SHARED / (63 * 15)).astype("<f2").tobytes(), np.uint8)
+        block[4] = 63
+        block[16] = 0x0F
+    return block
+
+
+def tensor_chunks(
+    seed: int, skew: float, name: str, shape: tuple[int, ...], qtype: GGMLQuantizationType
+) -> Iterator[np.ndarray]:
+    """A tensor's bytes in chunks of about CHUNK_BYTES (uint8 or float arrays)."""
+    if qtype not in blocks.FLOAT_TYPES:
+        yield from quantized_chunks(seed, skew, name, shape, qtype)
+        return
+    dtype = np.dtype("<f4") if qtype == F32 else np.dtype("<f2")
+    r = role(name)
+    if r == "router":
+        yield router(seed, skew, name, shape).astype(dtype)
+        return
+    total = math.prod(shape)
+    step = max(1, CHUNK_BYTES // dtype.itemsize)
+    rng = np.random.Generator(bitgen_for(seed, name))  # one stream across the chunks
+    amax = EMBED_AMAX if r == "token_embd" else amax_for(name, shape)
+    for first in range(0, total, step):
+        n = min(step, total - first)
+        if r == "ones":
+            values = np.ones(n)
+        elif r == "zeros":
+            values = np.zeros(n)
+        elif r == "ssm_a":
+            values = -rng.uniform(0.5, 2.0, size=n)
+        elif r == "conv":
+            values = 0.5 * rng.standard_normal(n)
+        else:
+            values = rng.uniform(-amax, amax, size=n)
+        yield values.astype(dtype)
+
+
+def plan_for(input_path: Path, layers: int | None) -> tuple[dict[str, Any], list[skeleton.Spec], int]:
+    doc = skeleton.load_input(input_path)
+    where = str(input_path)
+    model_layers = int(doc["config"]["num_hidden_layers"])
+    if layers is not None and not 1 <= layers <= model_layers:
+        raise ConfigError(f"--layers {layers} is outside 1..{model_layers}, the layers of {input_path.name}")
+    missing = [k for k in skeleton.RUNTIME_BY_ARCH[doc["arch"]] if k not in doc["config"]]
+    if missing:
+        raise ConfigError(
+            f"{where}: config lacks {', '.join(missing)}, which llama.cpp needs to run the model; "
+            "add them with their source"
+        )
+    specs = skeleton.tensor_specs(doc, where, layers)
+    return doc, specs, model_layers if layers is None else layers
+
+
+def synthesize_like(
+    input_path: Path,
+    out: Path,
+    seed: int = 0,
+    skew: float = 1.0,
+    layers: int | None = None,
+    progress: ProgressFn | None = None,
+) -> FullSynthResult:
+    """Write the input's model with random bounded weights to `out` (through a temporary name,
+    renamed when whole); `layers` writes the first that many layers only."""
+    doc, specs, n_layers = plan_for(input_path, layers)
+    check_plan(specs, skew, str(input_path))
+    atomic.refuse_special(out)
+    n_vocab = int(doc["config"]["vocab_size"])
+    align = GGUF_DEFAULT_ALIGNMENT  # the writer adds no general.alignment key
+    data_bytes = sum(skeleton.nbytes(shape, q) + -skeleton.nbytes(shape, q) % align for _, shape, q in specs)
+    header_bound = n_vocab * (TOKEN_BYTES + len(str(n_vocab))) + HEADER_SLACK
+    refuse_unfit_target(out, data_bytes + header_bound, f"the {n_layers}-layer model")
+    vocab = padded_vocab(n_vocab)
+    writer = GGUFWriter(None, doc["arch"])
+    skeleton.add_model_metadata(writer, doc, n_layers)
+    add_tokenizer(writer, vocab)
+    writer.add_uint32("appliance.synth.format", FULL_SYNTH_FORMAT)
+    writer.add_uint32("appliance.synth.seed", seed)
+    writer.add_float32("appliance.synth.skew", skew)
+    writer.add_string("appliance.synth.like", input_path.name)
+    skeleton.add_tensor_infos(writer, specs)
+    stale = atomic.remove_stale_temporaries(out)
+    tensors = (
+        (
+            np.ascontiguousarray(chunk).reshape(-1).view(np.uint8).data
+            for chunk in tensor_chunks(seed, skew, *spec)
+        )
+        for spec in specs
+    )
+    sha256 = stream_gguf(writer, out, tensors, data_bytes, progress)
+    expert_bytes = sum(skeleton.nbytes(s, q) for n, s, q in specs if skeleton.base_name(n).endswith("_exps"))
+    return FullSynthResult(
+        out,
+        out.stat().st_size,
+        sha256,
+        doc["arch"],
+        n_layers,
+        len(specs),
+        expert_bytes,
+        tuple(stale),
+    )
