@@ -361,3 +361,18 @@ def test_jsonl_line_that_is_not_json(tmp_path: Path, jmodel: Path) -> None:
     src.write_text(jsonl([RECORDS[0]]) + "{nope\n")
     with pytest.raises(ConfigError, match=r"bad\.jsonl: line 2: not valid JSON"):
         import_trace(src, "jsonl", _fields(jmodel))
+
+
+def test_export_to_libcachesim_takes_the_trace_expert_bytes(tmp_path: Path) -> None:
+    src = tmp_path / "tiny.csv"
+    src.write_text(TINY)
+    trace_file = tmp_path / "t.moetrace"
+    assert cli_import(src, trace_file)[0] == 0
+    out = tmp_path / "t.oracleGeneral"
+    run_cli("trace", "export", str(trace_file), "--to", "libcachesim", "--out", str(out), check=True)
+    from appliance.trace.interchange import ORACLE_DTYPE
+
+    records = np.frombuffer(out.read_bytes(), dtype=ORACLE_DTYPE)
+    layer = (records["obj"].astype(np.int64) - 1) // 8
+    assert records["size"].tolist() == np.where(layer == 0, 100, 250).tolist()
+    assert len(records) == 3 + 2 + 2 + 2 + 2 + 2  # each (step, layer) event's distinct experts
