@@ -215,6 +215,17 @@ BAD = [
     ),
     ("no rows", HEAD + SIZES + COLS, "no routed row after the column line"),
     (
+        "fraction in an integer column",
+        _replace_line(FIRST_ROW + 2, "0,0,1,0,0,2.0,0.7,0,100\n"),
+        f"line {FIRST_ROW + 2}: field expert: '2.0' is not a number of that column",
+    ),
+    (
+        "malformed weight",
+        _replace_line(FIRST_ROW + 2, "0,0,1,0,0,2,0.7.1,0,100\n"),
+        f"line {FIRST_ROW + 2}: field weight: '0.7.1' is not a number of that column",
+    ),
+    ("empty line", TINY + "\n", f"line {FIRST_ROW + 14}: 1 columns, expected 9"),
+    (
         "weight overflows",
         _replace_line(FIRST_ROW, "0,0,0,0,0,3,1e99,0,100\n"),
         f"line {FIRST_ROW}: field weight: not a finite 32-bit number",
