@@ -345,7 +345,8 @@ def export_trace(trace: Trace, fmt: str, expert_bytes: dict[int, int] | None) ->
     if fmt == "libcachesim":
         if expert_bytes is None:
             raise ConfigError(
-                "--to libcachesim needs --model GGUF: object sizes are the model's expert bytes"
+                "--to libcachesim needs --model GGUF: object sizes are the model's expert bytes, "
+                "and this trace's header carries none (expert_bytes)"
             )
         return libcachesim_oracle(trace, expert_bytes).tobytes()
     raise ConfigError(f"unknown export format {fmt!r}; choose from {', '.join(EXPORT_FORMATS)}")

@@ -23,6 +23,7 @@ expert bytes (`expert_bytes`, the MoE layers' only).
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -54,8 +55,10 @@ _INT = r"-?[0-9]{1,9}"
 _FLOAT = r"-?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE][-+]?[0-9]{1,3})?"
 _BIG = r"[0-9]{1,18}"
 _FIELD = {c: _INT for c in COLUMNS} | {"weight": _FLOAT, "expert_bytes": _BIG}
-_ROW = ",".join(f"({_FIELD[c]})" for c in COLUMNS)
-_BODY = re.compile(rf"(?:{_ROW}\n)*(?:{_ROW}\n?)?".encode())
+_ALLOWED = np.zeros(256, dtype=bool)  # bytes a row may hold
+_ALLOWED[np.frombuffer(b"0123456789,.-+eE\n", dtype=np.uint8)] = True
+_FRACTION = np.zeros(256, dtype=bool)  # bytes only a weight may hold
+_FRACTION[np.frombuffer(b".+eE", dtype=np.uint8)] = True
 _INT_COLUMNS = [c for c in COLUMNS if c != "weight"]
 
 
@@ -116,8 +119,6 @@ def _bad_row(body_lines: list[bytes], first_line: int, where: str) -> ConfigErro
     """The first row that is not nine fields of the right form, named by line and field."""
     for offset, raw in enumerate(body_lines):
         number = first_line + offset
-        if raw == b"" and offset == len(body_lines) - 1:
-            break
         text = raw.decode("utf-8", "replace")
         fields = text.split(",")
         if len(fields) != len(COLUMNS):
@@ -125,20 +126,44 @@ def _bad_row(body_lines: list[bytes], first_line: int, where: str) -> ConfigErro
         for name, value in zip(COLUMNS, fields, strict=True):
             if re.fullmatch(_FIELD[name], value) is None:
                 return _fail(where, number, f"field {name}: {value[:40]!r} is not a number of that column")
-    return _fail(where, first_line, "an empty line among the rows")
+    return _fail(where, first_line, f"the rows are not {COLUMN_LINE} numbers")
 
 
 def parse_rows(data: bytes, start: int, first_line: int, where: str) -> dict[str, np.ndarray]:
-    """The row columns (numpy arrays) of the bytes after the column line."""
+    """The row columns (numpy arrays) of the bytes after the column line.
+
+    Checked in numpy before numpy's C text parser reads the cells: only digits, `,.-+eE` and
+    newlines, nine fields a line, a fraction or exponent only in `weight`; the first row that
+    breaks a rule is named by `_bad_row`."""
     body = data[start:]
-    if _BODY.fullmatch(body) is None:
-        raise _bad_row(body.split(b"\n"), first_line, where)
-    body = body.rstrip(b"\n")
+    if body.endswith(b"\n"):
+        body = body[:-1]
     if not body:
         raise ConfigError(f"{where}: no routed row after the column line; nothing to import")
-    cells = np.array(body.replace(b"\n", b",").split(b",")).reshape(-1, len(COLUMNS))
-    columns = {name: cells[:, i].astype(np.int64) for i, name in enumerate(COLUMNS) if name in _INT_COLUMNS}
-    columns["weight"] = cells[:, COLUMNS.index("weight")].astype(np.float64)
+    raw = np.frombuffer(body, dtype=np.uint8)
+    ends = np.flatnonzero(raw == ord("\n"))  # positions only: no per-byte counts
+    commas_at = np.flatnonzero(raw == ord(","))
+    n_lines = len(ends) + 1
+    commas = np.diff(np.searchsorted(commas_at, np.concatenate(([0], ends, [len(raw)]))))
+    fraction = np.flatnonzero(_FRACTION[raw])
+    field_of = np.searchsorted(commas_at, fraction) - (len(COLUMNS) - 1) * np.searchsorted(ends, fraction)
+    good = bool(_ALLOWED[raw].all()) and bool((commas == len(COLUMNS) - 1).all())
+    good = good and bool((field_of == COLUMNS.index("weight")).all())
+    cells = np.zeros(0)
+    if good:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                cells = np.fromstring(body.replace(b"\n", b","), dtype=np.float64, sep=",")
+            except (DeprecationWarning, ValueError):
+                good = False
+    if not good or cells.size != n_lines * len(COLUMNS):
+        raise _bad_row(body.split(b"\n"), first_line, where)
+    table = cells.reshape(-1, len(COLUMNS))
+    columns: dict[str, np.ndarray] = {
+        name: table[:, i].astype(np.int64) for i, name in enumerate(COLUMNS) if name in _INT_COLUMNS
+    }
+    columns["weight"] = table[:, COLUMNS.index("weight")]
     return columns
 
 

@@ -9,8 +9,9 @@ them only. `layer`, `token` and `experts` are required, `phase` ("prompt", "pref
 come in any order; a (token, layer) twice is refused. k is the length of `experts` (the same
 on every line; a recording may route fewer experts than the model's default).
 
-The prompt's tokens become one step and each decode token one step, `pos` = `token`. Without
-`phase` every token is its own decode step and the header's `not_recorded` says so. The model
+The prompt's tokens become one step and each decode token one step, `pos` = `token`; the
+records do not say how the engine batched the prompt (`not_recorded`: `step_boundaries`).
+Without `phase` every token is its own decode step and `not_recorded` says so too. The model
 (`--model GGUF`) gives the layers and the expert count; its expert bytes come from the GGUF
 when a replay needs them, as for the other imports.
 """
@@ -189,9 +190,10 @@ def jsonl_to_trace(data: bytes, model: dict[str, Any], source: dict[str, Any], w
     rows["ids"] = np.array(rec.experts, dtype=np.int64)[order]
     if rec.has_weights:
         rows["weights"] = np.array(rec.weights, dtype=np.float64)[order]
-    not_recorded = [] if rec.has_weights else ["gate_weights"]
+    # records do not say how the engine batched the prompt: one step is inferred
+    not_recorded = ([] if rec.has_weights else ["gate_weights"]) + ["step_boundaries"]
     if not rec.has_phase:
-        not_recorded += ["step_boundaries", "prompt_decode_split"]
+        not_recorded.append("prompt_decode_split")
     header: dict[str, Any] = {
         "format": "moetrace",
         "version": VERSION,

@@ -256,7 +256,9 @@ def test_bad_input_one_line_each(tmp_path: Path, model: Path) -> None:
     assert result.returncode == 2 and "is not a regular file (a device, pipe or socket)" in last_line(result)
     trace = imported(tmp_path, model, CSV)
     result = run_cli("trace", "export", str(trace), "--to", "libcachesim", "--out", str(tmp_path / "x.bin"))
-    assert result.returncode == 2 and last_line(result).endswith("object sizes are the model's expert bytes")
+    assert result.returncode == 2 and last_line(result).endswith(
+        "object sizes are the model's expert bytes, and this trace's header carries none (expert_bytes)"
+    )
     args = ["trace", "replay", str(trace), "--capacity", "4", "--engine", "libcachesim", "--policy"]
     result = run_cli(*args, "arc,nope")
     assert result.returncode == 2

@@ -215,6 +215,17 @@ BAD = [
     ),
     ("no rows", HEAD + SIZES + COLS, "no routed row after the column line"),
     (
+        "fraction in an integer column",
+        _replace_line(FIRST_ROW + 2, "0,0,1,0,0,2.0,0.7,0,100\n"),
+        f"line {FIRST_ROW + 2}: field expert: '2.0' is not a number of that column",
+    ),
+    (
+        "malformed weight",
+        _replace_line(FIRST_ROW + 2, "0,0,1,0,0,2,0.7.1,0,100\n"),
+        f"line {FIRST_ROW + 2}: field weight: '0.7.1' is not a number of that column",
+    ),
+    ("empty line", TINY + "\n", f"line {FIRST_ROW + 14}: 1 columns, expected 9"),
+    (
         "weight overflows",
         _replace_line(FIRST_ROW, "0,0,0,0,0,3,1e99,0,100\n"),
         f"line {FIRST_ROW}: field weight: not a finite 32-bit number",
@@ -295,7 +306,8 @@ def test_jsonl_matches_the_csv_import(tmp_path: Path, jmodel: Path) -> None:
     for field in ("step", "layer", "kind", "pos", "ids", "weights"):
         assert trace.rows[field].tolist() == reference.rows[field].tolist(), field
     h = trace.header
-    assert (h["n_expert_used"], h["n_prompt_tokens"], h["n_predict"], h["not_recorded"]) == (2, 2, 2, [])
+    assert (h["n_expert_used"], h["n_prompt_tokens"], h["n_predict"]) == (2, 2, 2)
+    assert h["not_recorded"] == ["step_boundaries"]
     assert "expert_bytes" not in h and h["model_file"] == "m.gguf"
 
 
@@ -361,3 +373,18 @@ def test_jsonl_line_that_is_not_json(tmp_path: Path, jmodel: Path) -> None:
     src.write_text(jsonl([RECORDS[0]]) + "{nope\n")
     with pytest.raises(ConfigError, match=r"bad\.jsonl: line 2: not valid JSON"):
         import_trace(src, "jsonl", _fields(jmodel))
+
+
+def test_export_to_libcachesim_takes_the_trace_expert_bytes(tmp_path: Path) -> None:
+    src = tmp_path / "tiny.csv"
+    src.write_text(TINY)
+    trace_file = tmp_path / "t.moetrace"
+    assert cli_import(src, trace_file)[0] == 0
+    out = tmp_path / "t.oracleGeneral"
+    run_cli("trace", "export", str(trace_file), "--to", "libcachesim", "--out", str(out), check=True)
+    from appliance.trace.interchange import ORACLE_DTYPE
+
+    records = np.frombuffer(out.read_bytes(), dtype=ORACLE_DTYPE)
+    layer = (records["obj"].astype(np.int64) - 1) // 8
+    assert records["size"].tolist() == np.where(layer == 0, 100, 250).tolist()
+    assert len(records) == 3 + 2 + 2 + 2 + 2 + 2  # each (step, layer) event's distinct experts
