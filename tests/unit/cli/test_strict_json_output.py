@@ -81,6 +81,7 @@ PRODUCE: dict[str, list[str]] = {
     "patches list": [],
     "plan": ["{model}", "--ram", "8GiB", "--vram", "0"],
     "report": ["{bundle}", "--key", "{public}", "--out", "{root}/report.html"],
+    "trace compare": ["{trace}", "{trace}"],
     "trace info": ["{trace}"],
     "trace replay": ["{trace}", "--capacity", "2,4,8", "--policy", "lru,belady"],
 }
