@@ -372,6 +372,23 @@ def export_cmd(trace_path: Path, fmt: str, out: Path, model: Path | None) -> Non
     click.echo(f"wrote {out}: {len(data)} bytes ({fmt})")
 
 
+@trace_group.command("routes")
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--out", type=OutputPath(), required=True, help="The routes file to write.")
+def routes_cmd(trace_path: Path, out: Path) -> None:
+    """Write TRACE's expert ids as a routes file for `llama-moe-trace --routes-from`."""
+    from appliance.core.digests import sha256_bytes
+    from appliance.trace.format import read_trace
+    from appliance.trace.routes import routes_bytes
+
+    data = routes_bytes(read_trace(trace_path), str(trace_path))
+    try:
+        atomic.write_bytes(out, data)
+    except OSError as exc:
+        raise ConfigError(f"{out}: cannot write ({exc.strerror})") from None
+    click.echo(f"wrote {out}: {len(data)} bytes, sha256 {sha256_bytes(data)}")
+
+
 @trace_group.command("curves")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option(

@@ -108,6 +108,23 @@ def locate_model(manifest: ModelManifest, models_dir: Path, skeleton: bool = Fal
     return path, size
 
 
+def routes_path(file: str, models_dir: Path, variant: str) -> Path:
+    """The path of a variant's routes file (`routes:`), which lives beside the model; refuses a
+    missing one."""
+    path = models_dir / file
+    if not path.is_file():
+        raise ApplianceError(
+            f"routes file {file} of variant {variant} not found in {models_dir}; make it from a "
+            f"route trace with: appliance trace routes TRACE --out {path}"
+        )
+    return path
+
+
+def routes_record(file: str, models_dir: Path, variant: str) -> dict[str, str]:
+    """trial.json `routes`: the routes file the engine was given and its sha256."""
+    return {"file": file, "sha256": sha256_file(routes_path(file, models_dir, variant))}
+
+
 def check_model(
     manifest: ModelManifest,
     models_dir: Path,

@@ -81,6 +81,8 @@ class LlamaMoeTraceEngine:
             argv += ["--no-trace"]
         if variant.future is not None:
             argv += ["--future", f"{FUTURE_MOUNT}/{TRACE_FILE}"]
+        if variant.routes is not None:
+            argv += ["--routes-from", f"{MODELS_MOUNT}/{variant.routes}"]
         return argv + list(placement) + list(profile.engine_args) + list(variant.args)
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:

@@ -26,7 +26,7 @@ from appliance.images.labels import (
     stand_in_of_labels,
 )
 from appliance.planner.accounting import account_file
-from appliance.runs.model_files import CheckedModel, check_model, locate_model
+from appliance.runs.model_files import CheckedModel, check_model, locate_model, routes_path
 from appliance.runs.placement import AUTO, PLAN, planned_args
 from appliance.runs.plan import ContainerSettings, Trial
 from appliance.runs.profile import Profile
@@ -269,6 +269,9 @@ def prepare_run(
         cgroup_version=cgroup_version(),
         gpu_device_ids=choice.gpu_ids,
     )
+    for variant in profile.variants:
+        if variant.routes is not None:
+            routes_path(variant.routes, models_dir, variant.name)
     placed = place_trials(profile, list(trials), model.path)
     prepared = PreparedRun(
         profile,

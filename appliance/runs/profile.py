@@ -68,6 +68,8 @@ class Variant:
     args: tuple[str, ...]
     # an earlier variant whose route trace (same limit, same repeat) is this one's --future
     future: str | None = None
+    # a routes file in the models directory that forces the router's choices (--routes-from)
+    routes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
             env=dict(item.get("env", {})),
             args=tuple(item.get("args", [])),
             future=future,
+            routes=item.get("routes"),
         )
     return tuple(variants.values())
 
@@ -194,6 +197,11 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
         if "future" in item and not raw["trace"]:
             raise ConfigError(
                 f"{path}: /variants/{index}/future: needs trace: true (a future is a route trace)"
+            )
+        if "routes" in item and not raw["trace"]:
+            raise ConfigError(
+                f"{path}: /variants/{index}/routes: needs trace: true "
+                "(the trace shows the routes were forced)"
             )
     model, schedule = raw["model"], raw["schedule"]
     check_placement_args(tuple(raw["engine"].get("args", [])), f"{path}: /engine/args")

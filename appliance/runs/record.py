@@ -52,7 +52,9 @@ def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
         "cold_cache": s.cold_cache,
         "trace": profile.trace,
         "variants": [
-            {"name": v.name, "env": v.env, "args": list(v.args)} | ({"future": v.future} if v.future else {})
+            {"name": v.name, "env": v.env, "args": list(v.args)}
+            | ({"future": v.future} if v.future else {})
+            | ({"routes": v.routes} if v.routes else {})
             for v in profile.variants
         ],
         "trials": [t.name for t in trials],

@@ -25,7 +25,7 @@ from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
 from appliance.host.gpu_memory import GpuMemorySampler
 from appliance.images import labels as L
-from appliance.runs.model_files import CheckedModel
+from appliance.runs.model_files import CheckedModel, routes_record
 from appliance.runs.plan import (
     EXIT_FILE,
     ContainerSettings,
@@ -321,6 +321,8 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
             _write_trial(ctx, trial, results, record)
             return record
         record["future"] = {"trial": trial.future, "sha256": sha256_file(future)}
+    if trial.variant.routes is not None:  # the file the engine forces its routing from (/models)
+        record["routes"] = routes_record(trial.variant.routes, ctx.settings.models_dir, trial.variant.name)
     with TrialContainer(ctx.client, name) as box:
         try:
             if ctx.profile.schedule.cold_cache:

@@ -18,7 +18,12 @@ from appliance.engine.source import SourceTree, fetch_source
 from tests.conftest import REPO, run_cli, unavailable
 
 PATCHES = REPO / "patches" / "llama.cpp"
-ACTIVE = ["0001-llama-moe-trace.patch", "0002-demand-mmap.patch", "0003-route-aware-prefetch.patch"]
+ACTIVE = [
+    "0001-llama-moe-trace.patch",
+    "0002-demand-mmap.patch",
+    "0003-route-aware-prefetch.patch",
+    "0005-forced-routes.patch",
+]
 EXPERIMENTAL = ["0004-expert-cache.patch"]
 EXTRA = "0009-extra-notes.patch"  # experimental patch added to a checkout copy (exact format-patch output)
 EXTRA_PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -186,6 +191,7 @@ def test_bracket_check_passes_and_reports_every_touched_file(stand_ins: dict[str
         "tools/moe-trace/CMakeLists.txt": "new in both",
         "tools/moe-trace/README.md": "new in both",
         "tools/moe-trace/moe-trace.cpp": "new in both",
+        "tools/moe-trace/forced-routes.h": "new in both",
         "src/llama-mmap.cpp": "identical",
     }
     for check in report["active"]:
@@ -253,7 +259,7 @@ def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, Sou
         check=True,
     )
     exported = run_cli("patches", "export", "--lock", str(lock_path), str(dev), check=True).stdout
-    assert exported.count("unchanged ") == 4 and "updated" not in exported
+    assert exported.count("unchanged ") == 5 and "updated" not in exported
     assert lock_path.read_bytes() == lock_before
 
     # edit the experimental patch's commit, export: only that file and its pin change
@@ -270,7 +276,7 @@ def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, Sou
     )
     exported = run_cli("patches", "export", "--lock", str(lock_path), str(dev), check=True).stdout
     assert f"updated experimental/{EXTRA}" in exported
-    assert exported.count("unchanged active/") == 3
+    assert exported.count("unchanged active/") == 4
     lock = load_lock(lock_path)
     patch = lock_path.parent.parent / "patches" / "llama.cpp" / "experimental" / EXTRA
     assert {e.file: e.sha256 for e in lock.patches["experimental"]}[EXTRA] == sha256_file(patch)

@@ -1,0 +1,76 @@
+"""Routes files: a route trace's expert ids by token position, for `llama-moe-trace --routes-from`.
+
+Route forcing (patch 0005) overwrites the router's top-k ids at every MoE layer and step with
+the ids a routes file holds for those tokens. The tool reads this small flat form rather than a
+`.moetrace` (no JSON in C++); the trace is read and checked here. Little-endian layout:
+
+    b"MOEROUTE"
+    u32 version (1), n_layers, n_experts, k, n_moe, n_prompt, n_decode
+    u32 moe_layers[n_moe]
+    i32 ids[n_prompt + n_decode][n_moe][k]
+
+The size is exact. Ids are indexed by token position (prompt first), not by step, so the run
+may split its prompt into micro-batches differently from the recorded run.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from appliance.core.errors import ConfigError
+from appliance.trace.format import KIND_PROMPT, Trace
+
+ROUTES_MAGIC = b"MOEROUTE"
+ROUTES_VERSION = 1
+ROUTES_SUFFIX = ".routes"
+
+
+def routes_bytes(trace: Trace, where: str = "trace") -> bytes:
+    """The routes file of `trace`; refuses a trace that does not route every token at every
+    MoE layer exactly once, with prompt tokens first, or that names an expert twice for a token."""
+    rows = trace.rows
+    if not len(rows):
+        raise ConfigError(f"{where}: the trace has no rows, so there are no routes to force")
+    layers = trace.moe_layers
+    per_layer = []
+    for layer in layers:
+        mine = rows[rows["layer"] == layer]
+        if not np.array_equal(mine["pos"], np.arange(len(mine), dtype=mine["pos"].dtype)):
+            raise ConfigError(
+                f"{where}: MoE layer {layer} does not route token positions 0, 1, 2, ... once each "
+                "in order; route forcing needs every token of one sequence at every MoE layer"
+            )
+        per_layer.append(mine)
+    n_tokens = len(per_layer[0])
+    if any(len(mine) != n_tokens for mine in per_layer):
+        counts = ", ".join(
+            f"layer {layer}: {len(mine)}" for layer, mine in zip(layers, per_layer, strict=True)
+        )
+        raise ConfigError(f"{where}: MoE layers route different numbers of tokens ({counts})")
+    prompt = per_layer[0]["kind"] == KIND_PROMPT
+    n_prompt = int(prompt.sum())
+    if n_prompt == 0 or prompt[:n_prompt].sum() != n_prompt:
+        raise ConfigError(f"{where}: route forcing needs the prompt's tokens first, and at least one")
+    ids = np.stack([mine["ids"] for mine in per_layer], axis=1).astype("<i4")  # [token][layer][slot]
+    ordered = np.sort(ids, axis=2)
+    repeated = np.nonzero((ordered[:, :, 1:] == ordered[:, :, :-1]).any(axis=2))
+    if len(repeated[0]):
+        token, index = int(repeated[0][0]), int(repeated[1][0])
+        raise ConfigError(
+            f"{where}: token {token} chose an expert twice at MoE layer {layers[index]}; "
+            "a router chooses k distinct experts"
+        )
+    head = struct.pack(
+        "<8s7I",
+        ROUTES_MAGIC,
+        ROUTES_VERSION,
+        int(trace.header["n_layers"]),
+        trace.n_experts,
+        trace.k,
+        len(layers),
+        n_prompt,
+        n_tokens - n_prompt,
+    )
+    return head + np.asarray(layers, dtype="<u4").tobytes() + ids.tobytes()

@@ -1,0 +1,87 @@
+"""Routes files (`appliance trace routes`): the exact bytes llama-moe-trace --routes-from reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.core.digests import sha256_bytes
+from appliance.core.errors import ConfigError
+from appliance.trace.format import KIND_DECODE, Trace, read_trace
+from appliance.trace.routes import ROUTES_MAGIC, routes_bytes
+from appliance.trace.synth import TraceSynthSpec, synth_trace
+from tests.conftest import run_cli
+
+SPEC = TraceSynthSpec(n_layers=3, n_experts=16, k=2, n_prompt=7, n_ubatch=3, n_decode=5, seed=9)
+
+
+def test_layout_is_header_layers_then_ids_by_position_layer_slot() -> None:
+    trace = synth_trace(SPEC)
+    data = routes_bytes(trace)
+    n_tokens, n_moe, k = 12, 3, 2
+    fixed = struct.calcsize("<8s7I")
+    assert len(data) == fixed + 4 * n_moe + 4 * n_tokens * n_moe * k
+    assert struct.unpack_from("<8s7I", data) == (ROUTES_MAGIC, 1, 3, 16, 2, 3, 7, 5)
+    assert list(np.frombuffer(data, "<u4", n_moe, fixed)) == [0, 1, 2]
+    ids = np.frombuffer(data, "<i4", offset=fixed + 4 * n_moe).reshape(n_tokens, n_moe, k)
+    rows = trace.rows
+    for index, layer in enumerate(trace.moe_layers):
+        mine = rows[rows["layer"] == layer]
+        assert np.array_equal(ids[mine["pos"], index], mine["ids"])  # position-major, per layer
+
+
+def test_cli_writes_the_same_bytes_and_names_their_sha256(tmp_path: Path) -> None:
+    source = tmp_path / "a.moetrace"
+    run_cli("trace", "synth", str(source), "--layers", "3", "--experts", "16", "--k", "2", check=True)
+    out = tmp_path / "a.routes"
+    result = run_cli("trace", "routes", str(source), "--out", str(out), check=True)
+    data = routes_bytes(read_trace(source))
+    assert out.read_bytes() == data
+    assert result.stdout.strip() == f"wrote {out}: {len(data)} bytes, sha256 {sha256_bytes(data)}"
+
+
+def _with_rows(trace: Trace, rows: np.ndarray) -> Trace:
+    return dataclasses.replace(trace, rows=rows)
+
+
+def test_refuses_traces_that_do_not_route_one_sequence_at_every_layer() -> None:
+    trace = synth_trace(SPEC)
+    rows = trace.rows.copy()
+    with pytest.raises(ConfigError, match="^t: the trace has no rows, so there are no routes to force$"):
+        routes_bytes(_with_rows(trace, rows[:0]), "t")
+
+    gap = rows[rows["pos"] != 4]
+    with pytest.raises(
+        ConfigError, match=r"^t: MoE layer 0 does not route token positions 0, 1, 2, \.\.\. once"
+    ):
+        routes_bytes(_with_rows(trace, gap), "t")
+
+    short = rows[~((rows["layer"] == 2) & (rows["pos"] == 11))]
+    with pytest.raises(
+        ConfigError, match=r"^t: MoE layers route different numbers of tokens \(layer 0: 12, "
+    ):
+        routes_bytes(_with_rows(trace, short), "t")
+
+    decode_first = rows.copy()
+    decode_first["kind"][decode_first["pos"] == 0] = KIND_DECODE
+    with pytest.raises(
+        ConfigError, match="^t: route forcing needs the prompt's tokens first, and at least one$"
+    ):
+        routes_bytes(_with_rows(trace, decode_first), "t")
+
+    twice = rows.copy()
+    at = np.nonzero((twice["layer"] == 1) & (twice["pos"] == 3))[0][0]
+    twice["ids"][at, 1] = twice["ids"][at, 0]
+    with pytest.raises(
+        ConfigError, match="^t: token 3 chose an expert twice at MoE layer 1; a router chooses"
+    ):
+        routes_bytes(_with_rows(trace, twice), "t")
+
+
+def test_k_of_one_has_no_repeats_to_find() -> None:
+    trace = synth_trace(dataclasses.replace(SPEC, k=1))
+    assert len(routes_bytes(trace)) == struct.calcsize("<8s7I") + 4 * 3 + 4 * 12 * 3
