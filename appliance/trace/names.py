@@ -2,5 +2,8 @@
 
 POLICIES = ("fifo", "lru", "lfu", "lfru", "least-stale", "static-hot", "belady")
 SCOPES = ("per-layer", "global")
+# when an event's misses evict (appliance.trace.kernels): during it (the default), or only after
+# it, never the event's own experts (the published replay of route_trace v1 files)
+ADMISSIONS = ("during-event", "after-event")
 IMPORT_FORMATS = ("llamacpp-csv", "vllm")  # `trace import --from` (appliance.trace.interchange)
 EXPORT_FORMATS = ("llamacpp-csv", "libcachesim")  # `trace export --to`
