@@ -258,6 +258,26 @@ def test_one_size_everywhere_is_the_count_replay(policy: str, scope: str, admiss
         assert budgeted["decode"] == counted["decode"], capacity
 
 
+def test_furthest_next_use_is_not_optimal_with_mixed_sizes() -> None:
+    # a (1 byte), then big X and Y (2 bytes each), budget 3 bytes: requests a a X Y X a.
+    # At Y, Belady evicts a (next used last), which frees too little, then X as well; keeping
+    # a and evicting only X would have hit a at the end. LFU does exactly that.
+    items = np.array([0, 0, 1, 2, 1, 0])
+    stream = EventStream(
+        ptr=np.arange(7),
+        items=items,
+        step=np.arange(6),
+        layer_index=np.zeros(6, dtype=np.int64),
+        n_objects=3,
+        n_layers=1,
+    )
+    sizes = np.array([1, 2, 2], dtype=np.int64)
+    belady = pool_hits_bytes(stream, kernels.BELADY, sizes, 3, "during-event", None)
+    lfu = pool_hits_bytes(stream, kernels.LFU, sizes, 3, "during-event", None)
+    assert belady.tolist() == [0, 1, 0, 0, 0, 0]
+    assert lfu.tolist() == [0, 1, 0, 0, 0, 1]
+
+
 def test_mixed_sizes_label_belady_and_its_bound_holds() -> None:
     trace = synth_trace(SPEC)
     sizes = {0: 4, 1: 9, 2: 6}
