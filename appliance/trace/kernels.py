@@ -565,35 +565,27 @@ def simulate_bytes(code: int, ptr: np.ndarray, items: np.ndarray, *rest: Any) ->
 
 @kernel()
 def _stale_victim(
-    hobj: np.ndarray,
-    size: int,
-    pin: np.ndarray,
-    e: int,
-    used_at: np.ndarray,
-    last: np.ndarray,
-    t_layer: int,
-    n_layers: int,
+    prv: np.ndarray, s: int, pin: np.ndarray, e: int, used_at: np.ndarray, t_layer: int, n_layers: int
 ) -> int:
     """Least-Stale's victim among unpinned residents (-1 if none): most stale, then the layer
-    visited again last, then the earliest touch."""
-    best = -1
-    b1 = 0
-    b2 = 0
-    b3 = 0
-    for j in range(size):
-        y = hobj[j]
-        if pin[y] == e:
-            continue
-        age = t_layer - used_at[y]
-        k1 = -(age // n_layers)
-        k2 = age % n_layers
-        k3 = last[y]
-        if best < 0 or k1 < b1 or (k1 == b1 and (k2 < b2 or (k2 == b2 and k3 < b3))):
-            best = y
-            b1 = k1
-            b2 = k2
-            b3 = k3
-    return best
+    visited again last, then the earliest touch. The list runs oldest touch first (prv[s]),
+    and layer-times of last use never decrease along it, so the most stale experts are a run
+    at its old end."""
+    victim = prv[s]
+    while victim != s and pin[victim] == e:
+        victim = prv[victim]
+    if victim == s:
+        return -1
+    bound = t_layer - n_layers * ((t_layer - used_at[victim]) // n_layers)
+    y = prv[victim]
+    while y != s:
+        if pin[y] != e:
+            if used_at[y] > bound:
+                break
+            if used_at[y] > used_at[victim]:
+                victim = y
+        y = prv[y]
+    return victim
 
 
 @kernel()
@@ -643,7 +635,7 @@ def _simulate_bytes(
     next_use: np.ndarray,
 ) -> np.ndarray:
     """Every policy under a byte budget: residents in an indexed min-heap of their keys
-    (Least-Stale, whose key moves with time, scans them instead)."""
+    (Least-Stale, whose key moves with time, picks from a list in touch order instead)."""
     n_obj = obj_bytes.shape[0]
     n_events = ptr.shape[0] - 1
     hits = np.zeros(items.shape[0], dtype=np.uint8)
@@ -652,10 +644,12 @@ def _simulate_bytes(
     hobj, hk1, hk2, where, stash, stash_k1, stash_k2 = _heap_state(n_obj)
     freq = np.zeros(n_obj, dtype=np.int64)
     admitted = np.zeros(n_obj, dtype=np.int64)
-    last = np.zeros(n_obj, dtype=np.int64)
     used_at = np.zeros(n_obj, dtype=np.int64)  # layer-time of the last touch (Least-Stale)
     decayed = np.full(n_obj, -np.inf, dtype=np.float64)  # log2 count + step / half-life
     stale = code == LEAST_STALE
+    s = n_obj  # Least-Stale's list of residents in touch order (sentinel s, oldest at prv[s])
+    prv = np.full(n_obj + 1, s, dtype=np.int64)
+    nxt = np.full(n_obj + 1, s, dtype=np.int64)
     size = 0
     used = 0
     for e in range(n_events):
@@ -678,13 +672,18 @@ def _simulate_bytes(
             size, n_vict = _evict_unpinned(hk1, hk2, hobj, where, size, pin, e, resident, stash)
             for j in range(n_vict):
                 used -= obj_bytes[stash[j]]
-        for i in range(first, b):
+                if stale:
+                    _unlink(prv, nxt, stash[j])
+        # touch order (after-event ticks need not follow the ids; no eviction happens inside)
+        order = np.argsort(touch[first:b]) + first if after_event else np.arange(first, b)
+        for i in order:
             x = items[i]
             if not resident[x]:
                 if not after_event:
                     while used + obj_bytes[x] > budget:
                         if stale:
-                            y = _stale_victim(hobj, size, pin, e, used_at, last, t_layer, n_layers)
+                            y = _stale_victim(prv, s, pin, e, used_at, t_layer, n_layers)
+                            _unlink(prv, nxt, y)
                         else:
                             y = _heap_victim(hk1, hk2, hobj, where, size, pin, e, stash, stash_k1, stash_k2)
                         size = _heap_remove(hk1, hk2, hobj, where, y, size)
@@ -694,8 +693,11 @@ def _simulate_bytes(
                 used += obj_bytes[x]
                 admitted[x] = touch[i]
                 freq[x] = 0
+            elif stale:
+                _unlink(prv, nxt, x)
+            if stale:
+                _push_newest(prv, nxt, s, x)
             freq[x] += 1
-            last[x] = touch[i]
             used_at[x] = t_layer
             if code == FIFO:
                 k1 = float(admitted[x])
@@ -721,11 +723,13 @@ def _simulate_bytes(
         if after_event:
             while used > budget:
                 if stale:
-                    y = _stale_victim(hobj, size, pin, e, used_at, last, t_layer, n_layers)
+                    y = _stale_victim(prv, s, pin, e, used_at, t_layer, n_layers)
                 else:
                     y = _heap_victim(hk1, hk2, hobj, where, size, pin, e, stash, stash_k1, stash_k2)
                 if y < 0:
                     break
+                if stale:
+                    _unlink(prv, nxt, y)
                 size = _heap_remove(hk1, hk2, hobj, where, y, size)
                 resident[y] = 0
                 used -= obj_bytes[y]
