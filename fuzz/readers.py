@@ -13,7 +13,6 @@ import json
 import os
 import random
 import shutil
-import struct
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -145,24 +144,16 @@ def trace_seeds(workdir: Path) -> list[bytes]:
 
 
 def _trace_parts(data: bytes) -> tuple[dict[str, Any], bytes]:
-    (header_len,) = struct.unpack_from("<I", data, 12)
-    header = json.loads(data[16 : 16 + header_len])
-    return header, data[16 + header_len : -16]
+    from appliance.trace.format import PREAMBLE, PREAMBLE_BYTES, TRAILER_BYTES
 
-
-def _trace_bytes(header_text: bytes, rows: bytes, n_rows: int) -> bytes:
-    header_text += b" " * (-(16 + len(header_text)) % 8)
-    return (
-        b"MOETRACE"
-        + struct.pack("<II", 1, len(header_text))
-        + header_text
-        + rows
-        + b"MOETEND\0"
-        + struct.pack("<Q", n_rows)
-    )
+    header_len = PREAMBLE.unpack_from(data)[2]
+    header = json.loads(data[PREAMBLE_BYTES : PREAMBLE_BYTES + header_len])
+    return header, data[PREAMBLE_BYTES + header_len : -TRAILER_BYTES]
 
 
 def mutate_trace(rng: random.Random, seed: bytes) -> bytes:
+    from appliance.trace.format import encode_trace_bytes
+
     header, rows = _trace_parts(seed)
     row_size = 12 + (8 if header["has_weights"] else 4) * header["n_expert_used"]
     n_rows = len(rows) // row_size
@@ -213,7 +204,7 @@ def mutate_trace(rng: random.Random, seed: bytes) -> bytes:
         n_rows = rng.choice((0, n_rows + 1, n_rows - 1, 1 << 40, (1 << 64) - 1)) % (1 << 64)
     else:
         return mutate_bytes(rng, seed)
-    return _trace_bytes(text, rows, n_rows)
+    return encode_trace_bytes(text, rows, row_count=n_rows)
 
 
 def run_trace(case: bytes) -> None:
@@ -260,7 +251,22 @@ def import_seeds(workdir: Path) -> list[bytes]:
     csv = b"0,3\n0,7\n0,1\n0,15\n1,2\n1,4\n1,9\n1,0\n3,5\n3,6\n0,3\n0,8\n1,2\n1,11\n3,5\n3,12\n"
     routed = [[[3, 7], [2, 4], [0, 0], [5, 6]], [[1, 15], [9, 0], [0, 0], [5, 6]]]
     vllm = json.dumps([{"prompt_token_ids": [1], "routed_experts": routed}]).encode()
-    return [b"C" + csv, b"V" + vllm]
+    route = (
+        b"# route_trace v1\n# model=/m/x.gguf arch=a n_layer=2 n_expert=8 n_expert_used=2\n"
+        b"# layer=0 expert_bytes=10 dense_bytes=1\n# layer=1 expert_bytes=20 dense_bytes=1\n"
+        b"turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n"
+        b"0,0,0,0,0,3,0.6,0,10\n0,0,0,0,1,1,0.4,0,10\n0,0,1,0,0,2,0.5,1,0\n0,0,1,0,1,4,0.5,0,10\n"
+        b"0,0,1,1,0,5,0.5,0,20\n0,0,1,1,1,6,0.5,0,20\n0,1,2,0,0,3,0.9,1,0\n0,1,2,0,1,7,0.1,0,10\n"
+        b"0,1,2,1,0,5,0.8,1,0\n0,1,2,1,1,0,0.2,0,20\n"
+    )
+    records = [
+        {"layer": 0, "token": 0, "phase": "prompt", "experts": [3, 7], "weights": [0.5, 0.5]},
+        {"layer": 1, "token": 0, "phase": "prompt", "experts": [2, 4], "weights": [0.5, 0.5]},
+        {"layer": 0, "token": 1, "phase": "decode", "experts": [1, 15], "weights": [0.9, 0.1]},
+        {"layer": 3, "token": 1, "phase": "decode", "experts": [5, 6], "weights": [0.9, 0.1]},
+    ]
+    jsonl = b"".join(json.dumps(r).encode() + b"\n" for r in records)
+    return [b"C" + csv, b"V" + vllm, b"R" + route, b"J" + jsonl]
 
 
 def mutate_import(rng: random.Random, seed: bytes) -> bytes:
@@ -271,16 +277,14 @@ def mutate_import(rng: random.Random, seed: bytes) -> bytes:
 
 
 def run_import(case: bytes) -> None:
-    from appliance.trace.format import encode_header, parse_trace
+    from appliance.trace.format import encode_trace_bytes, parse_trace
     from appliance.trace.interchange import import_trace
 
     path = _scratch() / "routes"
     path.write_bytes(case[1:])
-    trace = import_trace(path, "vllm" if case[:1] == b"V" else "llamacpp-csv", IMPORT_MODEL)
-    encoded = encode_header({**trace.header})
-
-    whole = struct.pack("<8sII", b"MOETRACE", 1, len(encoded)) + encoded + trace.rows.tobytes()
-    parse_trace(whole + struct.pack("<8sQ", b"MOETEND\0", len(trace.rows)), where="imported")
+    fmt = {b"V": "vllm", b"R": "route-trace-csv", b"J": "jsonl"}.get(case[:1], "llamacpp-csv")
+    trace = import_trace(path, fmt, None if fmt == "route-trace-csv" else IMPORT_MODEL)
+    parse_trace(encode_trace_bytes({**trace.header}, trace.rows), where="imported")
 
 
 def lock_seeds(workdir: Path) -> list[bytes]:

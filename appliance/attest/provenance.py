@@ -26,8 +26,14 @@ from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
 from appliance.host.gpu import visible_gpus
 from appliance.images import labels as L
-from appliance.runs.resume import RESUMED_FROM
-from appliance.runs.run_dir import LOCK_INPUT, MODEL_INPUT, PROFILE_INPUT, SCHEDULE_INPUT, RunDir
+from appliance.runs.run_dir import (
+    LOCK_INPUT,
+    MODEL_INPUT,
+    PROFILE_INPUT,
+    RESUMED_FROM,
+    SCHEDULE_INPUT,
+    RunDir,
+)
 
 PROVENANCE_VERSION = 1
 RUN_FIELDS = (

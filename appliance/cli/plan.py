@@ -3,10 +3,10 @@
 import click
 
 from appliance.cli.options import FRACTION, POSITIVE, RATE, json_option, strict_json
+from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.core.units import parse_size
 from appliance.planner.plan import PlanLimits, PlanVerdict, make_plan
-from appliance.planner.remote import stderr_progress
 from appliance.planner.render import load_accounting, render, resolve_vram
 
 
@@ -53,12 +53,9 @@ def plan_command(
         ram_gbps=ram_gbps,
         hit_rate=hit_rate,
     )
-    remote = model.startswith(("http://", "https://"))
-    try:
-        acc, how = load_accounting(model, progress=None if as_json else stderr_progress)
-    finally:
-        if remote and not as_json:
-            click.echo("", err=True)  # ends the progress line, also before an error
+    remote = model.startswith(("http://", "https://"))  # only a remote read reports progress
+    with progress_display(quiet=as_json or not remote) as show:
+        acc, how = load_accounting(model, progress=show)
     plan = make_plan(acc, limits)
     if as_json:
         doc = {

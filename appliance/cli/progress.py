@@ -2,13 +2,14 @@
 elsewhere (CI logs, pipes), always on stderr so that --json output stays clean."""
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
 from appliance.core.progress import BYTES, Progress, ProgressFn
+from appliance.core.units import format_size
 
 LINE_EVERY_PERCENT = 5
 LINE_EVERY_SECONDS_UNKNOWN_TOTAL = 30.0
@@ -16,19 +17,30 @@ LINE_MIN_SECONDS = 2.0
 
 
 def _amount(value: int, unit: str) -> str:
-    return f"{value / 1e6:.1f} MB" if unit == BYTES else str(value)
+    return format_size(value, trim=True) if unit == BYTES else str(value)
 
 
 class LinePrinter:
     """Lines for a task once it has run `min_seconds` (quick work prints nothing): then one
     line each time it crosses another LINE_EVERY_PERCENT, at most one every `min_seconds`,
-    and its last step; without a total, one line every LINE_EVERY_SECONDS_UNKNOWN_TOTAL."""
+    and its last step; without a total, one line every LINE_EVERY_SECONDS_UNKNOWN_TOTAL.
+    `finish` prints the last record of a task that printed a line and has advanced since,
+    so a log ends with where each long task stopped, however many records it was sent."""
 
-    def __init__(self, min_seconds: float = LINE_MIN_SECONDS) -> None:
+    def __init__(
+        self,
+        min_seconds: float = LINE_MIN_SECONDS,
+        file: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.min_seconds = min_seconds
+        self.file = file  # None: stderr
+        self.clock = clock
         self.started: dict[str, float] = {}
         self.last_mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}
+        self.latest: dict[str, Progress] = {}  # the last record of each task
+        self.shown: dict[str, Progress] = {}  # the last record printed of each task
 
     def _due(self, p: Progress, now: float) -> bool:
         if now - self.started[p.task] < self.min_seconds:
@@ -45,17 +57,27 @@ class LinePrinter:
         return last is None or now - last >= LINE_EVERY_SECONDS_UNKNOWN_TOTAL
 
     def __call__(self, p: Progress) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self.started.setdefault(p.task, now)
-        if not self._due(p, now):
-            return
+        self.latest[p.task] = p
+        if self._due(p, now):
+            self._line(p, now)
+
+    def finish(self) -> None:
+        now = self.clock()
+        for task, p in self.latest.items():
+            if task in self.shown and self.shown[task] != p:
+                self._line(p, now)
+
+    def _line(self, p: Progress, now: float) -> None:
         self.last_time[p.task] = now
+        self.shown[p.task] = p
         if p.total:
             where = f"{_amount(p.done, p.unit)}/{_amount(p.total, p.unit)} ({p.done * 100 // p.total}%)"
         else:
             where = _amount(p.done, p.unit) if p.done else "running"
         log = f"; log {p.log}" if p.log else ""
-        click.echo(f"{p.task}: {where}, {now - self.started[p.task]:.0f} s{log}", err=True)
+        click.echo(f"{p.task}: {where}, {now - self.started[p.task]:.0f} s{log}", file=self.file, err=True)
 
 
 @contextmanager
@@ -68,7 +90,11 @@ def progress_display(quiet: bool = False) -> Iterator[ProgressFn]:
 
     console = Console(stderr=True)
     if not console.is_terminal:
-        yield LinePrinter()
+        printer = LinePrinter()
+        try:
+            yield printer
+        finally:
+            printer.finish()
         return
     from rich import progress as rp
 

@@ -84,7 +84,7 @@ def _setup(
     row_order: bool = False,
 ) -> tuple[Trace, ReplaySetup]:
     from appliance.trace.events import trace_events
-    from appliance.trace.expert_bytes import expert_bytes_from_gguf
+    from appliance.trace.expert_bytes import expert_bytes_from_gguf, expert_bytes_from_header
     from appliance.trace.format import read_trace
     from appliance.trace.replay import ReplaySetup, uniform_expert_bytes
 
@@ -92,7 +92,9 @@ def _setup(
     per_layer: dict[int, int] | None = None
     if expert_bytes is None and model is not None:
         expert_bytes = "auto"
-    if expert_bytes == "auto":
+    if expert_bytes is None:  # the trace's own sizes, when its source recorded them
+        per_layer = expert_bytes_from_header(trace.header)
+    elif expert_bytes == "auto":
         if model is None:
             raise ConfigError("--expert-bytes auto needs --model GGUF to read expert sizes from")
         per_layer = expert_bytes_from_gguf(model, trace.header)
@@ -126,7 +128,7 @@ def trace_group() -> None:
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
 @json_option
 def info_cmd(trace_path: Path, as_json: bool) -> None:
-    """Model, layers, experts, steps, tokens, distinct experts and reuse distances per layer."""
+    """Model, layers, experts, steps, tokens, reuse distances per layer, decode locality."""
     from appliance.trace.format import read_trace
     from appliance.trace.info import trace_info
 
@@ -149,6 +151,34 @@ def info_cmd(trace_path: Path, as_json: bool) -> None:
             f"{row['layer']:>5}  {row['requests']:>8}  {row['distinct_experts']:>8}  "
             f"{row['first_touches']:>5}  {r['p50']!s:>9}  {r['p90']!s:>4}  {r['p99']!s:>4}"
         )
+    click.echo("locality of the decode tokens (docs/trace-format.md, Locality)")
+    for label, value in locality_lines(info["locality"]):
+        click.echo(f"  {label:<28} {value}")
+    reuse = "  ".join(
+        f"{r['layer']}:{_pct(r['reuse'])}" for r in info["locality"]["next_token_reuse"]["per_layer"]
+    )
+    click.echo(f"  next-token reuse per layer   {reuse}")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def locality_lines(loc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) lines of a trace's locality statistics, as info and compare print them."""
+    hot = loc["hottest_over_uniform"]
+    lines = [
+        ("decode tokens", str(loc["decode_tokens"])),
+        ("pairs touched", f"{_pct(loc['pairs_touched'])} of {loc['pairs']}"),
+        ("hottest / uniform", "-" if hot is None else f"{hot:.1f}"),
+        ("next-token reuse", _pct(loc["next_token_reuse"]["overall"])),
+    ]
+    lines += [(f"reuse distance {b['distance']}", _pct(b["share"])) for b in loc["reuse_distance"]]
+    for row in loc["hit_rates"]:
+        share = f"{100 * row['share']:.0f}%"
+        for policy in ("lru", "belady"):
+            lines.append((f"{policy} hits at {share} ({row['capacity']})", _pct(row[policy])))
+    return lines
 
 
 @trace_group.command("synth")
@@ -219,7 +249,10 @@ def _replay_options(func: Any) -> Any:
             help="One cache per MoE layer, or one pool for all.",
         ),
         click.option(
-            "--expert-bytes", default=None, help="Bytes of one expert, or 'auto' to read them from --model."
+            "--expert-bytes",
+            default=None,
+            help="Bytes of one expert, or 'auto' to read them from --model (default: the "
+            "trace's own expert_bytes, when it has them).",
         ),
         click.option(
             "--model",
@@ -352,18 +385,27 @@ def _table(results: list[dict[str, Any]]) -> None:
 @click.argument("source", metavar="FILE", type=click.Path(path_type=Path))
 @click.option("--from", "fmt", type=click.Choice(IMPORT_FORMATS), required=True, help="FILE's format.")
 @click.option(
-    "--model", type=click.Path(path_type=Path), required=True, help="GGUF the routes were recorded with."
+    "--model",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="GGUF the routes were recorded with (every format but route-trace-csv, which names its own).",
+)
+@click.option(
+    "--turn",
+    type=NON_NEGATIVE,
+    default=None,
+    help="route-trace-csv: the turn to import (default: 0, or the file's only turn).",
 )
 @click.option("--out", type=OutputPath(), required=True, help="The .moetrace to write.")
-def import_cmd(source: Path, fmt: str, model: Path, out: Path) -> None:
+def import_cmd(source: Path, fmt: str, model: Path | None, turn: int | None, out: Path) -> None:
     """Turn another tool's routing record into a .moetrace (the header says what it lacks)."""
     from appliance.trace.expert_bytes import gguf_trace_fields
     from appliance.trace.format import write_trace
     from appliance.trace.interchange import import_trace
 
-    trace = import_trace(source, fmt, gguf_trace_fields(model))
+    trace = import_trace(source, fmt, gguf_trace_fields(model) if model is not None else None, turn)
     write_trace(out, trace.header, trace.rows)
-    missing = ", ".join(trace.header["not_recorded"])
+    missing = ", ".join(trace.header["not_recorded"]) or "nothing"
     click.echo(f"wrote {out}: {len(trace.rows)} rows, {trace.n_steps} steps; not recorded: {missing}")
 
 
@@ -375,16 +417,21 @@ def import_cmd(source: Path, fmt: str, model: Path, out: Path) -> None:
     "--model",
     type=click.Path(path_type=Path),
     default=None,
-    help="GGUF the trace was recorded with (libcachesim: object sizes are its expert bytes).",
+    help="GGUF the trace was recorded with (libcachesim: object sizes are its expert bytes; "
+    "default: the trace's own expert_bytes, when it has them).",
 )
 def export_cmd(trace_path: Path, fmt: str, out: Path, model: Path | None) -> None:
     """Write TRACE as llama.cpp's moe-trace CSV or libCacheSim's oracleGeneral binary."""
-    from appliance.trace.expert_bytes import expert_bytes_from_gguf
+    from appliance.trace.expert_bytes import expert_bytes_from_gguf, expert_bytes_from_header
     from appliance.trace.format import read_trace
     from appliance.trace.interchange import export_trace
 
     trace = read_trace(trace_path)
-    per_layer = expert_bytes_from_gguf(model, trace.header) if model is not None else None
+    per_layer = (
+        expert_bytes_from_gguf(model, trace.header)
+        if model is not None
+        else expert_bytes_from_header(trace.header)
+    )
     data = export_trace(trace, fmt, per_layer)
     try:
         atomic.write_bytes(out, data)
@@ -428,6 +475,43 @@ def curves_cmd(
     atomic.write_json(out / "curves.json", report, sort_keys=False)
     paths = plot_curves(report, out)
     click.echo(f"wrote {out / 'curves.json'} and {len(paths)} plots in {out}")
+
+
+@trace_group.command("compare")
+@click.argument("first", metavar="A", type=click.Path(path_type=Path))
+@click.argument("second", metavar="B", type=click.Path(path_type=Path))
+@json_option
+def compare_cmd(first: Path, second: Path, as_json: bool) -> None:
+    """Two traces' shapes and decode locality statistics side by side."""
+    from appliance.trace.format import read_trace
+    from appliance.trace.locality import locality
+
+    sides: list[dict[str, Any]] = []
+    for path in (first, second):
+        trace = read_trace(path)
+        h = trace.header
+        sides.append(
+            {
+                "trace": path.name,
+                "model_file": h.get("model_file"),
+                "shape": f"{len(trace.moe_layers)} x {trace.n_experts}, k = {trace.k}",
+                "locality": locality(trace),
+            }
+        )
+    if as_json:
+        _emit({"a": sides[0], "b": sides[1]})
+        return
+    a, b = sides
+    rows = [("trace", a["trace"], b["trace"]), ("model", str(a["model_file"]), str(b["model_file"]))]
+    rows.append(("layers x experts, k", a["shape"], b["shape"]))
+    for (label, left), (_, right) in zip(
+        locality_lines(a["locality"]), locality_lines(b["locality"]), strict=False
+    ):
+        rows.append((label, left, right))
+    width = max(len(r[0]) for r in rows)
+    middle = max(len(r[1]) for r in rows)
+    for label, left, right in rows:
+        click.echo(f"{label:<{width}}  {left:>{middle}}  {right}")
 
 
 COMMANDS: list[click.Command] = [trace_group]

@@ -4,15 +4,17 @@ treatment/baseline within the stated tolerance) and byte identity must be what t
 says. The verdict is reproduced, not reproduced or not comparable, with the reasons.
 """
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from appliance.attest.verify import Verification
+from appliance.core.errors import ApplianceError
 from appliance.evidence import sweep_claims
 from appliance.evidence.bundle_facts import UNTRUSTED_INPUT, BundleFacts
 from appliance.evidence.contamination import with_contamination
-from appliance.evidence.finding import Finding
+from appliance.evidence.finding import Finding, find_finding
 from appliance.runs.run_dir import RESULTS_FILE
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
@@ -182,3 +184,21 @@ def compare(bundle: Path, finding: Finding, verification: Verification) -> Compa
         result.verdict = NOT_REPRODUCED
         result.reasons.extend(f"{c.claim}: {c.reason}" for c in result.claims if not c.holds)
     return result
+
+
+def compare_with_evidence(
+    run_dir: Path, verification: Verification, evidence: Iterable[str]
+) -> list[dict[str, Any]]:
+    """The bundle compared with each finding (`Comparison.as_dict()` plus the finding's
+    `title`); a finding missing from evidence/ is not comparable, with the reason."""
+    comparisons: list[dict[str, Any]] = []
+    for finding_id in evidence:
+        try:
+            finding = find_finding(finding_id)
+        except ApplianceError as exc:
+            comparisons.append({"evidence": finding_id, "verdict": NOT_COMPARABLE, "reasons": [str(exc)]})
+            continue
+        comparisons.append(
+            compare(run_dir, finding, verification).as_dict() | {"title": finding.raw["title"]}
+        )
+    return comparisons

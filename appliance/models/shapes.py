@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from appliance.core.errors import ApplianceError
-from appliance.core.limits import MAX_EXPERTS, MAX_LAYERS, MAX_SEED
+from appliance.core.limits import MAX_MODEL_EXPERTS, MAX_MODEL_LAYERS, MAX_SEED
 
 ARCHES = ("qwen3moe", "qwen35moe")
 EXPERT_TYPES = {"f16": GGMLQuantizationType.F16, "q8_0": GGMLQuantizationType.Q8_0}
@@ -116,8 +116,8 @@ def check_spec(spec: ModelSynthSpec) -> None:
             f"--used {spec.used} must be between 1 and --experts {spec.experts}: a token cannot "
             "be routed to more experts than the layer has"
         )
-    if spec.experts > MAX_EXPERTS:
-        raise ApplianceError(f"--experts {spec.experts} exceeds llama.cpp's limit of {MAX_EXPERTS}")
+    if spec.experts > MAX_MODEL_EXPERTS:
+        raise ApplianceError(f"--experts {spec.experts} exceeds llama.cpp's limit of {MAX_MODEL_EXPERTS}")
     min_layers = 2 if spec.arch == "qwen35moe" else 1
     if spec.layers < min_layers:
         raise ApplianceError(
@@ -126,8 +126,8 @@ def check_spec(spec: ModelSynthSpec) -> None:
         )
     if spec.embd % 256 != 0:
         raise ApplianceError(f"embedding width {spec.embd} must be a multiple of 256")
-    if spec.layers > MAX_LAYERS:
-        raise ApplianceError(f"--layers {spec.layers} exceeds llama.cpp's limit of {MAX_LAYERS}")
+    if spec.layers > MAX_MODEL_LAYERS:
+        raise ApplianceError(f"--layers {spec.layers} exceeds llama.cpp's limit of {MAX_MODEL_LAYERS}")
     if not math.isfinite(spec.skew) or spec.skew < 0:
         raise ApplianceError(f"--skew {spec.skew} must be a finite number >= 0 (0 = uniform random routers)")
     if not 0 <= spec.seed <= MAX_SEED:

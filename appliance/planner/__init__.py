@@ -1,5 +1,6 @@
-"""Startup plans from a GGUF header alone: header reader, remote range reads, byte accounting,
-the plan and reference plans.
+"""Startup plans from a GGUF header alone: remote range reads, byte and page accounting, the
+plan, its rendering and reference plans. The header reader itself is
+`appliance.models.gguf_header`.
 
-May import: core, engine, host, models.
+May import: core, engine, host, models, trace.
 """

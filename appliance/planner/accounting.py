@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.core.errors import ApplianceError
-from appliance.core.limits import MAX_EXPERTS, MAX_LAYERS
+from appliance.core.limits import MAX_MODEL_EXPERTS, MAX_MODEL_LAYERS
 from appliance.models.gguf_header import (
     ArrayInfo,
     ByteSource,
@@ -196,7 +196,7 @@ def arch_facts(header: GGUFHeader) -> ArchFacts:
     def layered(name: str, default: Any = 0) -> list[int]:
         return per_layer(key(name, default), layers, f"{a}.{name}", header.source)
 
-    total_layers = number("block_count", high=MAX_LAYERS)
+    total_layers = number("block_count", high=MAX_MODEL_LAYERS)
     nextn = number("nextn_predict_layers", high=total_layers)
     layers = total_layers - nextn
     tokens = header.get("tokenizer.ggml.tokens")
@@ -221,7 +221,7 @@ def arch_facts(header: GGUFHeader) -> ArchFacts:
     d_state, n_group = number("ssm.state_size"), number("ssm.group_count")
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     state_bytes = len(recurrent) * (conv + d_state * d_inner) * 4
-    experts = number("expert_count", high=MAX_EXPERTS)
+    experts = number("expert_count", high=MAX_MODEL_EXPERTS)
     ff_name = (
         "expert_feed_forward_length"
         if key("expert_feed_forward_length") is not None

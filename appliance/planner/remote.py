@@ -14,14 +14,13 @@ import contextlib
 import http.client
 import re
 import socket
-import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
 
 from appliance.core.checks import one_line
 from appliance.core.errors import ApplianceError
+from appliance.core.progress import BYTES, Progress, ProgressFn
 from appliance.core.units import format_size
 
 CONTENT_RANGE = re.compile(r"bytes (\d{1,19})-(\d{1,19})/(\d{1,19}|\*)")
@@ -32,17 +31,9 @@ RATE_GRACE_S = 15.0  # before the rate is judged (a first round trip, a slow sta
 MAX_REDIRECTS = 5
 REDIRECTS = (301, 302, 303, 307, 308)
 
-ProgressFn = Callable[[int, int | None], None]
-
-
-def stderr_progress(fetched: int, total: int | None) -> None:
-    of = f" of {format_size(total)}" if total else ""
-    print(
-        f"\rheader bytes fetched: {format_size(fetched)}{of} (range requests)",
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )
+# The task a remote read reports its bytes under; how far through the header it is stays
+# unknown until the header is parsed, so its records carry no total.
+HEADER_TASK = "header bytes fetched (range requests)"
 
 
 def _split_url(url: str) -> urllib.parse.SplitResult:
@@ -175,7 +166,7 @@ class HttpRangeSource:
         self.requests += 1
         self.bytes_fetched += len(data)
         if self._progress is not None:
-            self._progress(self.bytes_fetched, self._total)
+            self._progress(Progress(HEADER_TASK, self.bytes_fetched, None, BYTES))
         return data
 
     def _fetch(self, offset: int, size: int, deadline: _Deadline) -> bytes:

@@ -3,10 +3,11 @@
 from pathlib import Path
 
 from appliance.core.errors import ApplianceError
+from appliance.core.progress import ProgressFn
 from appliance.core.units import format_size, parse_size
 from appliance.planner.accounting import GROUP_TITLES, Accounting, account_file, account_source
 from appliance.planner.plan import Plan
-from appliance.planner.remote import HttpRangeSource, ProgressFn
+from appliance.planner.remote import HttpRangeSource
 
 
 def resolve_vram(text: str) -> tuple[int, str]:

@@ -2,9 +2,11 @@
 
 Named checks over the blobs of a checkout's index and HEAD (read with git, never from the
 working tree; with history, every reachable commit): no model weights or GGUF files, no raw
-route traces, nothing over a size limit, no private network addresses or home-directory
-paths, no credentials or tokens (binary files included), and every evidence file valid
-against its schema. Each failure names the file, the line and the commit that introduced it.
+route traces, nothing over a size limit (but for the vendored third-party files listed by
+path and sha256 in `appliance.release.vendored`, exactly those versions), no private network
+addresses or home-directory paths, no credentials or tokens (binary files included), and
+every evidence file valid against its schema. Each failure names the file, the line and the
+commit that introduced it.
 """
 
 import re
@@ -14,14 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.core.checks import Check, Status
+from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.evidence.finding import load_findings
+from appliance.models.gguf_header import GGUF_MAGIC
+from appliance.release.vendored import vendored_sha256
+from appliance.trace.format import MAGIC as TRACE_MAGIC
+from appliance.trace.route_csv import MAGIC_LINE as ROUTE_CSV_MAGIC_LINE
 
 DEFAULT_MAX_BYTES = 1 << 20
 WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".pt", ".pth", ".ckpt", ".onnx", ".h5", ".tflite")
-WEIGHT_MAGICS = (b"GGUF",)
+WEIGHT_MAGICS = (GGUF_MAGIC,)
 TRACE_SUFFIXES = (".moetrace",)
-TRACE_MAGICS = (b"MOETRACE",)
+# Our format, and route_trace CSV (trace import) by its first line's prefix without the version.
+TRACE_MAGICS = (TRACE_MAGIC, ROUTE_CSV_MAGIC_LINE.rsplit(" ", 1)[0].encode())
 SHOWN = 8
 SCAN_LIMIT = 64 << 20
 ALLOW_FILE = ".release-check-allow"
@@ -255,6 +263,7 @@ def release_check(root: Path, max_bytes: int = DEFAULT_MAX_BYTES, history: bool 
     blobs = committed_blobs(root, history)
     contents = read_blobs(root, [b.oid for b in blobs], max(max_bytes, SCAN_LIMIT))
     reviewed = reviewed_blobs(root)
+    vendored = vendored_sha256()
     weights: list[Hit] = []
     traces: list[Hit] = []
     large: list[Hit] = []
@@ -265,9 +274,10 @@ def release_check(root: Path, max_bytes: int = DEFAULT_MAX_BYTES, history: bool 
         lower = blob.path.lower()
         if lower.endswith(WEIGHT_SUFFIXES) or data.startswith(WEIGHT_MAGICS):
             weights.append((blob, f"{blob.path} (model weights"))
-        if lower.endswith(TRACE_SUFFIXES) or data.startswith(TRACE_MAGICS):
+        listed = blob.path in vendored and len(data) == size and sha256_bytes(data) == vendored[blob.path]
+        if (lower.endswith(TRACE_SUFFIXES) or data.startswith(TRACE_MAGICS)) and not listed:
             traces.append((blob, f"{blob.path} (route trace"))
-        if size > max_bytes:
+        if size > max_bytes and not listed:
             large.append((blob, f"{blob.path} ({size} bytes"))
         if size > SCAN_LIMIT or (blob.path, blob.oid) in reviewed:
             continue

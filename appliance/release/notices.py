@@ -19,6 +19,7 @@ from packaging.requirements import Requirement
 
 from appliance.core import atomic
 from appliance.core.paths import repo_root
+from appliance.release.vendored import VENDORED
 
 LLAMA_CPP_NOTICE = """\
 MIT License
@@ -137,7 +138,26 @@ def render(root: Path) -> str:
     for name in sorted(closure):
         dist = closure[name]
         lines.append(f"| {name} | {license_of(dist)} | {homepage_of(dist)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + vendored_lines()) + "\n"
+
+
+def vendored_lines() -> list[str]:
+    """The section on third-party data files the repository carries (`appliance.release.vendored`)."""
+    lines = [
+        "",
+        "## Vendored data",
+        "",
+        "Files copied unchanged from other projects, each with its licence next to it.",
+        "",
+        "| file | source (repository:path at commit) | sha256 | licence |",
+        "|---|---|---|---|",
+    ]
+    for entry in VENDORED:
+        lines.append(
+            f"| `{entry.path}` | {entry.source} at {entry.commit} | {entry.sha256} | "
+            f"{entry.licence} (`{entry.licence_file}`) |"
+        )
+    return lines
 
 
 def main(argv: list[str]) -> int:

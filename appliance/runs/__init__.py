@@ -1,5 +1,8 @@
-"""One run of a profile: the profile, the trial plan, preparation, execution in containers,
-statistics, report, plots and the paging prediction from each trial's trace.
+"""One run of a profile, up to its trials' records: the profile and its memory points, the model
+files, the trial plan and placement, preparation, execution in containers (one trial, the local
+executor, resume), the run directory's layout and records, and what `run` and `sweep` print
+before the trials. What comes after the trials (statistics, results.json, plots, the tables
+printed after a run, paging and sweep predictions) is `appliance.analysis`.
 
 May import: core, engine, host, models, trace, images, planner.
 """

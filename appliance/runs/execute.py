@@ -22,10 +22,8 @@ from appliance.runs.plan import (
     Trial,
 )
 from appliance.runs.record import run_record, schedule_record, write_inputs
-from appliance.runs.resume import RESUMED_FROM, ResumeVerifier, resume_point
-from appliance.runs.run_dir import (
-    RunDir,
-)
+from appliance.runs.resume import ResumeVerifier, resume_point
+from appliance.runs.run_dir import RESUMED_FROM, RunDir
 from appliance.runs.status import RunStatus, TrialStatus
 from appliance.runs.trial import RunContext, TrialInterrupted, TrialJob, utc_now
 

@@ -20,6 +20,7 @@ from appliance.runs.run_dir import (
     LOCK_INPUT,
     MODEL_INPUT,
     PROFILE_INPUT,
+    RESUMED_FROM,
     SCHEDULE_INPUT,
     RunDir,
 )
@@ -29,8 +30,6 @@ from appliance.runs.trial import RunContext, utc_now
 # run_dir -> the old bundle's record (bundle digest, attestation sha256, signer); raises a
 # one-line ConfigError when the directory may not be resumed.
 ResumeVerifier = Callable[[Path], dict[str, Any]]
-# run.json's record of the bundles a run was resumed from, oldest first.
-RESUMED_FROM = "resumed_from"
 MODEL_IDENTITY = ("file", "bytes", "sha256")
 
 

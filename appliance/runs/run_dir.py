@@ -1,7 +1,8 @@
 """The layout of a run directory, in one place: every file name a run writes, reads or seals.
 
     RUN/run.json                      status complete|incomplete|failed, profile, times, version,
-                                      limits, executor (local, or the cluster and each trial's node)
+                                      limits, executor (local, or the cluster and each trial's node),
+                                      resumed_from (the bundles a resumed run carried trials over from)
     RUN/inputs/{profile.yaml,lock.json,schedule.json,model.json}
     RUN/trials/<trial name>/{trial.json,stdout.txt,stderr.txt,timing.json,
                              output.txt,trace.moetrace,cgroup.json}
@@ -28,6 +29,9 @@ from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, read_bytes
 
 RUN_FILE = "run.json"
+# run.json's record of the bundles a run was resumed from, oldest first (written by
+# appliance.runs.execute, read by resume and collected into provenance.json).
+RESUMED_FROM = "resumed_from"
 RESULTS_FILE = "results.json"
 PROVENANCE_FILE = "provenance.json"
 MANIFEST_FILE = "manifest.json"

@@ -141,3 +141,13 @@ def gguf_trace_fields(path: Path) -> dict[str, Any]:
         "n_experts": int(n_experts),
         "n_expert_used": int(n_used),
     }
+
+
+def expert_bytes_from_header(header: dict[str, Any]) -> dict[int, int] | None:
+    """The bytes of one routed expert per MoE layer that the trace itself carries (its header's
+    `expert_bytes`, written by imports whose source records them), or None when it has none.
+    The trace reader has checked the keys are exactly the MoE layers."""
+    sizes = header.get("expert_bytes")
+    if sizes is None:
+        return None
+    return {int(layer): int(size) for layer, size in sorted(sizes.items(), key=lambda kv: int(kv[0]))}

@@ -26,15 +26,19 @@ from appliance.core.validation import schema_errors
 MAGIC = b"MOETRACE"
 TRAILER_MAGIC = b"MOETEND\0"
 VERSION = 1
-PREAMBLE_BYTES = 16
-TRAILER_BYTES = 16
+PREAMBLE = struct.Struct("<8sII")  # magic, version, header length
+TRAILER = struct.Struct("<8sQ")  # trailer magic, row count
+PREAMBLE_BYTES = PREAMBLE.size
+TRAILER_BYTES = TRAILER.size
 KIND_PROMPT = 0
 KIND_DECODE = 1
 # What a reader accepts, so that every trace it accepts can be replayed in bounded memory:
 # replay keeps a few 8-byte words per (MoE layer, expert) object.
 MAX_HEADER_BYTES = 1 << 20
-MAX_LAYERS = 4096  # blocks; rows store the layer in 16 bits
-MAX_EXPERTS = 4096
+# A trace header's n_layers and n_experts: bounds on what a replay holds, not the model limits
+# llama.cpp enforces (appliance.core.limits.MAX_MODEL_LAYERS, MAX_MODEL_EXPERTS).
+MAX_TRACE_LAYERS = 4096  # blocks; rows store the layer in 16 bits
+MAX_TRACE_EXPERTS = 4096
 MAX_EXPERT_USED = 256
 MAX_OBJECTS = 1 << 20  # MoE layers x experts
 HEADER_SCHEMA = "trace-header"  # appliance/schemas/trace-header.schema.json: the documented types
@@ -133,8 +137,8 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
             f"{where}: header version {header['version']} but this reader understands version {VERSION}"
         )
     for key, top in (
-        ("n_layers", MAX_LAYERS),
-        ("n_experts", MAX_EXPERTS),
+        ("n_layers", MAX_TRACE_LAYERS),
+        ("n_experts", MAX_TRACE_EXPERTS),
         ("n_expert_used", MAX_EXPERT_USED),
     ):
         if not 1 <= header[key] <= top:
@@ -157,6 +161,12 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
     ):
         raise ConfigError(
             f"{where}: header moe_layers must be ascending block indices below n_layers={header['n_layers']}"
+        )
+    sizes = header.get("expert_bytes")
+    if sizes is not None and sorted(int(key) for key in sizes) != layers:
+        raise ConfigError(
+            f"{where}: header expert_bytes must name exactly the moe_layers, "
+            f"got {', '.join(sorted(sizes, key=int))}; the file is corrupt"
         )
     if len(layers) * header["n_experts"] > MAX_OBJECTS:
         raise ConfigError(
@@ -191,7 +201,7 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
         raise ConfigError(
             f"{where}: {size} bytes is too short for a route trace (truncated or not a .moetrace file)"
         )
-    magic, version, header_len = struct.unpack_from("<8sII", buffer, 0)
+    magic, version, header_len = PREAMBLE.unpack_from(buffer, 0)
     if magic != MAGIC:
         raise ConfigError(f"{where}: not a route trace (magic {bytes(magic)!r}, expected {MAGIC!r})")
     if version != VERSION:
@@ -209,7 +219,7 @@ def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.n
             f"{where}: header length {header_len} does not fit the file "
             f"({size} bytes); the trace is truncated or corrupt"
         )
-    trailer, n_rows = struct.unpack_from("<8sQ", buffer, size - TRAILER_BYTES)
+    trailer, n_rows = TRAILER.unpack_from(buffer, size - TRAILER_BYTES)
     if trailer != TRAILER_MAGIC:
         raise ConfigError(
             f"{where}: trailer missing; the trace is truncated or was not finished by its writer"
@@ -251,11 +261,44 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     return Trace(header=header, rows=rows, path=path)
 
 
+def _pad_header(data: bytes) -> bytes:
+    """Header bytes followed by the spaces that make rows start 8-byte aligned."""
+    return data + b" " * ((-(PREAMBLE_BYTES + len(data))) % 8)
+
+
 def encode_header(header: dict[str, Any]) -> bytes:
     """The header's JSON, space-padded so rows start 8-byte aligned."""
-    data = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    pad = (-(PREAMBLE_BYTES + len(data))) % 8
-    return data + b" " * pad
+    return _pad_header(json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+
+
+def encode_trace_bytes(
+    header: dict[str, Any] | bytes,
+    rows: np.ndarray | bytes = b"",
+    *,
+    magic: bytes = MAGIC,
+    version: int = VERSION,
+    header_len: int | None = None,
+    pad: bool = True,
+    trailer: bytes | None = TRAILER_MAGIC,
+    row_count: int | None = None,
+) -> bytes:
+    """A whole trace as bytes, with no check: what write_trace writes for a valid header and
+    rows under the defaults, and the deliberately broken layouts that fuzzing and tests feed
+    the reader otherwise.
+
+    `header` is a dict (encoded as write_trace encodes it) or raw header text; `pad=False`
+    leaves raw text unaligned. `rows` is a row array or raw row bytes (cut them short for a
+    truncated body). `header_len` and `row_count` override the lengths the preamble and the
+    trailer state (by default the true ones: the header's length and the array's rows, 0 for
+    raw bytes); `trailer=None` leaves the trailer out, as a writer that never finished would.
+    """
+    text = encode_header(header) if isinstance(header, dict) else _pad_header(header) if pad else header
+    body = rows.tobytes() if isinstance(rows, np.ndarray) else rows
+    if row_count is None:
+        row_count = len(rows) if isinstance(rows, np.ndarray) else 0
+    preamble = PREAMBLE.pack(magic, version, len(text) if header_len is None else header_len)
+    end = b"" if trailer is None else TRAILER.pack(trailer, row_count)
+    return preamble + text + body + end
 
 
 def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.ndarray) -> Path:
@@ -281,10 +324,10 @@ def write_trace(path: str | os.PathLike[str], header: dict[str, Any], rows: np.n
         )
     try:
         with atomic.replacing(path) as handle:
-            handle.write(struct.pack("<8sII", MAGIC, VERSION, len(encoded)))
+            handle.write(PREAMBLE.pack(MAGIC, VERSION, len(encoded)))
             handle.write(encoded)
-            handle.write(rows.tobytes())
-            handle.write(struct.pack("<8sQ", TRAILER_MAGIC, len(rows)))
+            handle.write(rows.tobytes())  # streamed: rows are not joined into one more copy
+            handle.write(TRAILER.pack(TRAILER_MAGIC, len(rows)))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write trace ({exc.strerror})") from None
     return path

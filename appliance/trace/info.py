@@ -1,4 +1,5 @@
-"""Summary of a route trace: model, shape, distinct experts and reuse distances per layer."""
+"""Summary of a route trace: model, shape, distinct experts and reuse distances per layer, and
+the locality of its decode tokens (`appliance.trace.locality`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 from appliance.trace import kernels
 from appliance.trace.events import trace_events
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, Trace
+from appliance.trace.locality import locality
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -55,4 +57,5 @@ def trace_info(trace: Trace) -> dict[str, Any]:
         "events": events.stream.n_events,
         "requests": events.stream.n_requests,
         "layers": per_layer,
+        "locality": locality(trace),
     }

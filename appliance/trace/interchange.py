@@ -19,9 +19,10 @@ import numpy as np
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import parse_json_bytes, read_bytes
+from appliance.trace import route_csv, route_jsonl
 from appliance.trace.events import EventStream, single_item_stream, trace_events
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, VERSION, Trace, row_dtype
-from appliance.trace.names import EXPORT_FORMATS, IMPORT_FORMATS
+from appliance.trace.names import EXPORT_FORMATS, IMPORT_FORMATS, MODEL_FREE_FORMATS
 
 MAX_IMPORT_BYTES = 1 << 30  # a CSV row is at least 4 bytes: 268M activations
 # What each source cannot record (the header's `not_recorded`, in the schema's enum).
@@ -169,12 +170,30 @@ def _span(layers: list[int]) -> str:
     return ", ".join(str(x) for x in layers)
 
 
-def import_trace(path: Path, fmt: str, model: dict[str, Any]) -> Trace:
-    """Read `path` (strict bounded reader) in format `fmt` as a trace of `model`'s layout."""
+def import_trace(path: Path, fmt: str, model: dict[str, Any] | None, turn: int | None = None) -> Trace:
+    """Read `path` (strict bounded reader) in format `fmt` as a trace of `model`'s layout
+    (None for a format that names its model: route-trace-csv; `turn` is that format's)."""
     if fmt not in IMPORT_FORMATS:
         raise ConfigError(f"unknown import format {fmt!r}; choose from {', '.join(IMPORT_FORMATS)}")
+    if (model is None) != (fmt in MODEL_FREE_FORMATS):
+        need = "does not take" if model is not None else "needs"
+        raise ConfigError(
+            f"--from {fmt} {need} --model GGUF"
+            + (
+                "; the file names its model and expert sizes"
+                if model is not None
+                else " (the layers, experts and k the routes were recorded with)"
+            )
+        )
+    if turn is not None and fmt != route_csv.FORMAT:
+        raise ConfigError(f"--turn is for --from {route_csv.FORMAT}; {fmt} files have no turns")
     data = read_bytes(path, MAX_IMPORT_BYTES)
     source = {"format": fmt, "file": path.name, "sha256": sha256_bytes(data)}
+    if fmt == route_csv.FORMAT:
+        return route_csv.route_csv_to_trace(data, source, str(path), turn)
+    assert model is not None
+    if fmt == route_jsonl.FORMAT:
+        return route_jsonl.jsonl_to_trace(data, model, source, str(path))
     if fmt == "vllm":
         return vllm_to_trace(parse_json_bytes(data, str(path), MAX_IMPORT_BYTES), model, source, str(path))
     first_line = 2 if data.startswith(CSV_HEADER + b"\n") else 1

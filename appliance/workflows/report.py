@@ -20,8 +20,8 @@ from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.evidence.bundle_facts import claimed_evidence
+from appliance.evidence.compare import compare_with_evidence
 from appliance.runs.run_dir import RunDir
-from appliance.workflows.run import compare_with_evidence
 
 
 @dataclass(frozen=True)

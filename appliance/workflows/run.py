@@ -11,7 +11,7 @@ paging check and the evidence comparison.
 
 import functools
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,7 @@ from appliance.core.progress import ProgressFn
 from appliance.core.units import parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
-from appliance.evidence.compare import NOT_COMPARABLE, REPRODUCED, compare
-from appliance.evidence.finding import find_finding
+from appliance.evidence.compare import REPRODUCED, compare_with_evidence
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
 from appliance.images.build import build_image
@@ -290,24 +289,6 @@ def verify_and_compare(
         outcome.run_dir, verification, profile.evidence if evidence is None else evidence
     )
     return PipelineReport(outcome.run_dir, verification, comparisons)
-
-
-def compare_with_evidence(
-    run_dir: Path, verification: Verification, evidence: Iterable[str]
-) -> list[dict[str, Any]]:
-    """The bundle compared with each finding (`Comparison.as_dict()` plus the finding's
-    `title`); a finding missing from evidence/ is not comparable, with the reason."""
-    comparisons: list[dict[str, Any]] = []
-    for finding_id in evidence:
-        try:
-            finding = find_finding(finding_id)
-        except ApplianceError as exc:
-            comparisons.append({"evidence": finding_id, "verdict": NOT_COMPARABLE, "reasons": [str(exc)]})
-            continue
-        comparisons.append(
-            compare(run_dir, finding, verification).as_dict() | {"title": finding.raw["title"]}
-        )
-    return comparisons
 
 
 def print_report(report: PipelineReport, console: Console) -> None:

@@ -1,6 +1,10 @@
 """The package layout: stages import only earlier stages, nothing imports the CLI, no cycles."""
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -150,3 +154,48 @@ def test_analysis_imports_neither_docker_nor_ray_even_through_other_modules() ->
             pending.extend(deps[current])
     assert problems == []
     assert "docker" in top_level_imports(module_path("appliance.runs.trial"))  # the walker sees it
+
+
+# What runs where Docker and Ray are not: verifying and reporting on a bundle, comparing it with
+# evidence, replaying a trace, planning from a header, and every analysis module.
+NO_DOCKER = [
+    "appliance.attest.verify",
+    "appliance.cli.bundle",
+    "appliance.cli.report",
+    "appliance.workflows.report",
+    "appliance.cli.evidence",
+    "appliance.evidence.compare",
+    "appliance.trace.replay",
+    "appliance.cli.trace",
+    "appliance.planner.plan",
+    "appliance.cli.plan",
+    *(module_name(p) for p in sorted((PACKAGE / "analysis").glob("*.py"))),
+]
+_FIRST_TO_LOAD = """
+import importlib, json, sys
+found = {}
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    heavy = [m for m in ("docker", "ray") if m in sys.modules]
+    if heavy:
+        found[name] = heavy
+        break
+print(json.dumps(found))
+"""
+
+
+def test_verification_analysis_and_planning_load_neither_docker_nor_ray() -> None:
+    """Imported one after another in a fresh interpreter; the first that pulls in docker or ray
+    is named."""
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run(
+        [sys.executable, "-c", _FIRST_TO_LOAD, *NO_DOCKER],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=True,
+    )
+    assert json.loads(result.stdout) == {}
+    assert len(NO_DOCKER) > 20  # the analysis package was found

@@ -39,9 +39,9 @@ EDGE_TESTS = {
     "appliance.core.limits.MAX_REPEATS": ALL + "test_seed_and_repeats_at_the_limit_and_one_past",
     "appliance.core.limits.MAX_SEED": ALL + "test_seed_and_repeats_at_the_limit_and_one_past",
     "appliance.core.limits.MAX_N_PREDICT": ALL + "test_tokens_per_trial_at_the_limit_and_one_past",
-    "appliance.core.limits.MAX_LAYERS": ALL
+    "appliance.core.limits.MAX_MODEL_LAYERS": ALL
     + "test_the_planner_reads_llama_cpps_limits_at_the_edge_and_refuses_past",
-    "appliance.core.limits.MAX_EXPERTS": ALL
+    "appliance.core.limits.MAX_MODEL_EXPERTS": ALL
     + "test_the_synthesizer_takes_llama_cpps_limits_and_refuses_past",
     "appliance.core.strict_load.MAX_BYTES": STRICT + "test_default_byte_budget_at_the_limit_and_one_past",
     "appliance.core.strict_load.MAX_DEPTH": STRICT + "test_json_depth_at_the_limit_and_one_past",
@@ -70,8 +70,8 @@ EDGE_TESTS = {
     + "test_profile_memory_at_the_engines_floor_and_one_below",
     "appliance.runs.profile.MAX_SIZE": ALL + "test_profile_size_at_the_limit_and_one_past",
     "appliance.trace.format.MAX_HEADER_BYTES": ALL + "test_trace_header_bytes_at_the_limit_and_one_past",
-    "appliance.trace.format.MAX_LAYERS": ALL + "test_trace_header_counts_at_the_limit_and_one_past",
-    "appliance.trace.format.MAX_EXPERTS": ALL + "test_trace_header_counts_at_the_limit_and_one_past",
+    "appliance.trace.format.MAX_TRACE_LAYERS": ALL + "test_trace_header_counts_at_the_limit_and_one_past",
+    "appliance.trace.format.MAX_TRACE_EXPERTS": ALL + "test_trace_header_counts_at_the_limit_and_one_past",
     "appliance.trace.format.MAX_EXPERT_USED": ALL + "test_trace_header_counts_at_the_limit_and_one_past",
     "appliance.trace.format.MAX_OBJECTS": ALL + "test_trace_objects_at_the_limit_and_one_past",
     "appliance.trace.interchange.MAX_IMPORT_BYTES": ALL

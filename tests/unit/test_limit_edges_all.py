@@ -182,8 +182,8 @@ def _header(**fields: object) -> dict[str, object]:
 @pytest.mark.parametrize(
     ("key", "limit", "others"),
     [
-        ("n_layers", "MAX_LAYERS", {}),
-        ("n_experts", "MAX_EXPERTS", {}),
+        ("n_layers", "MAX_TRACE_LAYERS", {}),
+        ("n_experts", "MAX_TRACE_EXPERTS", {}),
         ("n_expert_used", "MAX_EXPERT_USED", {"n_experts": 4096}),
     ],
 )
@@ -219,27 +219,16 @@ def test_trace_header_nesting_is_the_strict_loaders_depth() -> None:
     assert trace_format.MAX_DEPTH is MAX_DEPTH
 
 
-def _raw_trace(header_text: bytes) -> bytes:
-    header_text += b" " * (-(16 + len(header_text)) % 8)
-    return (
-        b"MOETRACE"
-        + struct.pack("<II", 1, len(header_text))
-        + header_text
-        + b"MOETEND\0"
-        + struct.pack("<Q", 0)
-    )
-
-
 def test_trace_header_depth_at_the_limit_and_one_past() -> None:
     base = json.dumps(_header()).encode()[:-1]
     at = base + b', "x": ' + b"[" * (MAX_DEPTH - 1) + b"]" * (MAX_DEPTH - 1) + b"}"  # the header is one level
-    header, rows = trace_format.parse_trace(_raw_trace(at), "t")
+    header, rows = trace_format.parse_trace(trace_format.encode_trace_bytes(at), "t")
     assert len(rows) == 0 and header["n_layers"] == 2
     past = base + b', "x": ' + b"[" * MAX_DEPTH + b"]" * MAX_DEPTH + b"}"
     with pytest.raises(
         ConfigError, match=rf"^t: trace header nests deeper than {MAX_DEPTH} levels; the file is"
     ):
-        trace_format.parse_trace(_raw_trace(past), "t")
+        trace_format.parse_trace(trace_format.encode_trace_bytes(past), "t")
 
 
 def test_oracle_size_at_the_limit_and_one_past() -> None:
@@ -359,11 +348,19 @@ def test_profile_memory_at_the_engines_floor_and_one_below(tmp_path: Path) -> No
 
 
 def test_llama_cpp_limits_have_one_home() -> None:
-    assert accounting.MAX_LAYERS is limits.MAX_LAYERS and shapes.MAX_LAYERS is limits.MAX_LAYERS
-    assert accounting.MAX_EXPERTS is limits.MAX_EXPERTS and shapes.MAX_EXPERTS is limits.MAX_EXPERTS
+    assert (
+        accounting.MAX_MODEL_LAYERS is limits.MAX_MODEL_LAYERS
+        and shapes.MAX_MODEL_LAYERS is limits.MAX_MODEL_LAYERS
+    )
+    assert (
+        accounting.MAX_MODEL_EXPERTS is limits.MAX_MODEL_EXPERTS
+        and shapes.MAX_MODEL_EXPERTS is limits.MAX_MODEL_EXPERTS
+    )
 
 
-@pytest.mark.parametrize(("key", "limit"), [("block_count", "MAX_LAYERS"), ("expert_count", "MAX_EXPERTS")])
+@pytest.mark.parametrize(
+    ("key", "limit"), [("block_count", "MAX_MODEL_LAYERS"), ("expert_count", "MAX_MODEL_EXPERTS")]
+)
 def test_the_planner_reads_llama_cpps_limits_at_the_edge_and_refuses_past(
     key: str, limit: str, tmp_path: Path
 ) -> None:
@@ -383,7 +380,7 @@ def test_the_planner_reads_llama_cpps_limits_at_the_edge_and_refuses_past(
 
 @pytest.mark.parametrize(
     ("field", "flag", "limit"),
-    [("layers", "--layers", "MAX_LAYERS"), ("experts", "--experts", "MAX_EXPERTS")],
+    [("layers", "--layers", "MAX_MODEL_LAYERS"), ("experts", "--experts", "MAX_MODEL_EXPERTS")],
 )
 def test_the_synthesizer_takes_llama_cpps_limits_and_refuses_past(field: str, flag: str, limit: str) -> None:
     top = getattr(limits, limit)
@@ -598,16 +595,10 @@ def test_header_budget_is_the_default_and_its_edge_holds(tmp_path: Path) -> None
 def test_trace_header_bytes_at_the_limit_and_one_past() -> None:
     top = trace_format.MAX_HEADER_BYTES
     text = json.dumps(_header()).encode()
-    at = (
-        b"MOETRACE"
-        + struct.pack("<II", 1, top)
-        + text
-        + b" " * (top - len(text))
-        + b"MOETEND\0"
-        + struct.pack("<Q", 0)
-    )
+    at = trace_format.encode_trace_bytes(text + b" " * (top - len(text)))
+    assert len(at) == trace_format.PREAMBLE_BYTES + top + trace_format.TRAILER_BYTES
     assert trace_format.parse_trace(at, "t")[0]["n_layers"] == 2
-    past = b"MOETRACE" + struct.pack("<II", 1, top + 1) + bytes(top + 1 + 16)
+    past = trace_format.encode_trace_bytes(bytes(top + 1), pad=False, trailer=bytes(8))
     with pytest.raises(
         ConfigError, match=rf"^t: header length {top + 1} is over the {top}-byte limit; the trace is corrupt$"
     ):

@@ -16,9 +16,9 @@ from appliance.models.gguf_header import KEEP_ARRAY_MAX, ArrayInfo, GGUFHeader, 
 from appliance.models.skeleton import write_skeleton
 from appliance.planner.accounting import (
     GROUPS,
-    MAX_EXPERTS,
     MAX_HPARAM,
-    MAX_LAYERS,
+    MAX_MODEL_EXPERTS,
+    MAX_MODEL_LAYERS,
     account,
     account_file,
     account_source,
@@ -461,12 +461,12 @@ def test_a_layer_with_one_kv_head_is_an_attention_layer(tmp_path: Path) -> None:
     [
         ({"expert_used_count": 5}, "qwen3moe.expert_used_count is 5, not a whole number from 0 to 4"),
         (
-            {"expert_count": MAX_EXPERTS + 1},
-            f"expert_count is {MAX_EXPERTS + 1}, not a whole number from 0 to {MAX_EXPERTS}",
+            {"expert_count": MAX_MODEL_EXPERTS + 1},
+            f"expert_count is {MAX_MODEL_EXPERTS + 1}, not a whole number from 0 to {MAX_MODEL_EXPERTS}",
         ),
         (
-            {"block_count": MAX_LAYERS + 1},
-            f"block_count is {MAX_LAYERS + 1}, not a whole number from 0 to {MAX_LAYERS}",
+            {"block_count": MAX_MODEL_LAYERS + 1},
+            f"block_count is {MAX_MODEL_LAYERS + 1}, not a whole number from 0 to {MAX_MODEL_LAYERS}",
         ),
         ({"block_count": [1, 2, 3]}, "qwen3moe.block_count is [1, 2, 3], not a whole number from 0 to "),
         (  # too long to keep: the reader keeps its length only

@@ -3,15 +3,18 @@ deadline: a 127.0.0.1 server that answers every range request with one byte is r
 the overall deadline, and the refusal names all three limits. What a server sends that reaches
 the terminal (its reason phrase) is escaped."""
 
+import io
 import re
 import time
 
 import pytest
 
+from appliance.cli.progress import LinePrinter
 from appliance.core.errors import ApplianceError
+from appliance.core.units import format_size
 from appliance.models.gguf_header import CHUNK
 from appliance.planner.accounting import account_source
-from appliance.planner.remote import HttpRangeSource
+from appliance.planner.remote import HEADER_TASK, HttpRangeSource
 from fuzz import gguf_cases, remote_server
 from tests.conftest import run_cli
 
@@ -38,6 +41,22 @@ def test_one_byte_per_range_meets_the_overall_deadline(header: bytes) -> None:
         in message
     )
     assert source.requests > 1 and source.bytes_fetched == source.requests  # one byte each, as served
+
+
+def test_one_byte_per_range_prints_a_line_or_two_to_a_log_not_one_per_request(header: bytes) -> None:
+    """Hundreds of one-byte answers in 3 s reach a display that is not a terminal as at most
+    a line once the read has run LINE_MIN_SECONDS and a last line where it stopped."""
+    url = remote_server.serve(remote_server.ONE_BYTE, header + bytes(2 * CHUNK))
+    log = io.StringIO()
+    show = LinePrinter(file=log)
+    source = HttpRangeSource(url, progress=show, deadline_s=5, total_deadline_s=3, min_rate=0, rate_grace_s=0)
+    with pytest.raises(ApplianceError, match="too slow to finish"):
+        account_source(source)
+    show.finish()
+    lines = log.getvalue().splitlines()
+    assert source.requests > 50, source.requests
+    assert 1 <= len(lines) <= 2, lines
+    assert lines[-1].startswith(f"{HEADER_TASK}: {format_size(source.bytes_fetched, trim=True)}, ")
 
 
 def test_one_byte_per_range_is_refused_by_the_minimum_rate(header: bytes) -> None:
@@ -73,3 +92,17 @@ def test_a_reason_phrase_with_terminal_escapes_is_escaped(header: bytes) -> None
     result = run_cli("plan", url, "--ram", "8GiB", "--vram", "0", timeout=120)
     assert result.returncode == 1 and "\x1b" not in result.stderr and "\x9b" not in result.stderr
     assert result.stderr.strip() == f"error: {url}: HTTP 404 Not \\x1b[2J\\x1b]0;owned\\x07Found\\x9b31m"
+
+
+def test_the_cli_reading_one_byte_per_request_prints_two_progress_lines(header: bytes) -> None:
+    """`appliance plan URL` into a pipe, against a server that answers each of some 6,600 range
+    requests with one byte (about 11 s here): once 6,587 lines on stderr, now where the read
+    was at LINE_MIN_SECONDS and where it stopped."""
+    url = remote_server.serve(remote_server.ONE_BYTE, header + bytes(2 * CHUNK))
+    result = run_cli("plan", url, "--ram", "8GiB", "--vram", "0", timeout=120)
+    lines = result.stderr.splitlines()
+    progress = [line for line in lines if line.startswith(f"{HEADER_TASK}: ")]
+    assert len(progress) <= 2, result.stderr[-2000:]
+    # a loaded machine may take past the rate's grace and be refused: then one error line more
+    assert lines[: len(progress)] == progress, result.stderr[-2000:]
+    assert len(lines) == len(progress) + (result.returncode != 0), result.stderr[-2000:]

@@ -168,6 +168,31 @@ def test_traces_size_and_private_addresses(tmp_path: Path) -> None:
     )
 
 
+def test_route_trace_csvs_are_raw_traces_but_the_vendored_versions(tmp_path: Path) -> None:
+    """A route_trace CSV is a raw trace wherever it lies; the vendored fixtures pass the trace
+    and size rules only byte for byte (path and sha256 in appliance/release/vendored.py)."""
+    from appliance.release.vendored import VENDORED
+
+    vendored = VENDORED[0]  # the Qwen3 trace: over 1 MiB
+    data = (REPO / vendored.path).read_bytes()
+    assert len(data) > 1 << 20
+    tree = git_tree(
+        tmp_path / "tree",
+        {
+            vendored.path: data,
+            "runs/copy.route.csv": data[:4096],
+            VENDORED[1].path: (REPO / VENDORED[1].path).read_bytes() + b"0,1,200,0,0,1,0.5,0,0\n",
+        },
+    )
+    checks = by_name(release_check(tree))
+    assert checks["no-raw-traces"].files == sorted(["runs/copy.route.csv", VENDORED[1].path])
+    assert checks["file-size"].status is Status.PASS
+    moved = git_tree(tmp_path / "moved", {"elsewhere/qwen.route.csv": data})
+    checks = by_name(release_check(moved))
+    assert checks["no-raw-traces"].files == ["elsewhere/qwen.route.csv"]
+    assert checks["file-size"].files == ["elsewhere/qwen.route.csv"]
+
+
 @pytest.mark.parametrize(
     "line, kind",
     [

@@ -11,6 +11,8 @@ from appliance.core.errors import ConfigError
 from appliance.trace.format import (
     MAGIC,
     TRAILER_MAGIC,
+    encode_header,
+    encode_trace_bytes,
     parse_trace,
     read_trace,
     row_dtype,
@@ -109,35 +111,86 @@ def test_every_truncation_is_refused(tmp_path: Path) -> None:
             assert "\n" not in str(info.value)
 
 
-def test_wrong_magic_and_version(tmp_path: Path) -> None:
-    path = tmp_path / "t.moetrace"
-    write_trace(path, sample_header(), sample_rows())
-    data = bytearray(path.read_bytes())
-    bad_magic = b"NOTTRACE" + bytes(data[8:])
+@pytest.mark.parametrize(("has_weights", "n_rows"), [(False, 6), (True, 6), (False, 0)])
+def test_encoder_defaults_are_the_bytes_write_trace_writes(
+    tmp_path: Path, has_weights: bool, n_rows: int
+) -> None:
+    header, rows = sample_header(has_weights=has_weights), sample_rows(has_weights=has_weights)[:n_rows]
+    path = write_trace(tmp_path / "t.moetrace", header, rows)
+    assert encode_trace_bytes(header, rows) == path.read_bytes()
+    text = encode_header(header)
+    assert encode_trace_bytes(text, rows.tobytes(), row_count=n_rows) == path.read_bytes()
+
+
+def test_encoder_unpadded_text_and_missing_trailer_are_what_was_asked() -> None:
+    text = b'{"a":1}'  # 7 bytes: padding would add one space
+    assert encode_trace_bytes(text, pad=False) == MAGIC + struct.pack(
+        "<II", 1, 7
+    ) + text + TRAILER_MAGIC + bytes(8)
+    assert encode_trace_bytes(text) == MAGIC + struct.pack("<II", 1, 8) + text + b" " + TRAILER_MAGIC + bytes(
+        8
+    )
+    assert encode_trace_bytes(text, b"xyz", trailer=None) == MAGIC + struct.pack("<II", 1, 8) + text + b" xyz"
+
+
+def _broken(**layout: object) -> bytes:
+    return encode_trace_bytes(sample_header(), **layout)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            _broken(rows=sample_rows(), magic=b"NOTTRACE"),
+            r"^t: not a route trace \(magic b'NOTTRACE', expected b'MOETRACE'\)$",
+        ),
+        (
+            _broken(rows=sample_rows(), version=2),
+            "^t: trace format version 2, but this reader understands version 1",
+        ),
+        (
+            _broken(rows=sample_rows(), header_len=len(encode_header(sample_header())) - 1),
+            "^t: header length .* does not fit the file",
+        ),
+        (
+            _broken(rows=sample_rows().tobytes()[:-4], row_count=6),
+            "^t: trailer says 6 rows of 20 bytes but the file holds 116 bytes of rows",
+        ),
+        (_broken(rows=sample_rows(), trailer=None), "^t: trailer missing; the trace is truncated"),
+        (_broken(rows=sample_rows(), trailer=b"MOETEND!"), "^t: trailer missing; the trace is truncated"),
+        (
+            _broken(rows=sample_rows(), row_count=7),
+            "^t: trailer says 7 rows of 20 bytes but the file holds 120 bytes of rows",
+        ),
+        (
+            encode_trace_bytes(encode_header(sample_header()).rstrip(), pad=False),
+            "^t: header length .* does not fit the file",
+        ),
+    ],
+)
+def test_broken_layouts_are_refused(data: bytes, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_trace(data, where="t")
+
+
+def test_wrong_magic_and_version() -> None:
     with pytest.raises(ConfigError, match="not a route trace"):
-        parse_trace(bad_magic)
-    bad_version = bytes(data[:8]) + struct.pack("<I", 2) + bytes(data[12:])
+        parse_trace(encode_trace_bytes(sample_header(), sample_rows(), magic=b"NOTTRACE"))
     with pytest.raises(ConfigError, match="version 2"):
-        parse_trace(bad_version)
+        parse_trace(encode_trace_bytes(sample_header(), sample_rows(), version=2))
 
 
-def test_corrupt_contents_refused(tmp_path: Path) -> None:
-    path = tmp_path / "t.moetrace"
-    write_trace(path, sample_header(), sample_rows())
-    data = bytearray(path.read_bytes())
-    header_len = struct.unpack_from("<I", data, 12)[0]
-    garbled = bytearray(data)
+def test_corrupt_contents_refused() -> None:
+    garbled = bytearray(encode_trace_bytes(sample_header(), sample_rows()))
     garbled[16] = ord("[")
     with pytest.raises(ConfigError, match="header"):
         parse_trace(bytes(garbled))
-    bad_id = bytearray(data)
-    struct.pack_into("<i", bad_id, 16 + header_len + 12, 99)
+    bad_id = sample_rows()
+    bad_id["ids"][0, 0] = 99
     with pytest.raises(ConfigError, match="expert id"):
-        parse_trace(bytes(bad_id))
-    bad_count = bytearray(data)
-    struct.pack_into("<Q", bad_count, len(data) - 8, 7)
+        parse_trace(encode_trace_bytes(sample_header(), bad_id))
     with pytest.raises(ConfigError, match="truncated or corrupt"):
-        parse_trace(bytes(bad_count))
+        parse_trace(encode_trace_bytes(sample_header(), sample_rows(), row_count=7))
 
 
 def test_header_keys_checked(tmp_path: Path) -> None:

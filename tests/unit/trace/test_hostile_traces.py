@@ -3,13 +3,12 @@ reader refuses, write_trace refuses too; a valid trace without rows replays in t
 
 import json
 import re
-import struct
 from pathlib import Path
 
 import pytest
 
 from appliance.core.errors import ConfigError
-from appliance.trace.format import MAX_HEADER_BYTES, row_dtype, write_trace
+from appliance.trace.format import MAX_HEADER_BYTES, encode_trace_bytes, row_dtype, write_trace
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from tests.conftest import run_cli
 
@@ -18,33 +17,21 @@ def _valid_header() -> dict[str, object]:
     return dict(synth_trace(TraceSynthSpec(n_layers=2, n_experts=8, k=2, n_prompt=0, n_decode=4)).header)
 
 
-def _raw_trace(header_text: bytes, rows: bytes = b"", n_rows: int = 0) -> bytes:
-    header_text += b" " * (-(16 + len(header_text)) % 8)
-    return (
-        b"MOETRACE"
-        + struct.pack("<II", 1, len(header_text))
-        + header_text
-        + rows
-        + b"MOETEND\0"
-        + struct.pack("<Q", n_rows)
-    )
-
-
 def _with(**fields: object) -> bytes:
     header = _valid_header()
     header.update(fields)
-    return _raw_trace(json.dumps(header).encode())
+    return encode_trace_bytes(json.dumps(header).encode())
 
 
 CASES = {
     "header nested 100k deep": (
-        _raw_trace(
+        encode_trace_bytes(
             json.dumps(_valid_header()).encode()[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
         ),
         "nests deeper than 64 levels",
     ),
     "an integer of 5000 digits": (
-        _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "x": ' + b"7" * 5000 + b"}"),
+        encode_trace_bytes(json.dumps(_valid_header()).encode()[:-1] + b', "x": ' + b"7" * 5000 + b"}"),
         "trace header: line 1: a number with more than 100 digits; the file is corrupt",
     ),
     "n_expert_used 2^40": (
@@ -69,19 +56,19 @@ CASES = {
     "n_layers a float": (_with(n_layers=2.0), "trace header /n_layers: expected integer, got number"),
     "engine.backend a number": (_with(engine={"backend": 7}), "/engine/backend: expected string or null"),
     "Infinity in the header": (
-        _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "x": Infinity}'),
+        encode_trace_bytes(json.dumps(_valid_header()).encode()[:-1] + b', "x": Infinity}'),
         "trace header: line 1: Infinity is not a JSON number; the file is corrupt",
     ),
     "a lone surrogate in the header": (
-        _raw_trace(json.dumps(_valid_header()).encode().replace(b'"synthetic"', b'"syn\\udc80"', 1)),
+        encode_trace_bytes(json.dumps(_valid_header()).encode().replace(b'"synthetic"', b'"syn\\udc80"', 1)),
         "trace header: line 1: a lone surrogate (a \\u escape) is not Unicode text",
     ),
     "a duplicate key in the header": (
-        _raw_trace(json.dumps(_valid_header()).encode()[:-1] + b', "n_layers": 2}'),
+        encode_trace_bytes(json.dumps(_valid_header()).encode()[:-1] + b', "n_layers": 2}'),
         "trace header: line 1: duplicate key 'n_layers'",
     ),
     "header length over the limit": (
-        b"MOETRACE" + struct.pack("<II", 1, MAX_HEADER_BYTES + 8) + bytes(MAX_HEADER_BYTES + 40),
+        encode_trace_bytes(bytes(MAX_HEADER_BYTES + 8), bytes(16), trailer=bytes(8)),
         f"header length {MAX_HEADER_BYTES + 8} is over",
     ),
 }
