@@ -32,8 +32,8 @@ from appliance.trace.format import (
     KIND_DECODE,
     KIND_PROMPT,
     MAX_EXPERT_USED,
-    MAX_EXPERTS,
-    MAX_LAYERS,
+    MAX_TRACE_EXPERTS,
+    MAX_TRACE_LAYERS,
     VERSION,
     Trace,
     row_dtype,
@@ -77,7 +77,8 @@ def parse_preamble(lines: list[str], where: str) -> tuple[dict[str, Any], dict[i
             "the preamble is incomplete",
         )
     n_layers, n_experts, k = (int(model[key]) for key in ("n_layer", "n_expert", "k"))
-    for key, value, top in (("n_layer", n_layers, MAX_LAYERS), ("n_expert", n_experts, MAX_EXPERTS)):
+    bounds = (("n_layer", n_layers, MAX_TRACE_LAYERS), ("n_expert", n_experts, MAX_TRACE_EXPERTS))
+    for key, value, top in bounds:
         if not 1 <= value <= top:
             raise _fail(where, 2, f"field {key}: {value} is outside 1..{top}")
     if not 1 <= k <= min(n_experts, MAX_EXPERT_USED):
