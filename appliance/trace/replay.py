@@ -137,7 +137,7 @@ def layer_bytes(setup: ReplaySetup) -> np.ndarray:
         raise ConfigError(
             "a byte budget needs the bytes of one expert per MoE layer, and "
             + (f"layer {missing[0]} has none" if per_layer else "none are known")
-            + ": pass --expert-bytes N or --model GGUF"
+            + ": pass --expert-bytes N or --model GGUF (the trace's header records none)"
         )
     return np.array([per_layer[layer] for layer in setup.events.moe_layers], dtype=np.int64)
 

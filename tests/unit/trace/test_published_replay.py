@@ -21,12 +21,16 @@ figures are also in their `docs/bench-data/2026-07-15-route-trace/findings.md` a
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from appliance.trace.events import trace_events
-from appliance.trace.names import IMPORT_FORMATS
+from appliance.trace.expert_bytes import expert_bytes_from_header
+from appliance.trace.interchange import import_trace
 from appliance.trace.replay import ReplaySetup, replay_budget
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 
 ROUTES = REPO / "tests" / "fixtures" / "real-routes"
 FORMAT = "route-trace-csv"
@@ -69,12 +73,8 @@ CUMULATIVE = {
 
 
 def _setup(stem: str) -> ReplaySetup:
-    if FORMAT not in IMPORT_FORMATS:  # the importer lands from another branch
-        pytest.skip(f"needs the {FORMAT} importer")
-    from appliance.trace.interchange import import_trace
-
     trace = import_trace(ROUTES / f"{stem}.route.csv", FORMAT, None)
-    sizes = {int(layer): int(n) for layer, n in trace.header["expert_bytes"].items()}
+    sizes = expert_bytes_from_header(trace.header)
     return ReplaySetup(events=trace_events(trace, row_order=True), k=trace.k, expert_bytes=sizes)
 
 
@@ -88,3 +88,15 @@ def test_lru_and_belady_agree_with_the_published_replay(stem: str) -> None:
     mib, published = CUMULATIVE[stem]
     total = replay_budget(setup, "lru", mib * MIB, "global", "after-event")["total"]
     assert abs(100 * total["hits"] / total["requests"] - published) <= TOLERANCE_PP, (stem, total)
+
+
+def test_the_command_line_replays_an_imported_trace_with_its_own_expert_sizes(tmp_path: Path) -> None:
+    out = tmp_path / "qwen.moetrace"
+    source = ROUTES / "qwen3-30b-a3b-q4_k_m.route.csv"
+    run_cli("trace", "import", str(source), "--from", FORMAT, "--out", str(out), check=True)
+    args = ("trace", "replay", str(out), "--capacity", "4000MiB", "--policy", "lru", "--scope", "global")
+    report = json.loads(run_cli(*args, "--admission", "after-event", "--json", check=True).stdout)
+    assert report["expert_bytes"]["0"] == 3059712 and report["expert_bytes"]["6"] == 2654208
+    (lru,) = report["results"]
+    assert lru["budget_bytes"] == 4000 * MIB and lru["admission"] == "after-event"
+    assert abs(100 * lru["decode"]["hit_rate"] - 80.3) <= TOLERANCE_PP

@@ -177,7 +177,7 @@ def test_budget_edges_and_refusals() -> None:
             replay_budget(bare, "lru", 100, "global")
         assert str(err.value) == (
             f"a byte budget needs the bytes of one expert per MoE layer, and {what}: "
-            "pass --expert-bytes N or --model GGUF"
+            "pass --expert-bytes N or --model GGUF (the trace's header records none)"
         )
     with pytest.raises(ConfigError, match=r"^admission must be one of during-event, after-event, got 'x'$"):
         replay_budget(setup, "lru", 100, "global", "x")
