@@ -147,9 +147,12 @@ def pool_budget(budget: int, scope: str, n_layers: int) -> int:
     return budget if scope == "global" else budget // n_layers
 
 
-def check_budget(setup: ReplaySetup, budget: int, scope: str) -> None:
-    """Every pool must hold the k experts one token needs at its largest layer."""
+def check_budget(setup: ReplaySetup, budget: int, scope: str, admission: str = "during-event") -> None:
+    """Expert sizes must be known, and under `during-event` every pool must hold the k experts
+    one token needs at its largest layer (`after-event` lets an event overshoot any budget)."""
     sizes = layer_bytes(setup)
+    if admission == "after-event":
+        return
     need = setup.k * int(sizes.max())
     share = pool_budget(budget, scope, len(sizes))
     if share < need:
@@ -262,7 +265,7 @@ def replay_budget(
     code = check_policy(policy)
     check_scope(scope)
     check_admission(admission)
-    check_budget(setup, budget, scope)
+    check_budget(setup, budget, scope, admission)
     sizes = layer_bytes(setup)
     counts = _static_counts(setup, code, scope)
     share = pool_budget(budget, scope, len(sizes))
@@ -318,7 +321,7 @@ def replay_report(
         check_capacity(capacity, setup.k)
     check_admission(admission)
     for budget in budgets or []:
-        check_budget(setup, budget, scope)
+        check_budget(setup, budget, scope, admission)
     stream = setup.events.stream
     results = [
         replay_one(setup, policy, capacity, scope, admission)

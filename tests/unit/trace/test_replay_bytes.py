@@ -171,6 +171,9 @@ def test_budget_edges_and_refusals() -> None:
             f"budget {budget} bytes {share}cannot hold the 2 experts of 5 bytes each token needs at a "
             f"layer; use a budget of at least {budget + 1} bytes"
         )
+    # after-event lets an event overshoot, so any budget is defined: at 0 bytes the cache holds
+    # only the last event's experts, always of the other layer here
+    assert replay_budget(setup, "lru", 0, "global", "after-event")["total"]["misses"] == 19
     for sizes, what in ((None, "none are known"), ({0: 3}, "layer 1 has none")):
         bare = ReplaySetup(events=setup.events, k=2, expert_bytes=sizes)
         with pytest.raises(ConfigError) as err:
