@@ -212,12 +212,13 @@ def run_trace(case: bytes) -> None:
     from appliance.trace.events import trace_events
     from appliance.trace.format import Trace, parse_trace
     from appliance.trace.info import trace_info
+    from appliance.trace.names import ADMISSIONS
     from appliance.trace.replay import ReplaySetup, replay_report, uniform_expert_bytes
 
     header, rows = parse_trace(case, where="case.moetrace")
     trace = Trace(header=header, rows=rows)
     json.dumps(trace_info(trace))
-    events = trace_events(trace)
+    events = trace_events(trace, row_order=True)
     setup = ReplaySetup(
         events=events,
         k=trace.k,
@@ -227,6 +228,12 @@ def run_trace(case: bytes) -> None:
     for scope in ("per-layer", "global"):
         caps = default_capacities(setup, scope, points=3)
         replay_report(setup, header, ["lru", "lfu", "belady", "static-hot", "least-stale"], caps, scope)
+        # byte budgets (the smallest that holds a token's experts, and four times it), both models
+        least = trace.k * (1 << 20) * (len(trace.moe_layers) if scope == "per-layer" else 1)
+        for admission in ADMISSIONS:
+            replay_report(
+                setup, header, ["lru", "belady", "least-stale"], [], scope, [least, 4 * least], admission
+            )
         curves_report(setup, header, ["lru", "fifo"], caps, scope)
 
 

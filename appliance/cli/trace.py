@@ -19,7 +19,7 @@ from appliance.cli.options import (
 )
 from appliance.core import atomic
 from appliance.core.errors import ConfigError
-from appliance.trace.names import EXPORT_FORMATS, IMPORT_FORMATS, POLICIES
+from appliance.trace.names import ADMISSIONS, EXPORT_FORMATS, IMPORT_FORMATS, POLICIES
 
 if TYPE_CHECKING:
     from appliance.trace.format import Trace
@@ -38,6 +38,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 
 MAX_CAPACITY = 1 << 31
+MAX_BUDGET_BYTES = 1 << 50  # a byte budget (1 PiB): far above any model, far below int64
 
 
 def _capacities(values: tuple[str, ...]) -> list[int]:
@@ -53,8 +54,34 @@ def _capacities(values: tuple[str, ...]) -> list[int]:
     return out
 
 
+def _budget(part: str) -> int:
+    from appliance.core.units import HINT, SizeError, parse_size
+
+    try:
+        budget = parse_size(part)
+    except SizeError:
+        raise ConfigError(
+            f"capacity {part!r} is neither a whole number of experts nor a byte budget: {HINT}"
+        ) from None
+    if budget > MAX_BUDGET_BYTES:
+        raise ConfigError(f"a byte budget must be at most {MAX_BUDGET_BYTES} bytes, got {part} ({budget})")
+    return budget
+
+
+def _capacities_and_budgets(values: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """Expert counts (plain numbers) and byte budgets (sizes with a unit: 4GiB, 3000MiB)."""
+    parts = _split(values)
+    sized = [part for part in parts if any(c.isalpha() for c in part)]
+    counts = _capacities(tuple(part for part in parts if part not in sized))
+    return counts, [_budget(part) for part in sized]
+
+
 def _setup(
-    trace_path: Path, expert_bytes: str | None, model: Path | None, calibration: Path | None
+    trace_path: Path,
+    expert_bytes: str | None,
+    model: Path | None,
+    calibration: Path | None,
+    row_order: bool = False,
 ) -> tuple[Trace, ReplaySetup]:
     from appliance.trace.events import trace_events
     from appliance.trace.expert_bytes import expert_bytes_from_gguf, expert_bytes_from_header
@@ -79,7 +106,8 @@ def _setup(
                 f"--expert-bytes must be 'auto' or a number of bytes, got {expert_bytes!r}"
             ) from None
     calib = trace_events(read_trace(calibration)) if calibration else None
-    setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=per_layer, calibration=calib)
+    events = trace_events(trace, row_order=row_order)
+    setup = ReplaySetup(events=events, k=trace.k, expert_bytes=per_layer, calibration=calib)
     return trace, setup
 
 
@@ -247,9 +275,22 @@ def _replay_options(func: Any) -> Any:
 @trace_group.command("replay")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option(
-    "--capacity", "capacity", multiple=True, required=True, help="Experts per cache (repeat or comma list)."
+    "--capacity",
+    "capacity",
+    multiple=True,
+    required=True,
+    help="Experts per cache, or a byte budget with a unit (4GiB, 3000MiB) that every expert "
+    "fills with its layer's bytes (repeat or comma list).",
 )
 @_replay_options
+@click.option(
+    "--admission",
+    type=click.Choice(ADMISSIONS),
+    default="during-event",
+    show_default=True,
+    help="When a layer's misses evict: during-event (ours) or after-event (never the event's "
+    "own experts; the published replay of route_trace files). docs/sweeps.md.",
+)
 @click.option(
     "--engine",
     type=click.Choice(ENGINES),
@@ -267,22 +308,25 @@ def replay_cmd(
     expert_bytes: str | None,
     model: Path | None,
     calibration: Path | None,
+    admission: str,
     engine: str,
     as_json: bool,
 ) -> None:
     """Replay TRACE through cache policies: hits, misses, hit rate, bytes moved."""
     from appliance.trace.replay import replay_report
 
-    capacities = _capacities(capacity)
+    capacities, budgets = _capacities_and_budgets(capacity)
     lcs_names: list[str] = []
     if engine == "libcachesim":
         from appliance.trace.lcs_replay import check_capacities, check_policies
 
+        if budgets:
+            raise ConfigError("--engine libcachesim takes expert counts, not byte budgets")
         lcs_names = check_policies(_split(policy))
         check_capacities(lcs_names, capacities)
         policy = ()
-    trace, setup = _setup(trace_path, expert_bytes, model, calibration)
-    report = replay_report(setup, trace.header, _policies(policy), capacities, scope)
+    trace, setup = _setup(trace_path, expert_bytes, model, calibration, admission == "after-event")
+    report = replay_report(setup, trace.header, _policies(policy), capacities, scope, budgets, admission)
     theirs = None
     if engine == "libcachesim":
         from appliance.trace.lcs_replay import lcs_report
@@ -291,7 +335,9 @@ def replay_cmd(
     if as_json:
         _emit(report if theirs is None else {"appliance": report, "libcachesim": theirs})
         return
-    click.echo(f"{report['requests']} requests in {report['events']} events, scope {scope}")
+    click.echo(
+        f"{report['requests']} requests in {report['events']} events, scope {scope}, admission {admission}"
+    )
     if theirs is not None:
         click.echo("appliance replay (MoE-atomic events, pins)")
     _table(report["results"])
@@ -301,16 +347,38 @@ def replay_cmd(
 
 
 def _table(results: list[dict[str, Any]]) -> None:
+    from appliance.core.units import format_size
+
     click.echo(
-        f"{'policy':<12} {'capacity':>8} {'hits':>10} {'misses':>10} {'hit rate':>9} {'bytes moved':>14}"
+        f"{'policy':<12} {'capacity':>11} {'hits':>10} {'misses':>10} {'hit rate':>9} "
+        f"{'decode':>7} {'bytes moved':>14}"
     )
+    notes = []
     for r in results:
         t = r["total"]
         moved = "-" if t["bytes_moved"] is None else str(t["bytes_moved"])
         rate = "-" if t["hit_rate"] is None else f"{t['hit_rate']:.4f}"
+        decode = r.get("decode", {}).get("hit_rate")
+        decode_rate = "-" if decode is None else f"{decode:.4f}"
+        size = str(r["capacity"]) if "capacity" in r else format_size(r["budget_bytes"])
+        policy = r["policy"] + ("*" if r.get("belady", {}).get("optimal") is False else "")
         click.echo(
-            f"{r['policy']:<12} {r['capacity']:>8} {t['hits']:>10} {t['misses']:>10} {rate:>9} {moved:>14}"
+            f"{policy:<12} {size:>11} {t['hits']:>10} {t['misses']:>10} {rate:>9} {decode_rate:>7} "
+            f"{moved:>14}"
         )
+        if "belady" in r and r["belady"]["optimal"] is False:
+            bound = r["belady"]["hit_bound"]
+            limit = (
+                ""
+                if bound is None
+                else (
+                    f"; no policy hits more than {bound['hits']} (Belady at {bound['capacity']} experts "
+                    "of the smallest size)"
+                )
+            )
+            notes.append(f"* {size}: {r['belady']['meaning']}{limit}")
+    for note in dict.fromkeys(notes):
+        click.echo(note)
 
 
 @trace_group.command("import")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from appliance.core.errors import ConfigError
-from appliance.trace.format import Trace
+from appliance.trace.format import KIND_DECODE, Trace
 from appliance.trace.names import SCOPES
 
 
@@ -26,6 +26,9 @@ class EventStream:
     layer_index: np.ndarray  # int64 per event: position of its layer in moe_layers
     n_objects: int
     n_layers: int  # number of MoE layers (for layer-cycle aware policies)
+    # per request: where its last occurrence in the event lies in the trace's rows (row x k +
+    # slot: token-major, slot order), the tick of the `after-event` model; None when unknown
+    last_row_slot: np.ndarray | None = None
 
     @property
     def n_events(self) -> int:
@@ -50,6 +53,13 @@ class TraceEvents:
     stream: EventStream
     n_experts: int
     moe_layers: list[int]
+    step_kind: np.ndarray | None = None  # per trace step: KIND_PROMPT or KIND_DECODE
+
+    def decode_requests(self, pool: EventStream) -> np.ndarray:
+        """Per request of a pool: whether its step is a decode step (all False when unknown)."""
+        if self.step_kind is None:
+            return np.zeros(pool.n_requests, dtype=bool)
+        return np.repeat(self.step_kind[pool.step] == KIND_DECODE, np.diff(pool.ptr))
 
     def pools(self, scope: str) -> list[EventStream]:
         """The streams to replay: one per MoE layer (per-layer) or one for all (global)."""
@@ -80,6 +90,7 @@ class TraceEvents:
                     layer_index=s.layer_index[sel],
                     n_objects=self.n_experts,
                     n_layers=s.n_layers,
+                    last_row_slot=None if s.last_row_slot is None else s.last_row_slot[picked],
                 )
             )
         return out
@@ -96,8 +107,9 @@ def sorted_distinct(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
-def trace_events(trace: Trace) -> TraceEvents:
-    """Group rows by (step, layer) and take the union of their tokens' experts, ascending."""
+def trace_events(trace: Trace, row_order: bool = False) -> TraceEvents:
+    """Group rows by (step, layer) and take the union of their tokens' experts, ascending;
+    `row_order` also records where each request last occurs in the rows (`after-event`)."""
     rows = trace.rows
     n_experts = trace.n_experts
     layers = trace.moe_layers
@@ -119,15 +131,33 @@ def trace_events(trace: Trace) -> TraceEvents:
     n_groups = len(group_step)
     obj = lidx[:, None] * n_experts + rows["ids"].astype(np.int64)
     n_obj = len(layers) * n_experts
-    keys = sorted_distinct((group[:, None] * n_obj + obj).ravel())
+    flat_keys = (group[:, None] * n_obj + obj).ravel()
+    last_row_slot = None
+    if row_order:
+        order = np.argsort(flat_keys, kind="stable")
+        ordered = flat_keys[order]
+        run_end = np.ones(len(ordered), dtype=bool)
+        np.not_equal(ordered[1:], ordered[:-1], out=run_end[:-1])
+        keys = ordered[run_end]  # = sorted_distinct(flat_keys), with where each key last occurs
+        last_row_slot = order[run_end].astype(np.int64)
+    else:
+        keys = sorted_distinct(flat_keys)
     ev = keys // n_obj
     items = keys % n_obj
     ptr = np.zeros(n_groups + 1, dtype=np.int64)
     np.cumsum(np.bincount(ev, minlength=n_groups), out=ptr[1:])
     stream = EventStream(
-        ptr=ptr, items=items, step=group_step, layer_index=group_lidx, n_objects=n_obj, n_layers=len(layers)
+        ptr=ptr,
+        items=items,
+        step=group_step,
+        layer_index=group_lidx,
+        n_objects=n_obj,
+        n_layers=len(layers),
+        last_row_slot=last_row_slot,
     )
-    return TraceEvents(stream=stream, n_experts=n_experts, moe_layers=layers)
+    step_kind = np.zeros(int(step.max()) + 1 if n_rows else 0, dtype=np.int64)
+    step_kind[step] = rows["kind"]
+    return TraceEvents(stream=stream, n_experts=n_experts, moe_layers=layers, step_kind=step_kind)
 
 
 def single_item_stream(stream: EventStream) -> EventStream:

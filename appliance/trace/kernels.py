@@ -41,6 +41,28 @@ Policies (victim = smallest key among unpinned residents):
   others (no preloading), so Belady remains its bound.
 - Belady (MIN): (-next event that requests the expert, object id): evict the expert needed
   furthest in the future; experts never needed again first, lowest id first.
+
+Byte budgets (`simulate_bytes`): every object costs its own bytes (the expert size of its
+layer) and the cache holds at most `budget` bytes. The policies and their keys are the ones
+above, with two event models:
+
+- `during-event` (the default, as above): a miss evicts victims in key order among unpinned
+  residents until its bytes fit. An event whose bytes exceed the budget streams through: the
+  cache ends it holding the longest run of its highest ids whose bytes fit (at one size for
+  every object, exactly the count rule's `capacity` highest ids).
+- `after-event` (the published replay of route_trace v1 files, docs/sweeps.md): every miss of
+  an event is admitted at once, and only after the event are victims evicted, in key order
+  among residents the event did not touch, until the cache fits the budget again (or nothing
+  evictable is left: the cache may then end an event over budget).
+
+A touch's tick is the caller's `touch` value of the request: its position in the event for
+`during-event` (ascending id, as above), the position of its last occurrence in the event's
+rows (token-major, slot order) for `after-event`, where a repeated expert is looked up once
+and its later occurrences only refresh it. FIFO's key is the tick at admission; Belady's tie
+among equally distant next uses is the earlier admission. With one size for every object and
+`budget = capacity x size`, `during-event` gives exactly `simulate`'s hits (ties in Belady
+are then between interchangeable objects). With mixed sizes furthest-next-use is a heuristic,
+not the optimum (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -247,6 +269,23 @@ def _heap_set(
     return size
 
 
+@kernel()
+def _heap_state(
+    n_obj: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """An empty indexed heap for n_obj objects (objects, keys, tie keys, positions) and a stash
+    of the same size (objects and both keys) for entries taken out and put back."""
+    return (
+        np.zeros(n_obj, dtype=np.int64),
+        np.zeros(n_obj, dtype=np.float64),
+        np.zeros(n_obj, dtype=np.int64),
+        np.full(n_obj, -1, dtype=np.int64),
+        np.zeros(n_obj, dtype=np.int64),
+        np.zeros(n_obj, dtype=np.float64),
+        np.zeros(n_obj, dtype=np.int64),
+    )
+
+
 def simulate(
     code: int,
     ptr: np.ndarray,
@@ -377,6 +416,31 @@ def _simulate_list(
 
 
 @kernel()
+def _evict_unpinned(
+    hk1: np.ndarray,
+    hk2: np.ndarray,
+    hobj: np.ndarray,
+    where: np.ndarray,
+    size: int,
+    pin: np.ndarray,
+    e: int,
+    resident: np.ndarray,
+    stash: np.ndarray,
+) -> tuple[int, int]:
+    """Evict every resident that event e does not pin; return (heap size, n): the victims are
+    stash[:n]."""
+    n_vict = 0
+    for j in range(size):
+        if pin[hobj[j]] != e:
+            stash[n_vict] = hobj[j]
+            n_vict += 1
+    for j in range(n_vict):
+        size = _heap_remove(hk1, hk2, hobj, where, stash[j], size)
+        resident[stash[j]] = 0
+    return size, n_vict
+
+
+@kernel()
 def _simulate_heap(
     code: int,
     ptr: np.ndarray,
@@ -392,15 +456,9 @@ def _simulate_heap(
     hits = np.zeros(items.shape[0], dtype=np.uint8)
     resident = np.zeros(n_obj, dtype=np.uint8)
     pin = np.full(n_obj, -1, dtype=np.int64)
-    hobj = np.zeros(n_obj, dtype=np.int64)
-    hk1 = np.zeros(n_obj, dtype=np.float64)
-    hk2 = np.zeros(n_obj, dtype=np.int64)
-    where = np.full(n_obj, -1, dtype=np.int64)
+    hobj, hk1, hk2, where, stash, stash_k1, stash_k2 = _heap_state(n_obj)
     freq = np.zeros(n_obj, dtype=np.int64)
     decayed = np.full(n_obj, -np.inf, dtype=np.float64)  # log2 count + step / half-life
-    stash = np.zeros(n_obj, dtype=np.int64)
-    stash_k1 = np.zeros(n_obj, dtype=np.float64)
-    stash_k2 = np.zeros(n_obj, dtype=np.int64)
     size = 0
     tick = 0
     for e in range(n_events):
@@ -412,14 +470,7 @@ def _simulate_heap(
             first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
         if first != ptr[e]:
             # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
-            n_vict = 0
-            for j in range(size):
-                if pin[hobj[j]] != e:
-                    stash[n_vict] = hobj[j]
-                    n_vict += 1
-            for j in range(n_vict):
-                size = _heap_remove(hk1, hk2, hobj, where, stash[j], size)
-                resident[stash[j]] = 0
+            size, _ = _evict_unpinned(hk1, hk2, hobj, where, size, pin, e, resident, stash)
         for i in range(first, ptr[e + 1]):
             x = items[i]
             tick += 1
@@ -502,3 +553,184 @@ def _lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
                 j += j & (-j)
             marked += 1
     return depths
+
+
+def simulate_bytes(code: int, ptr: np.ndarray, items: np.ndarray, *rest: Any) -> np.ndarray:
+    """Replay one pool under a byte budget; 1 for every request that hit (see module doc).
+    `rest` is what `_simulate_bytes` takes after `items`: touch, event steps, event layers,
+    number of layers, bytes per object, budget, after-event, static counts, next uses."""
+    _prepare(items.shape[0])
+    return _simulate_bytes(code, ptr, items, *rest)
+
+
+@kernel()
+def _stale_victim(
+    prv: np.ndarray, s: int, pin: np.ndarray, e: int, used_at: np.ndarray, t_layer: int, n_layers: int
+) -> int:
+    """Least-Stale's victim among unpinned residents (-1 if none): most stale, then the layer
+    visited again last, then the earliest touch. The list runs oldest touch first (prv[s]),
+    and layer-times of last use never decrease along it, so the most stale experts are a run
+    at its old end."""
+    victim = prv[s]
+    while victim != s and pin[victim] == e:
+        victim = prv[victim]
+    if victim == s:
+        return -1
+    bound = t_layer - n_layers * ((t_layer - used_at[victim]) // n_layers)
+    y = prv[victim]
+    while y != s:
+        if pin[y] != e:
+            if used_at[y] > bound:
+                break
+            if used_at[y] > used_at[victim]:
+                victim = y
+        y = prv[y]
+    return victim
+
+
+@kernel()
+def _heap_victim(
+    hk1: np.ndarray,
+    hk2: np.ndarray,
+    hobj: np.ndarray,
+    where: np.ndarray,
+    size: int,
+    pin: np.ndarray,
+    e: int,
+    stash: np.ndarray,
+    stash_k1: np.ndarray,
+    stash_k2: np.ndarray,
+) -> int:
+    """The unpinned resident with the smallest key (-1 if none); the heap is left unchanged."""
+    n_stash = 0
+    victim = -1
+    while size > 0:
+        y = hobj[0]
+        stash[n_stash] = y
+        stash_k1[n_stash] = hk1[0]
+        stash_k2[n_stash] = hk2[0]
+        n_stash += 1
+        size = _heap_remove(hk1, hk2, hobj, where, y, size)
+        if pin[y] != e:
+            victim = y
+            break
+    for j in range(n_stash):
+        size = _heap_set(hk1, hk2, hobj, where, stash[j], stash_k1[j], stash_k2[j], size)
+    return victim
+
+
+@kernel()
+def _simulate_bytes(
+    code: int,
+    ptr: np.ndarray,
+    items: np.ndarray,
+    touch: np.ndarray,
+    ev_step: np.ndarray,
+    ev_layer: np.ndarray,
+    n_layers: int,
+    obj_bytes: np.ndarray,
+    budget: int,
+    after_event: bool,
+    static_count: np.ndarray,
+    next_use: np.ndarray,
+) -> np.ndarray:
+    """Every policy under a byte budget: residents in an indexed min-heap of their keys
+    (Least-Stale, whose key moves with time, picks from a list in touch order instead)."""
+    n_obj = obj_bytes.shape[0]
+    n_events = ptr.shape[0] - 1
+    hits = np.zeros(items.shape[0], dtype=np.uint8)
+    resident = np.zeros(n_obj, dtype=np.uint8)
+    pin = np.full(n_obj, -1, dtype=np.int64)
+    hobj, hk1, hk2, where, stash, stash_k1, stash_k2 = _heap_state(n_obj)
+    freq = np.zeros(n_obj, dtype=np.int64)
+    admitted = np.zeros(n_obj, dtype=np.int64)
+    used_at = np.zeros(n_obj, dtype=np.int64)  # layer-time of the last touch (Least-Stale)
+    decayed = np.full(n_obj, -np.inf, dtype=np.float64)  # log2 count + step / half-life
+    stale = code == LEAST_STALE
+    s = n_obj  # Least-Stale's list of residents in touch order (sentinel s, oldest at prv[s])
+    prv = np.full(n_obj + 1, s, dtype=np.int64)
+    nxt = np.full(n_obj + 1, s, dtype=np.int64)
+    size = 0
+    used = 0
+    for e in range(n_events):
+        a = ptr[e]
+        b = ptr[e + 1]
+        t_layer = ev_step[e] * n_layers + ev_layer[e]
+        for i in range(a, b):
+            hits[i] = resident[items[i]]
+        first = a
+        if not after_event:
+            # the longest run of the highest ids whose bytes fit; the rest stream through
+            kept = 0
+            first = b
+            while first > a and kept + obj_bytes[items[first - 1]] <= budget:
+                first -= 1
+                kept += obj_bytes[items[first]]
+        for i in range(a if after_event else first, b):
+            pin[items[i]] = e
+        if first != a:
+            size, n_vict = _evict_unpinned(hk1, hk2, hobj, where, size, pin, e, resident, stash)
+            for j in range(n_vict):
+                used -= obj_bytes[stash[j]]
+                if stale:
+                    _unlink(prv, nxt, stash[j])
+        # touch order (after-event ticks need not follow the ids; no eviction happens inside)
+        order = np.argsort(touch[first:b]) + first if after_event else np.arange(first, b)
+        for i in order:
+            x = items[i]
+            if not resident[x]:
+                if not after_event:
+                    while used + obj_bytes[x] > budget:
+                        if stale:
+                            y = _stale_victim(prv, s, pin, e, used_at, t_layer, n_layers)
+                            _unlink(prv, nxt, y)
+                        else:
+                            y = _heap_victim(hk1, hk2, hobj, where, size, pin, e, stash, stash_k1, stash_k2)
+                        size = _heap_remove(hk1, hk2, hobj, where, y, size)
+                        resident[y] = 0
+                        used -= obj_bytes[y]
+                resident[x] = 1
+                used += obj_bytes[x]
+                admitted[x] = touch[i]
+                freq[x] = 0
+            elif stale:
+                _unlink(prv, nxt, x)
+            if stale:
+                _push_newest(prv, nxt, s, x)
+            freq[x] += 1
+            used_at[x] = t_layer
+            if code == FIFO:
+                k1 = float(admitted[x])
+                k2 = x
+            elif code in (LRU, LEAST_STALE):
+                k1 = float(touch[i])
+                k2 = x
+            elif code == LFU:
+                k1 = float(freq[x])
+                k2 = touch[i]
+            elif code == LFRU:
+                now = ev_step[e] / LFRU_HALF_LIFE_STEPS
+                decayed[x] = np.log2(np.exp2(decayed[x] - now) + 1.0) + now
+                k1 = decayed[x]
+                k2 = touch[i]
+            elif code == STATIC_HOT:
+                k1 = float(static_count[x])
+                k2 = touch[i]
+            else:  # BELADY
+                k1 = -float(next_use[i])
+                k2 = admitted[x]
+            size = _heap_set(hk1, hk2, hobj, where, x, k1, k2, size)
+        if after_event:
+            while used > budget:
+                if stale:
+                    y = _stale_victim(prv, s, pin, e, used_at, t_layer, n_layers)
+                else:
+                    y = _heap_victim(hk1, hk2, hobj, where, size, pin, e, stash, stash_k1, stash_k2)
+                if y < 0:
+                    break
+                if stale:
+                    _unlink(prv, nxt, y)
+                size = _heap_remove(hk1, hk2, hobj, where, y, size)
+                resident[y] = 0
+                used -= obj_bytes[y]
+    return hits

@@ -2,6 +2,9 @@
 
 POLICIES = ("fifo", "lru", "lfu", "lfru", "least-stale", "static-hot", "belady")
 SCOPES = ("per-layer", "global")
+# when an event's misses evict (appliance.trace.kernels): during it (the default), or only after
+# it, never the event's own experts (the published replay of route_trace v1 files)
+ADMISSIONS = ("during-event", "after-event")
 # `trace import --from` (appliance.trace.interchange; route_csv and route_jsonl)
 IMPORT_FORMATS = ("llamacpp-csv", "vllm", "route-trace-csv", "jsonl")
 MODEL_FREE_FORMATS = ("route-trace-csv",)  # the file names its model and expert sizes

@@ -15,6 +15,7 @@ import numpy as np
 from appliance.core.errors import ConfigError
 from appliance.trace import kernels
 from appliance.trace.events import SCOPES, EventStream, TraceEvents
+from appliance.trace.names import ADMISSIONS
 
 RATE_DIGITS = 6
 
@@ -64,11 +65,7 @@ def pool_hits(
     if counts is None:
         counts = np.zeros(pool.n_objects)
     if next_use is None:
-        next_use = (
-            kernels.next_use_events(pool.ptr, pool.items, pool.n_objects)
-            if code == kernels.BELADY
-            else np.zeros(0, dtype=np.int64)
-        )
+        next_use = _next_use(pool, code)
     return kernels.simulate(
         code,
         pool.ptr,
@@ -81,6 +78,98 @@ def pool_hits(
         counts,
         next_use,
     )
+
+
+def _next_use(pool: EventStream, code: int) -> np.ndarray:
+    if code == kernels.BELADY:
+        return kernels.next_use_events(pool.ptr, pool.items, pool.n_objects)
+    return np.zeros(0, dtype=np.int64)
+
+
+def pool_hits_bytes(
+    pool: EventStream,
+    code: int,
+    obj_bytes: np.ndarray,
+    budget: int,
+    admission: str,
+    counts: np.ndarray | None,
+) -> np.ndarray:
+    """Per request of one pool under a byte budget (each object `obj_bytes` of it): 1 hit, 0 miss."""
+    after = check_admission(admission) == "after-event"
+    if after:
+        if pool.last_row_slot is None:
+            raise ConfigError("after-event replay needs the events built with row_order=True")
+        touch = pool.last_row_slot + 1
+    else:
+        touch = np.arange(1, pool.n_requests + 1, dtype=np.int64)
+    return kernels.simulate_bytes(
+        code,
+        pool.ptr,
+        pool.items,
+        touch,
+        pool.step,
+        pool.layer_index,
+        pool.n_layers,
+        obj_bytes,
+        budget,
+        after,
+        np.zeros(pool.n_objects) if counts is None else counts,
+        _next_use(pool, code),
+    )
+
+
+def check_admission(admission: str) -> str:
+    if admission not in ADMISSIONS:
+        raise ConfigError(f"admission must be one of {', '.join(ADMISSIONS)}, got {admission!r}")
+    return admission
+
+
+def check_scope(scope: str) -> None:
+    if scope not in SCOPES:
+        raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+
+
+def layer_bytes(setup: ReplaySetup) -> np.ndarray:
+    """Bytes of one expert per MoE layer (moe_layers order); one clear error when unknown."""
+    per_layer = setup.expert_bytes or {}
+    missing = [layer for layer in setup.events.moe_layers if layer not in per_layer]
+    if missing:
+        raise ConfigError(
+            "a byte budget needs the bytes of one expert per MoE layer, and "
+            + (f"layer {missing[0]} has none" if per_layer else "none are known")
+            + ": pass --expert-bytes N or --model GGUF (the trace's header records none)"
+        )
+    return np.array([per_layer[layer] for layer in setup.events.moe_layers], dtype=np.int64)
+
+
+def pool_budget(budget: int, scope: str, n_layers: int) -> int:
+    """The bytes one pool may hold: the whole budget (global), or an equal share per MoE layer."""
+    return budget if scope == "global" else budget // n_layers
+
+
+def check_budget(setup: ReplaySetup, budget: int, scope: str, admission: str = "during-event") -> None:
+    """Expert sizes must be known, and under `during-event` every pool must hold the k experts
+    one token needs at its largest layer (`after-event` lets an event overshoot any budget)."""
+    sizes = layer_bytes(setup)
+    if admission == "after-event":
+        return
+    need = setup.k * int(sizes.max())
+    share = pool_budget(budget, scope, len(sizes))
+    if share < need:
+        whole = need if scope == "global" else need * len(sizes)
+        raise ConfigError(
+            f"budget {budget} bytes "
+            + ("" if scope == "global" else f"({share} per MoE layer, split equally) ")
+            + f"cannot hold the {setup.k} experts of {int(sizes.max())} bytes each token needs at "
+            f"a layer; use a budget of at least {whole} bytes"
+        )
+
+
+def _pool_objects_bytes(sizes: np.ndarray, pool: EventStream, j: int, scope: str) -> np.ndarray:
+    """Bytes of every object of pool j (per-layer pools come in moe_layers order)."""
+    if scope == "global":
+        return np.repeat(sizes, pool.n_objects // len(sizes))
+    return np.full(pool.n_objects, sizes[j], dtype=np.int64)
 
 
 def metrics(requests: int, hits: int, bytes_per_miss: int | None) -> dict[str, Any]:
@@ -112,37 +201,141 @@ def summarize(
     return {"total": total, "layers": layers}
 
 
-def replay_one(setup: ReplaySetup, policy: str, capacity: int, scope: str) -> dict[str, Any]:
+def _tally(
+    setup: ReplaySetup, scope: str, flags_of: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(requests, hits, decode requests, decode hits) per MoE layer; flags_of(pool, index) is the
+    pool's per-request hit flags."""
+    n_layers = len(setup.events.moe_layers)
+    counts = np.zeros((4, n_layers), dtype=np.int64)
+    for j, pool in enumerate(setup.events.pools(scope)):
+        flags = flags_of(pool, j).astype(np.int64)
+        item_layer = pool.item_layer_index()
+        decode = setup.events.decode_requests(pool)
+        for row, (layers, weights) in enumerate(
+            (
+                (item_layer, None),
+                (item_layer, flags),
+                (item_layer[decode], None),
+                (item_layer[decode], flags[decode]),
+            )
+        ):
+            counts[row] += np.bincount(layers, weights=weights, minlength=n_layers).astype(np.int64)
+    return counts[0], counts[1], counts[2], counts[3]
+
+
+def _result(setup: ReplaySetup, head: dict[str, Any], tally: tuple[np.ndarray, ...]) -> dict[str, Any]:
+    requests, hits, decode_requests, decode_hits = tally
+    out = head | summarize(setup, requests, hits)
+    out["decode"] = summarize(setup, decode_requests, decode_hits)["total"]
+    return out
+
+
+def _static_counts(setup: ReplaySetup, code: int, scope: str) -> list[np.ndarray | None]:
+    if code == kernels.STATIC_HOT:
+        return list(calibration_counts(setup, scope))
+    return [None] * (len(setup.events.moe_layers) if scope == "per-layer" else 1)
+
+
+def replay_one(
+    setup: ReplaySetup, policy: str, capacity: int, scope: str, admission: str = "during-event"
+) -> dict[str, Any]:
     """Replay one policy at one capacity (objects per pool) in one scope."""
     code = check_policy(policy)
     check_capacity(capacity, setup.k)
-    if scope not in SCOPES:
-        raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
-    pools = setup.events.pools(scope)
-    counts = calibration_counts(setup, scope) if code == kernels.STATIC_HOT else [None] * len(pools)
-    n_layers = len(setup.events.moe_layers)
-    requests = np.zeros(n_layers, dtype=np.int64)
-    hits = np.zeros(n_layers, dtype=np.int64)
-    for pool, count in zip(pools, counts, strict=True):
-        flags = pool_hits(pool, code, capacity, count, None)
-        item_layer = pool.item_layer_index()
-        requests += np.bincount(item_layer, minlength=n_layers)
-        hits += np.bincount(item_layer, weights=flags, minlength=n_layers).astype(np.int64)
-    return {"policy": policy, "capacity": capacity, "scope": scope} | summarize(setup, requests, hits)
+    check_scope(scope)
+    after = check_admission(admission) == "after-event"
+    counts = _static_counts(setup, code, scope)
+
+    def flags_of(pool: EventStream, j: int) -> np.ndarray:
+        if after:  # the byte kernel with every object one byte: a capacity in objects
+            ones = np.ones(pool.n_objects, dtype=np.int64)
+            return pool_hits_bytes(pool, code, ones, capacity, admission, counts[j])
+        return pool_hits(pool, code, capacity, counts[j], None)
+
+    head = {"policy": policy, "capacity": capacity, "scope": scope, "admission": admission}
+    return _result(setup, head, _tally(setup, scope, flags_of))
+
+
+def replay_budget(
+    setup: ReplaySetup, policy: str, budget: int, scope: str, admission: str = "during-event"
+) -> dict[str, Any]:
+    """Replay one policy under a byte budget (global: one pool of `budget` bytes; per-layer: an
+    equal share per MoE layer), every expert costing its layer's bytes."""
+    code = check_policy(policy)
+    check_scope(scope)
+    check_admission(admission)
+    check_budget(setup, budget, scope, admission)
+    sizes = layer_bytes(setup)
+    counts = _static_counts(setup, code, scope)
+    share = pool_budget(budget, scope, len(sizes))
+
+    def flags_of(pool: EventStream, j: int) -> np.ndarray:
+        obj_bytes = _pool_objects_bytes(sizes, pool, j, scope)
+        return pool_hits_bytes(pool, code, obj_bytes, share, admission, counts[j])
+
+    head = {"policy": policy, "budget_bytes": budget, "scope": scope, "admission": admission}
+    out = _result(setup, head, _tally(setup, scope, flags_of))
+    if code == kernels.BELADY:
+        out["belady"] = belady_note(setup, sizes, budget, scope, admission)
+    return out
+
+
+def belady_note(
+    setup: ReplaySetup, sizes: np.ndarray, budget: int, scope: str, admission: str
+) -> dict[str, Any]:
+    """What the `belady` row is under a byte budget, and the bound on hits that may be claimed
+    (docs/sweeps.md, "Byte budgets")."""
+    mixed = scope == "global" and len(set(sizes.tolist())) > 1
+    if admission == "after-event":
+        return {
+            "optimal": False,
+            "meaning": "furthest-next-use eviction after each event; no optimality claimed",
+            "hit_bound": None,
+        }
+    if not mixed:
+        return {"optimal": True, "meaning": "optimal: one expert size per pool", "hit_bound": None}
+    capacity = budget // int(sizes.min())
+    bound = replay_one(setup, "belady", capacity, "global")
+    return {
+        "optimal": False,
+        "meaning": "furthest-next-use heuristic: expert sizes are mixed",
+        "hit_bound": {"capacity": capacity, "hits": bound["total"]["hits"]},
+    }
 
 
 def replay_report(
-    setup: ReplaySetup, header: dict[str, Any], policies: list[str], capacities: list[int], scope: str
+    setup: ReplaySetup,
+    header: dict[str, Any],
+    policies: list[str],
+    capacities: list[int],
+    scope: str,
+    budgets: list[int] | None = None,
+    admission: str = "during-event",
 ) -> dict[str, Any]:
-    """Every policy at every capacity, plus what was replayed (JSON-ready, deterministic)."""
+    """Every policy at every capacity (or byte budget), plus what was replayed (JSON-ready,
+    deterministic)."""
     for policy in policies:
         check_policy(policy)
     for capacity in capacities:
         check_capacity(capacity, setup.k)
+    check_admission(admission)
+    for budget in budgets or []:
+        check_budget(setup, budget, scope, admission)
     stream = setup.events.stream
+    results = [
+        replay_one(setup, policy, capacity, scope, admission)
+        for policy in policies
+        for capacity in capacities
+    ] + [
+        replay_budget(setup, policy, budget, scope, admission)
+        for policy in policies
+        for budget in budgets or []
+    ]
     return {
         "trace": trace_identity(header),
         "scope": scope,
+        "admission": admission,
         "events": stream.n_events,
         "requests": stream.n_requests,
         "expert_bytes": None
@@ -151,9 +344,7 @@ def replay_report(
         "calibration": None
         if "static-hot" not in policies
         else ("calibration trace" if setup.calibration else "replayed trace"),
-        "results": [
-            replay_one(setup, policy, capacity, scope) for policy in policies for capacity in capacities
-        ],
+        "results": results,
     }
 
 

@@ -28,6 +28,8 @@ EDGE_TESTS = {
     "appliance.cli.options.MAX_COUNT": ALL + "test_counts_at_the_limit_and_one_past",
     "appliance.cli.options.MAX_ATTEMPTS": ALL + "test_max_attempts_at_the_limit_and_one_past",
     "appliance.cli.trace.MAX_CAPACITY": ALL + "test_replay_capacity_at_the_limit_and_one_past",
+    "appliance.cli.trace.MAX_BUDGET_BYTES": "tests/unit/trace/test_replay_bytes.py::"
+    "test_cli_budget_parsing_at_its_limit_and_one_past",
     "appliance.cluster.connect.REACH_TIMEOUT_S": ALL + "test_cluster_reach_timeout_at_the_limit_and_past",
     "appliance.cluster.join.MAX_PORT": ALL + "test_port_at_the_limit_and_one_past",
     "appliance.cluster.join.RAY_START_DEADLINE_S": ALL

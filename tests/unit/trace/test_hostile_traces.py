@@ -131,12 +131,12 @@ def test_replay_text_mode_on_a_trace_without_rows(tmp_path: Path) -> None:
     result = run_cli("trace", "replay", str(path), "--capacity", "2,4", "--policy", "lru,belady")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "0 requests in 0 events, scope per-layer"
+    assert lines[0] == "0 requests in 0 events, scope per-layer, admission during-event"
     assert [line.split() for line in lines[2:]] == [
-        ["lru", "2", "0", "0", "-", "-"],
-        ["lru", "4", "0", "0", "-", "-"],
-        ["belady", "2", "0", "0", "-", "-"],
-        ["belady", "4", "0", "0", "-", "-"],
+        ["lru", "2", "0", "0", "-", "-", "-"],
+        ["lru", "4", "0", "0", "-", "-", "-"],
+        ["belady", "2", "0", "0", "-", "-", "-"],
+        ["belady", "4", "0", "0", "-", "-", "-"],
     ]
 
 
