@@ -656,7 +656,7 @@ CHECKS: tuple[BundleCheck, ...] = (
 
 
 @dataclass
-class Run:
+class CheckRun:
     """One run of the registry: the checks' reports in order, the facts they established and
     the names of the checks whose failure means tampering."""
 
@@ -669,9 +669,9 @@ class Run:
         return value
 
 
-def run_checks(bundle: Bundle, checks: tuple[BundleCheck, ...] = CHECKS) -> Run:
+def run_checks(bundle: Bundle, checks: tuple[BundleCheck, ...] = CHECKS) -> CheckRun:
     """Each check in order, as its declarations allow."""
-    run = Run()
+    run = CheckRun()
     for check in checks:
         if all(fact in run.facts for fact in check.needs):
             outcome = check.run(bundle, Facts(run.facts, check))
@@ -691,7 +691,7 @@ def _provider(fact: Fact[Any]) -> BundleCheck:
     return next(check for check in CHECKS if fact in check.provides)
 
 
-def _verdict(run: Run, allowed: frozenset[Verdict]) -> tuple[Verdict, str]:
+def _verdict(run: CheckRun, allowed: frozenset[Verdict]) -> tuple[Verdict, str]:
     origin, signer_note = run.fact(ORIGIN) or (None, "")
     state = run.fact(RUN_STATE)
     if run.broken:

@@ -107,17 +107,16 @@ def test_a_check_reads_and_writes_only_the_facts_it_declares(
     assert [(c.name, c.reason) for c in declared.checks][1:] == [(CheckName.PROVENANCE, "read")]
 
 
-class _Unmet(_Reads):
-    def __init__(self, unmet: str | None) -> None:
-        super().__init__("need", MANIFEST_DOC)
-        self.unmet = unmet
+class _Reported(_Reads):
+    unmet = "no manifest to read"
 
 
-@pytest.mark.parametrize("unmet", ["no manifest to read", None])
+@pytest.mark.parametrize("check", [_Reported, _Reads])
 def test_a_check_whose_needed_fact_is_missing_is_reported_or_left_out_as_it_declares(
-    unmet: str | None, tmp_path: Path
+    check: type[_Reads], tmp_path: Path
 ) -> None:
-    run = run_checks(Bundle(tmp_path, {}, False), (ManifestCheck(), _Unmet(unmet)))
+    unmet = check.unmet
+    run = run_checks(Bundle(tmp_path, {}, False), (ManifestCheck(), check("need", MANIFEST_DOC)))
     reported = [(c.name, c.status, c.reason, c.files) for c in run.checks]
     missing = (
         CheckName.MANIFEST,
