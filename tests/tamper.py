@@ -19,7 +19,7 @@ from typing import Any
 
 from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import KeyPair, envelope_for, load_signer
-from appliance.attest.verify import Verdict, Verification
+from appliance.attest.verify import CheckName, Verdict, Verification
 from appliance.core.checks import Check
 from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
 
@@ -30,7 +30,7 @@ class Keys:
     untrusted: KeyPair
 
 
-def check_named(result: Verification, name: str) -> Check:
+def check_named(result: Verification, name: CheckName) -> Check:
     """The check of that name in a verification."""
     return next(c for c in result.checks if c.name == name)
 
@@ -191,33 +191,37 @@ class Case:
     name: str
     tamper: Callable[[Path, Keys], None]
     verdict: Verdict
-    check: str
+    check: CheckName
 
 
 def cases(other: Path) -> list[Case]:
     """Every tamper case; other is another genuine bundle sealed by the trusted key."""
     return [
-        Case("byte-flipped", _flip_byte, Verdict.TAMPERED, "file-digests"),
-        Case("file-added", _add_file, Verdict.TAMPERED, "subjects-cover-files"),
-        Case("file-removed", _remove_file, Verdict.TAMPERED, "subjects-cover-files"),
-        Case("file-renamed", _rename_file, Verdict.TAMPERED, "subjects-cover-files"),
-        Case("statement-edited", _edit_statement, Verdict.TAMPERED, "signature"),
-        Case("resealed-untrusted", _reseal_untrusted, Verdict.UNTRUSTED, "signature"),
+        Case("byte-flipped", _flip_byte, Verdict.TAMPERED, CheckName.FILE_DIGESTS),
+        Case("file-added", _add_file, Verdict.TAMPERED, CheckName.SUBJECTS_COVER_FILES),
+        Case("file-removed", _remove_file, Verdict.TAMPERED, CheckName.SUBJECTS_COVER_FILES),
+        Case("file-renamed", _rename_file, Verdict.TAMPERED, CheckName.SUBJECTS_COVER_FILES),
+        Case("statement-edited", _edit_statement, Verdict.TAMPERED, CheckName.SIGNATURE),
+        Case("resealed-untrusted", _reseal_untrusted, Verdict.UNTRUSTED, CheckName.SIGNATURE),
         Case(
             "resealed-untrusted-with-trusted-id",
             _reseal_untrusted_claiming_trusted_id,
             Verdict.UNTRUSTED,
-            "signature",
+            CheckName.SIGNATURE,
         ),
-        Case("signature-stripped", _strip_signature, Verdict.UNSIGNED, "signature"),
-        Case("signature-truncated", _truncate_signature, Verdict.TAMPERED, "signature"),
-        Case("payload-type-changed", _change_payload_type, Verdict.TAMPERED, "attestation"),
-        Case("another-bundles-envelope", other_bundle_envelope(other), Verdict.TAMPERED, "file-digests"),
-        Case("symlink-for-file", _symlink_for_file, Verdict.TAMPERED, "plain-files"),
-        Case("fifo-added", _add_fifo, Verdict.TAMPERED, "plain-files"),
-        Case("subject-twice", _duplicate_subject, Verdict.TAMPERED, "subject-names"),
-        Case("provenance-differs", _provenance_differs, Verdict.TAMPERED, "provenance"),
-        Case("incomplete-marked-complete", _incomplete_marked_complete, Verdict.TAMPERED, "run-status"),
+        Case("signature-stripped", _strip_signature, Verdict.UNSIGNED, CheckName.SIGNATURE),
+        Case("signature-truncated", _truncate_signature, Verdict.TAMPERED, CheckName.SIGNATURE),
+        Case("payload-type-changed", _change_payload_type, Verdict.TAMPERED, CheckName.ATTESTATION),
+        Case(
+            "another-bundles-envelope", other_bundle_envelope(other), Verdict.TAMPERED, CheckName.FILE_DIGESTS
+        ),
+        Case("symlink-for-file", _symlink_for_file, Verdict.TAMPERED, CheckName.PLAIN_FILES),
+        Case("fifo-added", _add_fifo, Verdict.TAMPERED, CheckName.PLAIN_FILES),
+        Case("subject-twice", _duplicate_subject, Verdict.TAMPERED, CheckName.SUBJECT_NAMES),
+        Case("provenance-differs", _provenance_differs, Verdict.TAMPERED, CheckName.PROVENANCE),
+        Case(
+            "incomplete-marked-complete", _incomplete_marked_complete, Verdict.TAMPERED, CheckName.RUN_STATUS
+        ),
     ]
 
 

@@ -17,9 +17,9 @@ import posixpath
 import re
 import stat
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from securesystemslib.signer import SSlibKey
 
@@ -57,6 +57,24 @@ MANIFEST_FIELDS = ("manifest_version", "created_by", "run_status", "bundle_diges
 ATTESTATION_FIELDS = {"file", "sha256", "signed", "public_key"}
 FILE_ENTRY_FIELDS = {"sha256", "bytes"}
 PUBLIC_KEY_FIELDS = {"keyid", "keytype", "scheme", "keyval"}
+
+
+class CheckName(StrEnum):
+    """The name of each check the verifier reports (`Check.name`, JSON `checks[].name`)."""
+
+    TRUST_STORE = "trust-store"  # a warning per unreadable entry of the trust store
+    MANIFEST = "manifest"
+    ATTESTATION = "attestation"
+    ATTESTATION_DIGEST = "attestation-digest"
+    SIGNATURE = "signature"
+    PLAIN_FILES = "plain-files"
+    SUBJECT_NAMES = "subject-names"
+    SUBJECTS_COVER_FILES = "subjects-cover-files"
+    FILE_DIGESTS = "file-digests"
+    MANIFEST_MATCHES_STATEMENT = "manifest-matches-statement"
+    BUNDLE_DIGEST = "bundle-digest"
+    PROVENANCE = "provenance"
+    RUN_STATUS = "run-status"
 
 
 def _manifest_shape_ok(manifest: Any) -> bool:
@@ -171,25 +189,6 @@ def _reject_name(name: Any) -> str | None:
     return None
 
 
-@dataclass
-class _State:
-    """What the checks have established so far."""
-
-    manifest: dict[str, Any] | None = None
-    statement: dict[str, Any] | None = None
-    envelope: ParsedEnvelope | None = None
-    subjects: dict[str, str] = field(default_factory=dict)
-    on_disk: dict[str, Path] = field(default_factory=dict)
-    broken: list[str] = field(default_factory=list)
-    origin_check: Check | None = None
-    origin: Verdict | None = None
-    signer: str | None = None
-    signer_note: str = ""
-    incomplete: str | None = None
-    run_status: str | None = None
-    digest: str | None = None
-
-
 def _strict_json(path: Path, name: str) -> tuple[Any, str | None]:
     """(parsed JSON, None) or (None, why not) for a bundle file, read by the strict reader
     (regular files only, never blocking, bounded; duplicate keys and huge numbers refused)."""
@@ -200,197 +199,271 @@ def _strict_json(path: Path, name: str) -> tuple[Any, str | None]:
         return None, f"is not strict JSON ({reason})"
 
 
-class _Verifier:
-    """Runs the named checks over one bundle; each method appends one or more Checks."""
+def _read_seal(run_dir: Path, name: str) -> tuple[Any, str | None]:
+    """(parsed JSON, None) or (None, why it cannot be read) for a sealing file."""
+    path = run_dir / name
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None, "is missing"
+    if not stat.S_ISREG(info.st_mode):
+        return None, "is not a regular file"
+    if info.st_size > MAX_SEAL_BYTES:
+        return None, f"is over {MAX_SEAL_BYTES} bytes"
+    return _strict_json(path, name)
 
-    def __init__(self, run_dir: Path, trusted: dict[str, SSlibKey], given_key: bool) -> None:
-        self.run_dir = run_dir
-        self.trusted = trusted
-        self.given_key = given_key
-        self.checks: list[Check] = []
-        self.state = _State()
 
-    def add(
-        self, name: str, ok: bool, reason: str, files: list[str] | None = None, *, integrity: bool = True
-    ) -> bool:
-        self.checks.append(Check(name, Status.PASS if ok else Status.FAIL, reason, sorted(files or [])))
-        if not ok and integrity:
-            self.state.broken.append(name)
-        return ok
+def _recorded_key(manifest: dict[str, Any] | None) -> SSlibKey | None:
+    """The public key the manifest records as the signer's, or None (none, or not a key)."""
+    embedded = ((manifest or {}).get("attestation") or {}).get("public_key")
+    try:
+        return public_key_from_dict(embedded) if embedded is not None else None
+    except ValueError:
+        return None
 
-    def _read_seal(self, name: str) -> tuple[Any, str | None]:
-        """(parsed JSON, None) or (None, why it cannot be read) for a sealing file."""
-        path = self.run_dir / name
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            return None, "is missing"
-        if not stat.S_ISREG(info.st_mode):
-            return None, "is not a regular file"
-        if info.st_size > MAX_SEAL_BYTES:
-            return None, f"is over {MAX_SEAL_BYTES} bytes"
-        return _strict_json(path, name)
 
-    def check_manifest(self) -> None:
-        manifest, problem = self._read_seal(MANIFEST_FILE)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Fact(Generic[T]):
+    """A fact one check establishes for later ones, of type T; `label` names it in errors."""
+
+    label: str
+
+
+MANIFEST_DOC: Fact[dict[str, Any]] = Fact("the manifest, of the sealer's shape")
+ENVELOPE: Fact[ParsedEnvelope] = Fact("the DSSE envelope")
+STATEMENT: Fact[dict[str, Any]] = Fact("the in-toto statement, with subjects and a predicate")
+SIGNER: Fact[str] = Fact("the id of the key whose signature verifies")
+ORIGIN: Fact[tuple[Verdict, str]] = Fact("an unknown origin (unsigned or untrusted) and why")
+ON_DISK: Fact[dict[str, Path]] = Fact("the bundle's regular files")
+SUBJECTS: Fact[dict[str, str]] = Fact("the valid subjects, name to sha256")
+COVERED: Fact[bool] = Fact("the subjects are exactly the regular files")
+DIGEST: Fact[str] = Fact("the bundle digest of the verified subjects")
+RUN_STATE: Fact[str] = Fact("the run's status, as the run record, statement and manifest agree on it")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """What every check may read: the bundle's directory and the keys trusted for it."""
+
+    run_dir: Path
+    trusted: dict[str, SSlibKey]
+    given_key: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check's result. A failure is tampering unless integrity is False (a run that did not
+    complete, or a bundle whose origin is unknown: the verdict says which)."""
+
+    ok: bool
+    reason: str
+    files: list[str] = field(default_factory=list)
+    integrity: bool = True
+
+
+class Facts:
+    """The facts established so far, as one check sees them: only those it declares."""
+
+    def __init__(self, values: dict[Fact[Any], Any], check: "BundleCheck") -> None:
+        self._values = values
+        self._check = check
+
+    def _declared(self, fact: Fact[Any], declared: tuple[Fact[Any], ...], how: str) -> None:
+        if fact not in declared:
+            raise LookupError(f"check {self._check.name} {how} {fact.label}, which it does not declare")
+
+    def need(self, fact: Fact[T]) -> T:
+        """A fact the check declares in `needs` (present: the check runs only then)."""
+        self._declared(fact, self._check.needs, "needs")
+        value: T = self._values[fact]
+        return value
+
+    def use(self, fact: Fact[T]) -> T | None:
+        """A fact the check declares in `uses`: it may be missing."""
+        self._declared(fact, self._check.uses, "uses")
+        value: T | None = self._values.get(fact)
+        return value
+
+    def put(self, fact: Fact[T], value: T) -> None:
+        self._declared(fact, self._check.provides, "provides")
+        self._values[fact] = value
+
+
+class BundleCheck:
+    """One named check of the verifier. It runs after every check before it in CHECKS, and only
+    when every fact it `needs` was established; otherwise it fails with `unmet` as its reason,
+    or is left out when `unmet` is None. `uses` are facts it reads when present."""
+
+    name: ClassVar[CheckName]
+    needs: ClassVar[tuple[Fact[Any], ...]] = ()
+    uses: ClassVar[tuple[Fact[Any], ...]] = ()
+    provides: ClassVar[tuple[Fact[Any], ...]] = ()
+    unmet: ClassVar[str | None] = None
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        raise NotImplementedError
+
+
+class ManifestCheck(BundleCheck):
+    name = CheckName.MANIFEST
+    provides = (MANIFEST_DOC,)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        manifest, problem = _read_seal(bundle.run_dir, MANIFEST_FILE)
         if problem is not None:
             hint = " (seal it with `appliance bundle sign DIR`)" if problem == "is missing" else ""
-            self.add("manifest", False, f"{MANIFEST_FILE} {problem}{hint}", [MANIFEST_FILE])
-            return
+            return Outcome(False, f"{MANIFEST_FILE} {problem}{hint}", [MANIFEST_FILE])
         if not _manifest_shape_ok(manifest):
-            self.add(
-                "manifest",
+            return Outcome(
                 False,
                 f"{MANIFEST_FILE} is not a version {MANIFEST_VERSION} manifest (exactly "
                 f"{', '.join(MANIFEST_FIELDS)}; attestation naming {ATTESTATION_FILE})",
                 [MANIFEST_FILE],
             )
-            return
-        self.state.manifest = manifest
-        self.add("manifest", True, f"{MANIFEST_FILE} lists {len(manifest['files'])} files")
+        facts.put(MANIFEST_DOC, manifest)
+        return Outcome(True, f"{MANIFEST_FILE} lists {len(manifest['files'])} files")
 
-    def check_attestation(self) -> None:
-        raw, problem = self._read_seal(ATTESTATION_FILE)
+
+class AttestationCheck(BundleCheck):
+    name = CheckName.ATTESTATION
+    provides = (ENVELOPE, STATEMENT)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        raw, problem = _read_seal(bundle.run_dir, ATTESTATION_FILE)
         if problem is not None:
-            self.add("attestation", False, f"{ATTESTATION_FILE} {problem}", [ATTESTATION_FILE])
-            return
+            return Outcome(False, f"{ATTESTATION_FILE} {problem}", [ATTESTATION_FILE])
         try:
             envelope, statement = read_envelope(raw)
         except IntegrityError as exc:
-            self.add("attestation", False, str(exc), [ATTESTATION_FILE])
-            return
+            return Outcome(False, str(exc), [ATTESTATION_FILE])
         if (
             statement.get("predicateType") != PREDICATE_TYPE
             or not isinstance(statement.get("subject"), list)
             or not isinstance(statement.get("predicate"), dict)
         ):
-            self.add(
-                "attestation",
+            return Outcome(
                 False,
                 "statement lacks subjects or a predicate, or has "
                 f"predicate type {statement.get('predicateType')!r}, expected "
                 f"{PREDICATE_TYPE!r}",
                 [ATTESTATION_FILE],
             )
-            return
-        self.state.envelope, self.state.statement = envelope, statement
-        self.add(
-            "attestation",
-            True,
-            f"in-toto Statement v1 with {len(statement['subject'])} subjects in a DSSE envelope",
+        facts.put(ENVELOPE, envelope)
+        facts.put(STATEMENT, statement)
+        return Outcome(
+            True, f"in-toto Statement v1 with {len(statement['subject'])} subjects in a DSSE envelope"
         )
-        if self.state.manifest is not None:
-            recorded = self.state.manifest["attestation"].get("sha256")
-            actual = sha256_file(self.run_dir / ATTESTATION_FILE)
-            self.add(
-                "attestation-digest",
-                recorded == actual,
-                "attestation file matches the manifest"
-                if recorded == actual
-                else "attestation file differs from the sha256 in the manifest (statement or "
-                "signature changed after sealing)",
-                [] if recorded == actual else [ATTESTATION_FILE],
-            )
 
-    def _recorded_key(self) -> SSlibKey | None:
-        embedded = ((self.state.manifest or {}).get("attestation") or {}).get("public_key")
-        try:
-            return public_key_from_dict(embedded) if embedded is not None else None
-        except ValueError:
-            return None
 
-    def check_signature(self) -> None:
-        envelope = self.state.envelope
-        if envelope is None:
-            self.add("signature", False, "no readable attestation to check")
-            return
-        claimed = ((self.state.manifest or {}).get("attestation") or {}).get("signed")
+class AttestationDigestCheck(BundleCheck):
+    name = CheckName.ATTESTATION_DIGEST
+    needs = (MANIFEST_DOC, STATEMENT)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        recorded = facts.need(MANIFEST_DOC)["attestation"].get("sha256")
+        actual = sha256_file(bundle.run_dir / ATTESTATION_FILE)
+        return Outcome(
+            recorded == actual,
+            "attestation file matches the manifest"
+            if recorded == actual
+            else "attestation file differs from the sha256 in the manifest (statement or "
+            "signature changed after sealing)",
+            [] if recorded == actual else [ATTESTATION_FILE],
+        )
+
+
+class SignatureCheck(BundleCheck):
+    name = CheckName.SIGNATURE
+    needs = (ENVELOPE,)
+    uses = (MANIFEST_DOC,)
+    provides = (SIGNER, ORIGIN)
+    unmet = "no readable attestation to check"
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        envelope, manifest = facts.need(ENVELOPE), facts.use(MANIFEST_DOC)
+        claimed = ((manifest or {}).get("attestation") or {}).get("signed")
         if not envelope.signatures:
             if claimed is True:
-                self.add(
-                    "signature",
+                return Outcome(
                     False,
                     "the manifest says signed, but the attestation carries no signature (signature removed)",
                     [ATTESTATION_FILE],
                 )
-                return
-            self.state.origin = Verdict.UNSIGNED
-            self.state.signer_note = "the bundle is unsigned: its origin is unknown"
-            self.add("signature", False, "the attestation carries no signature", integrity=False)
-            self.state.origin_check = self.checks[-1]
-            return
-        for keyid, key in sorted(self.trusted.items()):
+            facts.put(ORIGIN, (Verdict.UNSIGNED, "the bundle is unsigned: its origin is unknown"))
+            return Outcome(False, "the attestation carries no signature", integrity=False)
+        for keyid, key in sorted(bundle.trusted.items()):
             if signed_by(envelope, key):
-                self.state.signer = keyid
-                named = self._recorded_key()
-                written_key = (self.state.manifest or {}).get("attestation", {}).get("public_key", {}) or {}
-                if self.state.manifest is not None and (
+                facts.put(SIGNER, keyid)
+                named = _recorded_key(manifest)
+                written_key = (manifest or {}).get("attestation", {}).get("public_key", {}) or {}
+                if manifest is not None and (
                     claimed is not True
                     or named is None
                     or named.keyid != keyid
                     or written_key.get("keyid") != keyid
                 ):
-                    self.add(
-                        "signature",
+                    return Outcome(
                         False,
                         f"valid ed25519 signature by {keyid}, but {MANIFEST_FILE} does not record "
                         "that key as the signer (attestation.signed, attestation.public_key)",
                         [MANIFEST_FILE],
                     )
-                    return
-                how = "the key given with --key" if self.given_key else "a trusted key"
-                self.add("signature", True, f"valid ed25519 signature by {keyid}, {how}")
-                return
-        recorded = self._recorded_key()
+                how = "the key given with --key" if bundle.given_key else "a trusted key"
+                return Outcome(True, f"valid ed25519 signature by {keyid}, {how}")
+        recorded = _recorded_key(manifest)
         if recorded is not None and signed_by(envelope, recorded):
-            self.state.origin = Verdict.UNTRUSTED
-            self.state.signer = recorded.keyid
+            facts.put(SIGNER, recorded.keyid)
             where = (
                 "is not the key given with --key"
-                if self.given_key
+                if bundle.given_key
                 else f"is not in the trust store ({trusted_keys_dir()})"
             )
-            self.state.signer_note = f"valid signature by key {recorded.keyid}, which {where}"
-            self.add(
-                "signature",
+            facts.put(ORIGIN, (Verdict.UNTRUSTED, f"valid signature by key {recorded.keyid}, which {where}"))
+            return Outcome(
                 False,
                 f"valid ed25519 signature by {recorded.keyid} (id "
                 f"recomputed from the key in {MANIFEST_FILE}), which {where}",
                 integrity=False,
             )
-            self.state.origin_check = self.checks[-1]
-            return
-        keys = "the given key" if self.given_key else "any trusted key"
-        self.add(
-            "signature",
+        keys = "the given key" if bundle.given_key else "any trusted key"
+        return Outcome(
             False,
             f"no signature verifies with {keys} or with the key "
             f"recorded in {MANIFEST_FILE}: the statement or signature was altered",
             [ATTESTATION_FILE],
         )
 
-    def check_files(self) -> None:
-        regular, odd = scan_bundle(self.run_dir)
-        self.state.on_disk = regular
+
+class PlainFilesCheck(BundleCheck):
+    name = CheckName.PLAIN_FILES
+    provides = (ON_DISK,)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        regular, odd = scan_bundle(bundle.run_dir)
+        facts.put(ON_DISK, regular)
         if odd:
-            self.add(
-                "plain-files",
+            return Outcome(
                 False,
                 "not regular files: " + ", ".join(f"{rel} ({kind})" for rel, kind in odd),
                 [rel for rel, _ in odd],
             )
-        else:
-            self.add("plain-files", True, f"{len(regular)} regular files, nothing else")
+        return Outcome(True, f"{len(regular)} regular files, nothing else")
 
-    def check_subject_names(self) -> None:
-        statement = self.state.statement
-        if statement is None:
-            self.add("subject-names", False, "no statement to read subjects from")
-            return
+
+class SubjectNamesCheck(BundleCheck):
+    name = CheckName.SUBJECT_NAMES
+    needs = (STATEMENT,)
+    provides = (SUBJECTS,)
+    unmet = "no statement to read subjects from"
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
         problems: list[str] = []
         named: list[str] = []
         seen: dict[str, str] = {}
-        for index, entry in enumerate(statement["subject"]):
+        for index, entry in enumerate(facts.need(STATEMENT)["subject"]):
             name = entry.get("name") if isinstance(entry, dict) else None
             digest = (entry.get("digest") if isinstance(entry, dict) else None) or {}
             why = _reject_name(name)
@@ -407,70 +480,92 @@ class _Verifier:
                 named += [name] if isinstance(name, str) else []
                 continue
             seen[name] = digest["sha256"]
-        if self.add(
-            "subject-names",
-            not problems,
-            "; ".join(problems) if problems else f"{len(seen)} distinct, normalised relative subject names",
-            named,
-        ):
-            self.state.subjects = seen
+        if problems:
+            return Outcome(False, "; ".join(problems), named)
+        facts.put(SUBJECTS, seen)
+        return Outcome(True, f"{len(seen)} distinct, normalised relative subject names")
 
-    def check_subjects(self) -> None:
-        subjects, on_disk = self.state.subjects, self.state.on_disk
-        if self.state.statement is None or not subjects and self.state.broken:
-            self.add("subjects-cover-files", False, "no valid subjects to compare the files with")
-            return
+
+class SubjectsCoverFilesCheck(BundleCheck):
+    name = CheckName.SUBJECTS_COVER_FILES
+    needs = (SUBJECTS, ON_DISK)
+    provides = (COVERED,)
+    unmet = "no valid subjects to compare the files with"
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        subjects, on_disk = facts.need(SUBJECTS), facts.need(ON_DISK)
         added = sorted(set(on_disk) - set(subjects))
         removed = sorted(set(subjects) - set(on_disk))
         parts = [
             f"added: {', '.join(added)}" if added else "",
             f"removed: {', '.join(removed)}" if removed else "",
         ]
-        self.add(
-            "subjects-cover-files",
+        if not (added or removed):
+            facts.put(COVERED, True)
+        return Outcome(
             not (added or removed),
             "; ".join(p for p in parts if p)
             or f"the statement's {len(subjects)} subjects are exactly the bundle's regular files",
             added + removed,
         )
+
+
+class FileDigestsCheck(BundleCheck):
+    name = CheckName.FILE_DIGESTS
+    needs = (SUBJECTS, ON_DISK)
+    uses = (COVERED,)
+    provides = (DIGEST,)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        subjects, on_disk = facts.need(SUBJECTS), facts.need(ON_DISK)
         common = sorted(set(subjects) & set(on_disk))
         digests = {rel: sha256_file(on_disk[rel]) for rel in common}
         changed = [rel for rel in common if digests[rel] != subjects[rel]]
-        self.add(
-            "file-digests",
+        if facts.use(COVERED) and not changed:
+            facts.put(DIGEST, bundle_digest(subjects))
+        return Outcome(
             not changed,
             f"changed: {', '.join(changed)}"
             if changed
             else f"{len(common)} file digests recomputed and equal to the statement's",
             changed,
         )
-        if not (added or removed or changed):
-            self.state.digest = bundle_digest(subjects)
 
-    def check_manifest_agrees(self) -> None:
-        manifest, subjects = self.state.manifest, self.state.subjects
-        if manifest is None or self.state.statement is None:
-            return
+
+class ManifestMatchesStatementCheck(BundleCheck):
+    name = CheckName.MANIFEST_MATCHES_STATEMENT
+    needs = (MANIFEST_DOC, STATEMENT, ON_DISK)
+    uses = (SUBJECTS,)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        files, on_disk = facts.need(MANIFEST_DOC)["files"], facts.need(ON_DISK)
+        subjects = facts.use(SUBJECTS) or {}
         differ = []
-        for rel in sorted(set(manifest["files"]) | set(subjects)):
-            entry = manifest["files"].get(rel) or {}
-            path = self.state.on_disk.get(rel)
+        for rel in sorted(set(files) | set(subjects)):
+            entry = files.get(rel) or {}
+            path = on_disk.get(rel)
             size = path.stat().st_size if path is not None else None
             if entry.get("sha256") != subjects.get(rel) or entry.get("bytes") != size:
                 differ.append(rel)
-        self.add(
-            "manifest-matches-statement",
+        return Outcome(
             not differ,
             "manifest and statement disagree on: " + ", ".join(differ)
             if differ
             else "manifest lists the statement's subjects with the same digests and the files' sizes",
             differ,
         )
-        expected = bundle_digest(subjects)
-        predicate = self.state.statement["predicate"]
-        agree = manifest.get("bundle_digest") == expected == predicate.get("bundle_digest")
-        self.add(
-            "bundle-digest",
+
+
+class BundleDigestCheck(BundleCheck):
+    name = CheckName.BUNDLE_DIGEST
+    needs = (MANIFEST_DOC, STATEMENT)
+    uses = (SUBJECTS,)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        expected = bundle_digest(facts.use(SUBJECTS) or {})
+        predicate = facts.need(STATEMENT)["predicate"]
+        agree = facts.need(MANIFEST_DOC).get("bundle_digest") == expected == predicate.get("bundle_digest")
+        return Outcome(
             agree,
             f"bundle digest {expected}"
             if agree
@@ -478,57 +573,63 @@ class _Verifier:
             [] if agree else [MANIFEST_FILE],
         )
 
-    def _subject_json(self, name: str) -> tuple[Any, str | None]:
-        path = self.state.on_disk.get(name)
-        if path is None or name not in self.state.subjects:
-            return None, f"{name} is not a subject of the statement"
-        data, problem = _strict_json(path, name)
-        return data, None if problem is None else f"{name} {problem}"
 
-    def check_provenance(self) -> None:
-        if self.state.statement is None:
-            return
-        signed = self.state.statement["predicate"].get("provenance")
-        record, problem = self._subject_json(PROVENANCE_FILE)
+def _subject_json(facts: Facts, name: str) -> tuple[Any, str | None]:
+    """(parsed JSON, None) or (None, why not) for a bundle file that must be a valid subject."""
+    path = facts.need(ON_DISK).get(name)
+    if path is None or name not in (facts.use(SUBJECTS) or {}):
+        return None, f"{name} is not a subject of the statement"
+    data, problem = _strict_json(path, name)
+    return data, None if problem is None else f"{name} {problem}"
+
+
+class ProvenanceCheck(BundleCheck):
+    name = CheckName.PROVENANCE
+    needs = (STATEMENT, ON_DISK)
+    uses = (SUBJECTS,)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        signed = facts.need(STATEMENT)["predicate"].get("provenance")
+        record, problem = _subject_json(facts, PROVENANCE_FILE)
         if problem is None and not _same_json(record, signed):
             problem = (
                 f"{PROVENANCE_FILE} differs from the provenance in the signed predicate "
                 "(compared as canonical JSON)"
             )
-        self.add(
-            "provenance",
+        return Outcome(
             problem is None,
             problem or f"{PROVENANCE_FILE} equals the signed predicate's provenance",
             [PROVENANCE_FILE] if problem else [],
         )
 
-    def check_run_status(self) -> None:
-        if self.state.statement is None:
-            return
-        run, problem = self._subject_json(RUN_FILE)
+
+class RunStatusCheck(BundleCheck):
+    name = CheckName.RUN_STATUS
+    needs = (STATEMENT, ON_DISK)
+    uses = (SUBJECTS, MANIFEST_DOC)
+    provides = (RUN_STATE,)
+
+    def run(self, bundle: Bundle, facts: Facts) -> Outcome:
+        run, problem = _subject_json(facts, RUN_FILE)
         status = run.get("status") if isinstance(run, dict) else None
-        attested = _field(self.state.statement["predicate"].get("run"), "status")
-        listed = (self.state.manifest or {}).get("run_status")
+        signed_run = facts.need(STATEMENT)["predicate"].get("run")
+        attested = _field(signed_run, "status")
+        listed = (facts.use(MANIFEST_DOC) or {}).get("run_status")
         if problem is None and status not in tuple(RunStatus):
             problem = f"{RUN_FILE} status must be one of {', '.join(RunStatus)}"
         if problem is None and not status == attested == listed:
             problem = (
                 f"{RUN_FILE} says {status!r}, the signed predicate {attested!r}, the manifest {listed!r}"
             )
-        signed_run = self.state.statement["predicate"].get("run")
         differ = [key for key in RUN_FIELDS if _field(run, key) != _field(signed_run, key)]
         if problem is None and differ:
             problem = f"{RUN_FILE} and the signed predicate differ on {', '.join(differ)}"
         if problem is not None:
-            self.add("run-status", False, problem, [RUN_FILE])
-            return
-        self.state.run_status = status
+            return Outcome(False, problem, [RUN_FILE])
+        facts.put(RUN_STATE, str(status))
         if status == RunStatus.COMPLETE:
-            self.add("run-status", True, "run completed")
-            return
-        self.state.incomplete = status
-        self.add(
-            "run-status",
+            return Outcome(True, "run completed")
+        return Outcome(
             False,
             f"run is {status}: this bundle records a run that did not complete",
             [RUN_FILE],
@@ -536,30 +637,87 @@ class _Verifier:
         )
 
 
-def _verdict(state: _State, allowed: frozenset[Verdict]) -> tuple[Verdict, str]:
-    if state.broken:
+# The verifier's checks, in the order they run and report: each only after the checks that
+# establish what it needs and uses (tests/unit/attest/test_verify_registry.py holds this).
+CHECKS: tuple[BundleCheck, ...] = (
+    ManifestCheck(),
+    AttestationCheck(),
+    AttestationDigestCheck(),
+    SignatureCheck(),
+    PlainFilesCheck(),
+    SubjectNamesCheck(),
+    SubjectsCoverFilesCheck(),
+    FileDigestsCheck(),
+    ManifestMatchesStatementCheck(),
+    BundleDigestCheck(),
+    ProvenanceCheck(),
+    RunStatusCheck(),
+)
+
+
+@dataclass
+class CheckRun:
+    """One run of the registry: the checks' reports in order, the facts they established and
+    the names of the checks whose failure means tampering."""
+
+    checks: list[Check] = field(default_factory=list)
+    facts: dict[Fact[Any], Any] = field(default_factory=dict)
+    broken: list[str] = field(default_factory=list)
+
+    def fact(self, fact: Fact[T]) -> T | None:
+        value: T | None = self.facts.get(fact)
+        return value
+
+
+def run_checks(bundle: Bundle, checks: tuple[BundleCheck, ...] = CHECKS) -> CheckRun:
+    """Each check in order, as its declarations allow."""
+    run = CheckRun()
+    for check in checks:
+        if all(fact in run.facts for fact in check.needs):
+            outcome = check.run(bundle, Facts(run.facts, check))
+        elif check.unmet is not None:
+            outcome = Outcome(False, check.unmet)
+        else:
+            continue
+        status = Status.PASS if outcome.ok else Status.FAIL
+        run.checks.append(Check(str(check.name), status, outcome.reason, sorted(outcome.files)))
+        if not outcome.ok and outcome.integrity:
+            run.broken.append(str(check.name))
+    return run
+
+
+def _provider(fact: Fact[Any]) -> BundleCheck:
+    """The one check of the registry that establishes fact."""
+    return next(check for check in CHECKS if fact in check.provides)
+
+
+def _verdict(run: CheckRun, allowed: frozenset[Verdict]) -> tuple[Verdict, str]:
+    origin, signer_note = run.fact(ORIGIN) or (None, "")
+    state = run.fact(RUN_STATE)
+    if run.broken:
         return Verdict.TAMPERED, (
-            f"failed {', '.join(state.broken)}: the bundle is not what was sealed; do not use its results"
+            f"failed {', '.join(run.broken)}: the bundle is not what was sealed; do not use its results"
         )
-    if state.origin is not None and state.origin not in allowed:
-        if state.origin is Verdict.UNSIGNED:
-            return state.origin, (
-                f"signature: {state.signer_note}; ask its author for a "
+    if origin is not None and origin not in allowed:
+        if origin is Verdict.UNSIGNED:
+            return origin, (
+                f"signature: {signer_note}; ask its author for a "
                 "signed bundle, or pass --allow-unsigned to explore it anyway"
             )
-        return state.origin, (
-            f"signature: {state.signer_note}; if you trust its owner, run "
+        return origin, (
+            f"signature: {signer_note}; if you trust its owner, run "
             "`appliance keys trust PUBKEY_FILE` with their public key, or "
             "pass --allow-untrusted to explore it anyway"
         )
-    if state.incomplete is not None:
+    if state is not None and state != RunStatus.COMPLETE:
         return Verdict.INCOMPLETE, (
-            f"run-status: the run is {state.incomplete}: its results "
+            f"run-status: the run is {state}: its results "
             "are partial and cannot be evidence; rerun the profile"
         )
-    if state.origin is not None:
-        return state.origin, f"signature: {state.signer_note}; contents verified, origin not"
-    return Verdict.VERIFIED, (f"every check passed; signed by trusted key {state.signer}")
+    if origin is not None:
+        return origin, f"signature: {signer_note}; contents verified, origin not"
+    signer = run.fact(SIGNER)
+    return Verdict.VERIFIED, (f"every check passed; signed by trusted key {signer}")
 
 
 def verify_bundle(
@@ -586,28 +744,24 @@ def verify_bundle(
         entries = store_entries()
         trusted = keys_of(entries)
         skipped = [
-            Check("trust-store", Status.WARN, f"skipped {e.path}: {e.problem}", [str(e.path)])
+            Check(str(CheckName.TRUST_STORE), Status.WARN, f"skipped {e.path}: {e.problem}", [str(e.path)])
             for e in entries
             if e.key is None
         ]
-    verifier = _Verifier(run_dir, trusted, key is not None)
-    verifier.checks.extend(skipped)
-    verifier.check_manifest()
-    verifier.check_attestation()
-    verifier.check_signature()
-    verifier.check_files()
-    verifier.check_subject_names()
-    verifier.check_subjects()
-    verifier.check_manifest_agrees()
-    verifier.check_provenance()
-    verifier.check_run_status()
+    run = run_checks(Bundle(run_dir, trusted, key is not None))
     allowed = frozenset(
         v for v, on in ((Verdict.UNTRUSTED, allow_untrusted), (Verdict.UNSIGNED, allow_unsigned)) if on
     )
-    state = verifier.state
-    verdict, advice = _verdict(state, allowed)
-    if state.origin in allowed and state.origin_check is not None:
-        state.origin_check.status = Status.WARN
+    verdict, advice = _verdict(run, allowed)
+    origin, _ = run.fact(ORIGIN) or (None, "")
+    if origin in allowed:  # the failure the caller accepted is reported as a warning
+        next(c for c in run.checks if c.name == _provider(ORIGIN).name).status = Status.WARN
     return Verification(
-        verifier.checks, verdict, allowed, state.signer, state.digest, state.run_status, advice
+        skipped + run.checks,
+        verdict,
+        allowed,
+        run.fact(SIGNER),
+        run.fact(DIGEST),
+        run.fact(RUN_STATE),
+        advice,
     )

@@ -41,8 +41,8 @@ PLANTS = (
     Plant(
         "attestation-digest check always passes",
         "appliance/attest/verify.py",
-        "                recorded == actual,",
-        "                True,",
+        "            recorded == actual,",
+        "            True,",
         ("tests/unit/attest/test_verify_checks.py",),
     ),
     Plant(

@@ -15,7 +15,7 @@ import pytest
 
 from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE, read_run_record
 from appliance.attest.dsse import load_public_key
-from appliance.attest.verify import Verdict, verify_bundle
+from appliance.attest.verify import CheckName, Verdict, verify_bundle
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.strict_load import read_text
 from appliance.images.archive import read_sidecar
@@ -117,7 +117,7 @@ def test_a_hostile_trust_store_entry_is_skipped_with_a_warning(
     assert elapsed < DEADLINE_S
     result = verification[0]
     assert result.verdict is Verdict.VERIFIED  # the genuine bundle still verifies
-    [warning] = [c for c in result.checks if c.name == "trust-store"]
+    [warning] = [c for c in result.checks if c.name == CheckName.TRUST_STORE]
     assert warning.status.value == "warn" and warning.files == [str(entry)]
     assert warning.reason.startswith(f"skipped {entry}: ") and expected in warning.reason
     listed = run_cli("keys", "list", env={"APPLIANCE_TRUSTED_KEYS": str(trust_store)}, timeout=60)
@@ -180,7 +180,7 @@ def test_a_manifest_with_a_duplicate_key_no_longer_verifies(
     assert json.loads((run / MANIFEST_FILE).read_text()) == json.loads(text)
     result = verify_bundle(run, keys.trusted.public)
     assert result.verdict is Verdict.TAMPERED
-    [check] = [c for c in result.checks if c.name == "manifest"]
+    [check] = [c for c in result.checks if c.name == CheckName.MANIFEST]
     assert check.reason == (
         f"{MANIFEST_FILE} is not strict JSON (line 3: duplicate key 'manifest_version' (first at line 2))"
     )

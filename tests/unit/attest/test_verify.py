@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from appliance.attest.bundle import finalize_bundle
-from appliance.attest.verify import Verdict, Verification, _reject_name, _same_json, verify_bundle
+from appliance.attest.verify import CheckName, Verdict, Verification, _reject_name, _same_json, verify_bundle
 from appliance.core.checks import Check, Status
 from appliance.core.errors import ConfigError
 from appliance.runs.run_dir import ATTESTATION_FILE, MANIFEST_FILE
@@ -81,7 +81,7 @@ def test_allow_flags_accept_and_say_so(fresh: Path, keys: Keys, trust_store: Pat
     assert allowed.verdict is Verdict.UNTRUSTED and allowed.accepted and allowed.exit_code == 0
     assert allowed.untrusted_input
     assert allowed.summary().startswith("verdict: UNTRUSTED, accepted by --allow-untrusted: ")
-    assert {c.name: c.status for c in allowed.checks}["signature"] is Status.WARN
+    assert {c.name: c.status for c in allowed.checks}[CheckName.SIGNATURE] is Status.WARN
     assert not verify_bundle(fresh, allow_unsigned=True).accepted
 
     finalize_bundle(fresh)
@@ -106,7 +106,7 @@ def test_incomplete_run_is_its_own_verdict(tmp_path: Path, keys: Keys, trust_sto
         "cannot be evidence; rerun the profile"
     )
     [check] = [c for c in result.checks if c.status is not Status.PASS]
-    assert (check.name, check.status, check.files) == ("run-status", Status.FAIL, ["run.json"])
+    assert (check.name, check.status, check.files) == (CheckName.RUN_STATUS, Status.FAIL, ["run.json"])
     assert check.reason == "run is incomplete: this bundle records a run that did not complete"
     assert not verify_bundle(run, allow_untrusted=True, allow_unsigned=True).accepted
 
@@ -132,7 +132,7 @@ def test_subject_names_that_are_not_plain_relative_paths(
     sign_statement(fresh, statement, keys.trusted)
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    reason = {c.name: c for c in result.checks}["subject-names"].reason
+    reason = {c.name: c for c in result.checks}[CheckName.SUBJECT_NAMES].reason
     assert repr(name) in reason
 
 
@@ -257,7 +257,7 @@ def test_a_manifest_with_a_field_the_sealer_never_writes_is_tampered(
     (fresh / MANIFEST_FILE).write_text(json.dumps(manifest))
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    assert check_named(result, "manifest").reason.startswith(
+    assert check_named(result, CheckName.MANIFEST).reason.startswith(
         f"{MANIFEST_FILE} is not a version 1 manifest (exactly "
     )
 
@@ -277,9 +277,9 @@ def test_a_manifest_naming_another_signer_is_tampered(fresh: Path, keys: Keys, t
         (fresh / MANIFEST_FILE).write_text(json.dumps(edited))
         result = verify_bundle(fresh)
         assert result.verdict is Verdict.TAMPERED, attestation
-        assert [c.name for c in result.checks if c.status is Status.FAIL] == ["signature"]
-        assert check_named(result, "signature").files == [MANIFEST_FILE]
-        assert check_named(result, "signature").reason == (
+        assert [c.name for c in result.checks if c.status is Status.FAIL] == [CheckName.SIGNATURE]
+        assert check_named(result, CheckName.SIGNATURE).files == [MANIFEST_FILE]
+        assert check_named(result, CheckName.SIGNATURE).reason == (
             f"valid ed25519 signature by {keys.trusted.keyid}, but {MANIFEST_FILE} does not record "
             "that key as the signer (attestation.signed, attestation.public_key)"
         )
@@ -313,7 +313,7 @@ def test_a_subject_named_like_the_derived_report_is_refused(
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
     index = len(statement["subject"]) - 1
-    assert {c.name: c for c in result.checks}["subject-names"].reason == (
+    assert {c.name: c for c in result.checks}[CheckName.SUBJECT_NAMES].reason == (
         f"subject {index} 'report.html': names a derived file, which is never sealed"
     )
 
@@ -329,11 +329,15 @@ def test_a_report_html_beside_a_sealed_bundle_is_not_one_of_its_files(
     (fresh / "trials" / "report.html").write_text("<!DOCTYPE html>")  # only at the top
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    assert {c.name: c for c in result.checks}["subjects-cover-files"].reason == "added: trials/report.html"
+    assert {c.name: c for c in result.checks}[
+        CheckName.SUBJECTS_COVER_FILES
+    ].reason == "added: trials/report.html"
 
 
 def test_as_json_is_the_report_bundle_verify_json_prints() -> None:
-    check = Check("signature", Status.WARN, "valid signature by another key", ["attestation.dsse.json"])
+    check = Check(
+        CheckName.SIGNATURE, Status.WARN, "valid signature by another key", ["attestation.dsse.json"]
+    )
     verification = Verification(
         [check],
         Verdict.UNTRUSTED,
@@ -416,7 +420,7 @@ def test_a_manifest_whose_attestation_is_not_an_object_is_refused(
     (fresh / MANIFEST_FILE).write_text(json.dumps(manifest))
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    assert check_named(result, "manifest").reason == (
+    assert check_named(result, CheckName.MANIFEST).reason == (
         "manifest.json is not a version 1 manifest (exactly manifest_version, created_by, "
         "run_status, bundle_digest, files, attestation; attestation naming attestation.dsse.json)"
     )
@@ -426,6 +430,6 @@ def test_a_seal_that_is_not_utf8_is_named_without_its_path(fresh: Path, trust_st
     (fresh / MANIFEST_FILE).write_bytes(b'{"a": "\xff"}')
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    assert check_named(result, "manifest").reason == (
+    assert check_named(result, CheckName.MANIFEST).reason == (
         "manifest.json is not strict JSON (line 1: not UTF-8 (byte 0xff at offset 7))"
     )

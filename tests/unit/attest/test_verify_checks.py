@@ -21,7 +21,7 @@ import pytest
 
 from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE
 from appliance.attest.dsse import PREDICATE_TYPE
-from appliance.attest.verify import MAX_SEAL_BYTES, Verdict, verify_bundle
+from appliance.attest.verify import MAX_SEAL_BYTES, CheckName, Verdict, verify_bundle
 from appliance.core.checks import Status
 from tests.tamper import (
     Keys,
@@ -104,39 +104,49 @@ def _only(name: str, tamper: Callable[[Path, Keys], None]) -> CheckTamper:
     return CheckTamper(tamper, Verdict.TAMPERED, frozenset({name}))
 
 
-TAMPER_BY_CHECK: dict[str, CheckTamper] = {
+# a bad subject list is not used: these checks, all that compare it, fail, in this order
+BAD_SUBJECT_LIST_FAILS = (
+    CheckName.SUBJECT_NAMES,
+    CheckName.SUBJECTS_COVER_FILES,
+    CheckName.MANIFEST_MATCHES_STATEMENT,
+    CheckName.BUNDLE_DIGEST,
+    CheckName.PROVENANCE,
+    CheckName.RUN_STATUS,
+)
+
+TAMPER_BY_CHECK: dict[CheckName, CheckTamper] = {
     # the run status is compared with the manifest's, so it fails when there is none to read
-    "manifest": CheckTamper(_manifest_version, Verdict.TAMPERED, frozenset({"manifest", "run-status"})),
-    # no readable statement: the checks that read it fail too
-    "attestation": CheckTamper(
-        _predicate_type,
-        Verdict.TAMPERED,
-        frozenset({"attestation", "signature", "subject-names", "subjects-cover-files"}),
+    CheckName.MANIFEST: CheckTamper(
+        _manifest_version, Verdict.TAMPERED, frozenset({CheckName.MANIFEST, CheckName.RUN_STATUS})
     ),
-    "attestation-digest": _only("attestation-digest", _attestation_reformatted),
-    "signature": _only("signature", _statement_note_added),
-    "plain-files": _only("plain-files", _add_fifo),
-    # a bad subject list is not used: every comparison with it fails too
-    "subject-names": CheckTamper(
-        _subject_name_absolute,
+    # no readable statement: the checks that read it fail too
+    CheckName.ATTESTATION: CheckTamper(
+        _predicate_type,
         Verdict.TAMPERED,
         frozenset(
             {
-                "subject-names",
-                "subjects-cover-files",
-                "manifest-matches-statement",
-                "bundle-digest",
-                "provenance",
-                "run-status",
+                CheckName.ATTESTATION,
+                CheckName.SIGNATURE,
+                CheckName.SUBJECT_NAMES,
+                CheckName.SUBJECTS_COVER_FILES,
             }
         ),
     ),
-    "subjects-cover-files": _only("subjects-cover-files", _add_file),
-    "file-digests": _only("file-digests", _flip_byte),
-    "manifest-matches-statement": _only("manifest-matches-statement", _manifest_size_wrong),
-    "bundle-digest": _only("bundle-digest", _manifest_bundle_digest),
-    "provenance": _only("provenance", _provenance_signed_differs),
-    "run-status": _only("run-status", _signed_status_incomplete),
+    CheckName.ATTESTATION_DIGEST: _only(CheckName.ATTESTATION_DIGEST, _attestation_reformatted),
+    CheckName.SIGNATURE: _only(CheckName.SIGNATURE, _statement_note_added),
+    CheckName.PLAIN_FILES: _only(CheckName.PLAIN_FILES, _add_fifo),
+    # a bad subject list is not used: every comparison with it fails too
+    CheckName.SUBJECT_NAMES: CheckTamper(
+        _subject_name_absolute,
+        Verdict.TAMPERED,
+        frozenset(BAD_SUBJECT_LIST_FAILS),
+    ),
+    CheckName.SUBJECTS_COVER_FILES: _only(CheckName.SUBJECTS_COVER_FILES, _add_file),
+    CheckName.FILE_DIGESTS: _only(CheckName.FILE_DIGESTS, _flip_byte),
+    CheckName.MANIFEST_MATCHES_STATEMENT: _only(CheckName.MANIFEST_MATCHES_STATEMENT, _manifest_size_wrong),
+    CheckName.BUNDLE_DIGEST: _only(CheckName.BUNDLE_DIGEST, _manifest_bundle_digest),
+    CheckName.PROVENANCE: _only(CheckName.PROVENANCE, _provenance_signed_differs),
+    CheckName.RUN_STATUS: _only(CheckName.RUN_STATUS, _signed_status_incomplete),
 }
 
 
@@ -175,7 +185,7 @@ def test_a_tamper_only_this_check_catches(check: str, fresh: Path, keys: Keys, t
 def test_each_check_names_what_it_found(fresh: Path, keys: Keys, trust_store: Path) -> None:
     """The reasons of the lone failures say what differs, not only that something does."""
     _attestation_reformatted(fresh, keys)
-    assert check_named(verify_bundle(fresh), "attestation-digest").reason == (
+    assert check_named(verify_bundle(fresh), CheckName.ATTESTATION_DIGEST).reason == (
         "attestation file differs from the sha256 in the manifest (statement or signature changed "
         "after sealing)"
     )
@@ -187,9 +197,9 @@ def test_seal_budget_at_the_limit_and_one_past(tmp_path: Path, genuine: Path, tr
     manifest = bundle / MANIFEST_FILE
     padded(genuine / MANIFEST_FILE, manifest, MAX_SEAL_BYTES, b"")
     result = verify_bundle(bundle)
-    assert {c.name: c.status for c in result.checks}["manifest"] is Status.PASS
+    assert {c.name: c.status for c in result.checks}[CheckName.MANIFEST] is Status.PASS
     padded(genuine / MANIFEST_FILE, manifest, MAX_SEAL_BYTES + 1, b"")
-    check = {c.name: c for c in verify_bundle(bundle).checks}["manifest"]
+    check = {c.name: c for c in verify_bundle(bundle).checks}[CheckName.MANIFEST]
     assert check.status is Status.FAIL
     assert check.reason == f"{MANIFEST_FILE} is over {MAX_SEAL_BYTES} bytes"
 
@@ -200,7 +210,7 @@ def test_every_entry_that_is_not_a_regular_file_is_named(fresh: Path, trust_stor
     (fresh / "plots" / "link").symlink_to("decode_tps.png")
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    check = check_named(result, "plain-files")
+    check = check_named(result, CheckName.PLAIN_FILES)
     assert check.reason == (
         "not regular files: plots/link (symbolic link), trials/pipe-a (FIFO), trials/pipe-b (FIFO)"
     )
@@ -217,7 +227,7 @@ def test_every_bad_subject_is_named_not_only_the_first(fresh: Path, keys: Keys, 
         {"name": 7, "digest": digest},
     ]
     sign_statement(fresh, statement, keys.trusted)
-    check = check_named(verify_bundle(fresh), "subject-names")
+    check = check_named(verify_bundle(fresh), CheckName.SUBJECT_NAMES)
     assert check.status is Status.FAIL
     assert check.reason == (
         f"subject {first} '/abs': absolute or not a POSIX path; "
@@ -232,7 +242,7 @@ def test_every_file_added_and_removed_is_named(fresh: Path, trust_store: Path) -
     (fresh / "trials" / "extra-a.txt").write_text("sneaked in\n")
     (fresh / "plots" / "decode_tps.png").unlink()
     (fresh / "inputs" / "lock.json").unlink()
-    check = check_named(verify_bundle(fresh), "subjects-cover-files")
+    check = check_named(verify_bundle(fresh), CheckName.SUBJECTS_COVER_FILES)
     assert check.status is Status.FAIL
     assert check.reason == (
         "added: trials/extra-a.txt, trials/extra-b.txt; removed: inputs/lock.json, plots/decode_tps.png"
@@ -256,7 +266,7 @@ def test_a_statement_without_a_subject_list_and_a_predicate_object_is_refused(
     sign_statement(fresh, statement, keys.trusted)
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
-    check = check_named(result, "attestation")
+    check = check_named(result, CheckName.ATTESTATION)
     assert (check.status, check.files) == (Status.FAIL, [ATTESTATION_FILE])
     assert check.reason == (
         f"statement lacks subjects or a predicate, or has predicate type {PREDICATE_TYPE!r}, "
@@ -267,7 +277,7 @@ def test_a_statement_without_a_subject_list_and_a_predicate_object_is_refused(
 def test_every_changed_file_is_named(fresh: Path, trust_store: Path) -> None:
     (fresh / "run.json").write_text("{}")
     (fresh / "results.json").write_text("{}")
-    check = check_named(verify_bundle(fresh), "file-digests")
+    check = check_named(verify_bundle(fresh), CheckName.FILE_DIGESTS)
     assert (check.status, check.reason) == (Status.FAIL, "changed: results.json, run.json")
     assert check.files == ["results.json", "run.json"]
 
@@ -300,6 +310,6 @@ def test_every_field_the_run_record_and_the_signed_run_differ_on_is_named(
     statement = _statement(fresh)
     statement["predicate"]["run"].update(profile="another-profile", ended_utc="2026-01-02T00:00:00Z")
     sign_statement(fresh, statement, keys.trusted)
-    check = check_named(verify_bundle(fresh), "run-status")
+    check = check_named(verify_bundle(fresh), CheckName.RUN_STATUS)
     assert (check.status, check.files) == (Status.FAIL, ["run.json"])
     assert check.reason == "run.json and the signed predicate differ on profile, ended_utc"

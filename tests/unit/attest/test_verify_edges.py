@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE, finalize_bundle
-from appliance.attest.verify import Verdict, _reject_name, verify_bundle
+from appliance.attest.verify import CheckName, Verdict, _reject_name, verify_bundle
 from appliance.core.checks import Status
 from tests.tamper import Keys, _envelope, _statement, _write_envelope, sign_statement
 from tests.unit.attest.test_verify_reasons import TAMPERED_SUMMARY
@@ -97,7 +97,7 @@ def test_a_subject_without_a_plain_name_or_a_sha256_is_named_with_its_index(
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
     named = entry["name"] if isinstance(entry, dict) else None
-    assert _failing(result)["subject-names"] == (
+    assert _failing(result)[CheckName.SUBJECT_NAMES] == (
         Status.FAIL,
         f"subject {len(subjects)} {why}",
         [named] if named else [],
@@ -106,7 +106,7 @@ def test_a_subject_without_a_plain_name_or_a_sha256_is_named_with_its_index(
 
 def test_the_key_given_with_key_is_named_as_such(fresh: Path, keys: Keys, trust_store: Path) -> None:
     verified = verify_bundle(fresh, keys.trusted.public)
-    signature = {c.name: c for c in verified.checks}["signature"]
+    signature = {c.name: c for c in verified.checks}[CheckName.SIGNATURE]
     assert verified.verdict is Verdict.VERIFIED
     assert (signature.status, signature.reason) == (
         Status.PASS,
@@ -116,7 +116,7 @@ def test_the_key_given_with_key_is_named_as_such(fresh: Path, keys: Keys, trust_
     other = verify_bundle(fresh, keys.untrusted.public)
     assert other.verdict is Verdict.UNTRUSTED
     assert _failing(other) == {
-        "signature": (
+        CheckName.SIGNATURE: (
             Status.FAIL,
             f"valid ed25519 signature by {keys.trusted.keyid} (id recomputed from the key in "
             "manifest.json), which is not the key given with --key",
@@ -138,7 +138,7 @@ def test_an_altered_statement_with_a_given_key(fresh: Path, keys: Keys, trust_st
     result = verify_bundle(fresh, keys.trusted.public)
     assert result.verdict is Verdict.TAMPERED
     assert _failing(result) == {
-        "signature": (
+        CheckName.SIGNATURE: (
             Status.FAIL,
             "no signature verifies with the given key or with the key recorded in manifest.json: "
             "the statement or signature was altered",
@@ -156,20 +156,22 @@ def test_a_signature_removed_while_the_manifest_says_signed_is_tampered(
     result = verify_bundle(fresh, allow_unsigned=True)
     assert result.verdict is Verdict.TAMPERED and not result.accepted
     assert _failing(result) == {
-        "signature": (
+        CheckName.SIGNATURE: (
             Status.FAIL,
             "the manifest says signed, but the attestation carries no signature (signature removed)",
             [ATTESTATION_FILE],
         ),
     }
-    assert result.summary() == TAMPERED_SUMMARY.format("signature")
+    assert result.summary() == TAMPERED_SUMMARY.format(CheckName.SIGNATURE)
 
 
 def test_an_unsigned_bundle_accepted_warns_on_its_signature_only(fresh: Path, trust_store: Path) -> None:
     finalize_bundle(fresh)
     result = verify_bundle(fresh, allow_unsigned=True)
     assert (result.verdict, result.accepted, result.exit_code) == (Verdict.UNSIGNED, True, 0)
-    assert _failing(result) == {"signature": (Status.WARN, "the attestation carries no signature", [])}
+    assert _failing(result) == {
+        CheckName.SIGNATURE: (Status.WARN, "the attestation carries no signature", [])
+    }
     assert result.summary() == (
         "verdict: UNSIGNED, accepted by --allow-unsigned: signature: the bundle is unsigned: its "
         "origin is unknown; contents verified, origin not"
@@ -182,9 +184,9 @@ NO_MANIFEST_RUN_STATUS = (
     ["run.json"],
 )
 NO_STATEMENT = {
-    "signature": (Status.FAIL, "no readable attestation to check", []),
-    "subject-names": (Status.FAIL, "no statement to read subjects from", []),
-    "subjects-cover-files": (Status.FAIL, "no valid subjects to compare the files with", []),
+    CheckName.SIGNATURE: (Status.FAIL, "no readable attestation to check", []),
+    CheckName.SUBJECT_NAMES: (Status.FAIL, "no statement to read subjects from", []),
+    CheckName.SUBJECTS_COVER_FILES: (Status.FAIL, "no valid subjects to compare the files with", []),
 }
 
 
@@ -225,16 +227,23 @@ def test_a_seal_that_cannot_be_read_says_why(
     result = verify_bundle(fresh)
     assert result.verdict is Verdict.TAMPERED
     if seal == MANIFEST_FILE:
-        expected = {"manifest": (Status.FAIL, reason, [MANIFEST_FILE]), "run-status": NO_MANIFEST_RUN_STATUS}
+        expected = {
+            CheckName.MANIFEST: (Status.FAIL, reason, [MANIFEST_FILE]),
+            CheckName.RUN_STATUS: NO_MANIFEST_RUN_STATUS,
+        }
     else:
-        expected = {"attestation": (Status.FAIL, reason, [ATTESTATION_FILE]), **NO_STATEMENT}
+        expected = {CheckName.ATTESTATION: (Status.FAIL, reason, [ATTESTATION_FILE]), **NO_STATEMENT}
     assert _failing(result) == expected
 
 
 def _changed(name: str) -> dict[str, tuple[Status, str, list[str]]]:
     return {
-        "file-digests": (Status.FAIL, f"changed: {name}", [name]),
-        "manifest-matches-statement": (Status.FAIL, f"manifest and statement disagree on: {name}", [name]),
+        CheckName.FILE_DIGESTS: (Status.FAIL, f"changed: {name}", [name]),
+        CheckName.MANIFEST_MATCHES_STATEMENT: (
+            Status.FAIL,
+            f"manifest and statement disagree on: {name}",
+            [name],
+        ),
     }
 
 
@@ -244,7 +253,7 @@ def test_a_run_record_with_a_status_that_is_not_one_of_the_three(fresh: Path, tr
     (fresh / "run.json").write_text(json.dumps(record))
     assert _failing(verify_bundle(fresh)) == {
         **_changed("run.json"),
-        "run-status": (
+        CheckName.RUN_STATUS: (
             Status.FAIL,
             "run.json status must be one of complete, incomplete, failed",
             ["run.json"],
@@ -252,7 +261,9 @@ def test_a_run_record_with_a_status_that_is_not_one_of_the_three(fresh: Path, tr
     }
 
 
-@pytest.mark.parametrize(("name", "check"), [("run.json", "run-status"), ("provenance.json", "provenance")])
+@pytest.mark.parametrize(
+    ("name", "check"), [("run.json", CheckName.RUN_STATUS), ("provenance.json", CheckName.PROVENANCE)]
+)
 def test_a_subject_the_verifier_reads_that_is_not_json(
     name: str, check: str, fresh: Path, trust_store: Path
 ) -> None:
@@ -275,5 +286,9 @@ def test_the_run_record_and_the_signed_run_differ_on_one_field(
     statement["predicate"]["run"][field] = "not what run.json says"
     sign_statement(fresh, statement, keys.trusted)
     assert _failing(verify_bundle(fresh)) == {
-        "run-status": (Status.FAIL, f"run.json and the signed predicate differ on {field}", ["run.json"])
+        CheckName.RUN_STATUS: (
+            Status.FAIL,
+            f"run.json and the signed predicate differ on {field}",
+            ["run.json"],
+        )
     }

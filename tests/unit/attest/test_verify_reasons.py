@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from appliance.attest.bundle import ATTESTATION_FILE, MANIFEST_FILE
-from appliance.attest.verify import Verdict, verify_bundle
+from appliance.attest.verify import CheckName, Verdict, verify_bundle
 from appliance.core.checks import Status
 from tests.tamper import Keys, another_genuine_bundle, cases
-from tests.unit.attest.test_verify_checks import TAMPER_BY_CHECK
+from tests.unit.attest.test_verify_checks import BAD_SUBJECT_LIST_FAILS, TAMPER_BY_CHECK
 
 PASS, FAIL = Status.PASS, Status.FAIL
 Line = tuple[Status, str, list[str]]
@@ -46,26 +46,26 @@ def passing(n: int, digest: str, signer: str, subjects: int | None = None) -> Ex
     """The twelve checks of a bundle of n files, all passing, in the verifier's order."""
     s = n if subjects is None else subjects
     return {
-        "manifest": (PASS, f"manifest.json lists {s} files", []),
-        "attestation": (PASS, f"in-toto Statement v1 with {s} subjects in a DSSE envelope", []),
-        "attestation-digest": (PASS, "attestation file matches the manifest", []),
-        "signature": (PASS, f"valid ed25519 signature by {signer}, a trusted key", []),
-        "plain-files": (PASS, f"{n} regular files, nothing else", []),
-        "subject-names": (PASS, f"{s} distinct, normalised relative subject names", []),
-        "subjects-cover-files": (
+        CheckName.MANIFEST: (PASS, f"manifest.json lists {s} files", []),
+        CheckName.ATTESTATION: (PASS, f"in-toto Statement v1 with {s} subjects in a DSSE envelope", []),
+        CheckName.ATTESTATION_DIGEST: (PASS, "attestation file matches the manifest", []),
+        CheckName.SIGNATURE: (PASS, f"valid ed25519 signature by {signer}, a trusted key", []),
+        CheckName.PLAIN_FILES: (PASS, f"{n} regular files, nothing else", []),
+        CheckName.SUBJECT_NAMES: (PASS, f"{s} distinct, normalised relative subject names", []),
+        CheckName.SUBJECTS_COVER_FILES: (
             PASS,
             f"the statement's {s} subjects are exactly the bundle's regular files",
             [],
         ),
-        "file-digests": (PASS, f"{s} file digests recomputed and equal to the statement's", []),
-        "manifest-matches-statement": (
+        CheckName.FILE_DIGESTS: (PASS, f"{s} file digests recomputed and equal to the statement's", []),
+        CheckName.MANIFEST_MATCHES_STATEMENT: (
             PASS,
             "manifest lists the statement's subjects with the same digests and the files' sizes",
             [],
         ),
-        "bundle-digest": (PASS, f"bundle digest {digest}", []),
-        "provenance": (PASS, "provenance.json equals the signed predicate's provenance", []),
-        "run-status": (PASS, "run completed", []),
+        CheckName.BUNDLE_DIGEST: (PASS, f"bundle digest {digest}", []),
+        CheckName.PROVENANCE: (PASS, "provenance.json equals the signed predicate's provenance", []),
+        CheckName.RUN_STATUS: (PASS, "run completed", []),
     }
 
 
@@ -84,12 +84,12 @@ NO_SUBJECTS = (FAIL, "no valid subjects to compare the files with", [])
 def _unreadable_statement(base: Expected, reason: str) -> Expected:
     """The attestation refused: the checks that read the statement fail, those after are not run."""
     return {
-        "manifest": base["manifest"],
-        "attestation": (FAIL, reason, [ATTESTATION_FILE]),
-        "signature": (FAIL, "no readable attestation to check", []),
-        "plain-files": base["plain-files"],
-        "subject-names": (FAIL, "no statement to read subjects from", []),
-        "subjects-cover-files": NO_SUBJECTS,
+        CheckName.MANIFEST: base[CheckName.MANIFEST],
+        CheckName.ATTESTATION: (FAIL, reason, [ATTESTATION_FILE]),
+        CheckName.SIGNATURE: (FAIL, "no readable attestation to check", []),
+        CheckName.PLAIN_FILES: base[CheckName.PLAIN_FILES],
+        CheckName.SUBJECT_NAMES: (FAIL, "no statement to read subjects from", []),
+        CheckName.SUBJECTS_COVER_FILES: NO_SUBJECTS,
     }
 
 
@@ -97,23 +97,27 @@ def _bad_subject_list(base: Expected, files: list[str], subject_names: Line) -> 
     """A refused subject list is not used: every comparison with it fails (and no file digest
     is recomputed)."""
     return {
-        **{name: line for name, line in base.items() if name != "file-digests"},
-        "subject-names": subject_names,
-        "subjects-cover-files": NO_SUBJECTS,
-        "manifest-matches-statement": (
+        **{name: line for name, line in base.items() if name != CheckName.FILE_DIGESTS},
+        CheckName.SUBJECT_NAMES: subject_names,
+        CheckName.SUBJECTS_COVER_FILES: NO_SUBJECTS,
+        CheckName.MANIFEST_MATCHES_STATEMENT: (
             FAIL,
             "manifest and statement disagree on: " + ", ".join(files),
             files,
         ),
         # the digest of no subjects at all: sha256 of the canonical JSON "{}"
-        "bundle-digest": (
+        CheckName.BUNDLE_DIGEST: (
             FAIL,
             "bundle digest in the manifest or the predicate does not match the subjects "
             "(44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a)",
             [MANIFEST_FILE],
         ),
-        "provenance": (FAIL, "provenance.json is not a subject of the statement", ["provenance.json"]),
-        "run-status": (FAIL, "run.json is not a subject of the statement", ["run.json"]),
+        CheckName.PROVENANCE: (
+            FAIL,
+            "provenance.json is not a subject of the statement",
+            ["provenance.json"],
+        ),
+        CheckName.RUN_STATUS: (FAIL, "run.json is not a subject of the statement", ["run.json"]),
     }
 
 
@@ -135,33 +139,41 @@ def expected_battery(
     )
     resealed = {
         **base,
-        "signature": (FAIL, untrusted_reason, []),
-        "bundle-digest": (PASS, f"bundle digest {_recorded_digest(run)}", []),
+        CheckName.SIGNATURE: (FAIL, untrusted_reason, []),
+        CheckName.BUNDLE_DIGEST: (PASS, f"bundle digest {_recorded_digest(run)}", []),
     }
     table: dict[str, tuple[Verdict, list[str], Expected]] = {
         "byte-flipped": (
             Verdict.TAMPERED,
-            ["file-digests"],
-            {**base, "file-digests": (FAIL, "changed: results.json", ["results.json"])},
+            [CheckName.FILE_DIGESTS],
+            {**base, CheckName.FILE_DIGESTS: (FAIL, "changed: results.json", ["results.json"])},
         ),
         "file-added": (
             Verdict.TAMPERED,
-            ["subjects-cover-files"],
+            [CheckName.SUBJECTS_COVER_FILES],
             {
                 **base,
-                "plain-files": (PASS, f"{n + 1} regular files, nothing else", []),
-                "subjects-cover-files": (FAIL, "added: trials/extra.txt", ["trials/extra.txt"]),
+                CheckName.PLAIN_FILES: (PASS, f"{n + 1} regular files, nothing else", []),
+                CheckName.SUBJECTS_COVER_FILES: (FAIL, "added: trials/extra.txt", ["trials/extra.txt"]),
             },
         ),
         "file-removed": (
             Verdict.TAMPERED,
-            ["subjects-cover-files", "manifest-matches-statement"],
+            [CheckName.SUBJECTS_COVER_FILES, CheckName.MANIFEST_MATCHES_STATEMENT],
             {
                 **base,
-                "plain-files": (PASS, f"{n - 1} regular files, nothing else", []),
-                "subjects-cover-files": (FAIL, "removed: inputs/schedule.json", ["inputs/schedule.json"]),
-                "file-digests": (PASS, f"{n - 1} file digests recomputed and equal to the statement's", []),
-                "manifest-matches-statement": (
+                CheckName.PLAIN_FILES: (PASS, f"{n - 1} regular files, nothing else", []),
+                CheckName.SUBJECTS_COVER_FILES: (
+                    FAIL,
+                    "removed: inputs/schedule.json",
+                    ["inputs/schedule.json"],
+                ),
+                CheckName.FILE_DIGESTS: (
+                    PASS,
+                    f"{n - 1} file digests recomputed and equal to the statement's",
+                    [],
+                ),
+                CheckName.MANIFEST_MATCHES_STATEMENT: (
                     FAIL,
                     "manifest and statement disagree on: inputs/schedule.json",
                     ["inputs/schedule.json"],
@@ -170,16 +182,20 @@ def expected_battery(
         ),
         "file-renamed": (
             Verdict.TAMPERED,
-            ["subjects-cover-files", "manifest-matches-statement"],
+            [CheckName.SUBJECTS_COVER_FILES, CheckName.MANIFEST_MATCHES_STATEMENT],
             {
                 **base,
-                "subjects-cover-files": (
+                CheckName.SUBJECTS_COVER_FILES: (
                     FAIL,
                     "added: results-renamed.json; removed: results.json",
                     ["results-renamed.json", "results.json"],
                 ),
-                "file-digests": (PASS, f"{n - 1} file digests recomputed and equal to the statement's", []),
-                "manifest-matches-statement": (
+                CheckName.FILE_DIGESTS: (
+                    PASS,
+                    f"{n - 1} file digests recomputed and equal to the statement's",
+                    [],
+                ),
+                CheckName.MANIFEST_MATCHES_STATEMENT: (
                     FAIL,
                     "manifest and statement disagree on: results.json",
                     ["results.json"],
@@ -188,11 +204,15 @@ def expected_battery(
         ),
         "statement-edited": (
             Verdict.TAMPERED,
-            ["signature", "run-status"],
+            [CheckName.SIGNATURE, CheckName.RUN_STATUS],
             {
                 **base,
-                "signature": (FAIL, NO_SIGNATURE, [ATTESTATION_FILE]),
-                "run-status": (FAIL, "run.json and the signed predicate differ on profile", ["run.json"]),
+                CheckName.SIGNATURE: (FAIL, NO_SIGNATURE, [ATTESTATION_FILE]),
+                CheckName.RUN_STATUS: (
+                    FAIL,
+                    "run.json and the signed predicate differ on profile",
+                    ["run.json"],
+                ),
             },
         ),
         "resealed-untrusted": (Verdict.UNTRUSTED, [], resealed),
@@ -200,16 +220,21 @@ def expected_battery(
         "signature-stripped": (
             Verdict.UNSIGNED,
             [],
-            {**base, "signature": (FAIL, "the attestation carries no signature", [])},
+            {**base, CheckName.SIGNATURE: (FAIL, "the attestation carries no signature", [])},
         ),
         "signature-truncated": (
             Verdict.TAMPERED,
-            ["signature"],
-            {**base, "signature": (FAIL, NO_SIGNATURE, [ATTESTATION_FILE])},
+            [CheckName.SIGNATURE],
+            {**base, CheckName.SIGNATURE: (FAIL, NO_SIGNATURE, [ATTESTATION_FILE])},
         ),
         "payload-type-changed": (
             Verdict.TAMPERED,
-            ["attestation", "signature", "subject-names", "subjects-cover-files"],
+            [
+                CheckName.ATTESTATION,
+                CheckName.SIGNATURE,
+                CheckName.SUBJECT_NAMES,
+                CheckName.SUBJECTS_COVER_FILES,
+            ],
             _unreadable_statement(
                 base,
                 "attestation payload type is 'application/json', expected 'application/vnd.in-toto+json'",
@@ -217,16 +242,16 @@ def expected_battery(
         ),
         "another-bundles-envelope": (
             Verdict.TAMPERED,
-            ["file-digests", "manifest-matches-statement", "bundle-digest"],
+            [CheckName.FILE_DIGESTS, CheckName.MANIFEST_MATCHES_STATEMENT, CheckName.BUNDLE_DIGEST],
             {
                 **base,
-                "file-digests": (FAIL, "changed: results.json", ["results.json"]),
-                "manifest-matches-statement": (
+                CheckName.FILE_DIGESTS: (FAIL, "changed: results.json", ["results.json"]),
+                CheckName.MANIFEST_MATCHES_STATEMENT: (
                     FAIL,
                     "manifest and statement disagree on: results.json",
                     ["results.json"],
                 ),
-                "bundle-digest": (
+                CheckName.BUNDLE_DIGEST: (
                     FAIL,
                     "bundle digest in the manifest or the predicate does not match the subjects "
                     f"({_other_digest(run)})",
@@ -236,13 +261,21 @@ def expected_battery(
         ),
         "symlink-for-file": (
             Verdict.TAMPERED,
-            ["plain-files", "subjects-cover-files", "manifest-matches-statement"],
+            [CheckName.PLAIN_FILES, CheckName.SUBJECTS_COVER_FILES, CheckName.MANIFEST_MATCHES_STATEMENT],
             {
                 **base,
-                "plain-files": (FAIL, "not regular files: results.json (symbolic link)", ["results.json"]),
-                "subjects-cover-files": (FAIL, "removed: results.json", ["results.json"]),
-                "file-digests": (PASS, f"{n - 1} file digests recomputed and equal to the statement's", []),
-                "manifest-matches-statement": (
+                CheckName.PLAIN_FILES: (
+                    FAIL,
+                    "not regular files: results.json (symbolic link)",
+                    ["results.json"],
+                ),
+                CheckName.SUBJECTS_COVER_FILES: (FAIL, "removed: results.json", ["results.json"]),
+                CheckName.FILE_DIGESTS: (
+                    PASS,
+                    f"{n - 1} file digests recomputed and equal to the statement's",
+                    [],
+                ),
+                CheckName.MANIFEST_MATCHES_STATEMENT: (
                     FAIL,
                     "manifest and statement disagree on: results.json",
                     ["results.json"],
@@ -251,32 +284,29 @@ def expected_battery(
         ),
         "fifo-added": (
             Verdict.TAMPERED,
-            ["plain-files"],
-            {**base, "plain-files": (FAIL, "not regular files: trials/pipe (FIFO)", ["trials/pipe"])},
+            [CheckName.PLAIN_FILES],
+            {**base, CheckName.PLAIN_FILES: (FAIL, "not regular files: trials/pipe (FIFO)", ["trials/pipe"])},
         ),
         "subject-twice": (
             Verdict.TAMPERED,
-            [
-                "subject-names",
-                "subjects-cover-files",
-                "manifest-matches-statement",
-                "bundle-digest",
-                "provenance",
-                "run-status",
-            ],
+            list(BAD_SUBJECT_LIST_FAILS),
             {
                 **_bad_subject_list(
                     base, files, (FAIL, f"subject 1 {files[0]!r}: is listed twice", [files[0]])
                 ),
-                "attestation": (PASS, f"in-toto Statement v1 with {n + 1} subjects in a DSSE envelope", []),
+                CheckName.ATTESTATION: (
+                    PASS,
+                    f"in-toto Statement v1 with {n + 1} subjects in a DSSE envelope",
+                    [],
+                ),
             },
         ),
         "provenance-differs": (
             Verdict.TAMPERED,
-            ["provenance"],
+            [CheckName.PROVENANCE],
             {
                 **base,
-                "provenance": (
+                CheckName.PROVENANCE: (
                     FAIL,
                     "provenance.json differs from the provenance in the signed predicate "
                     "(compared as canonical JSON)",
@@ -286,17 +316,17 @@ def expected_battery(
         ),
         "incomplete-marked-complete": (
             Verdict.TAMPERED,
-            ["file-digests", "manifest-matches-statement", "run-status"],
+            [CheckName.FILE_DIGESTS, CheckName.MANIFEST_MATCHES_STATEMENT, CheckName.RUN_STATUS],
             {
                 **base,
-                "file-digests": (FAIL, "changed: run.json", ["run.json"]),
-                "manifest-matches-statement": (
+                CheckName.FILE_DIGESTS: (FAIL, "changed: run.json", ["run.json"]),
+                CheckName.MANIFEST_MATCHES_STATEMENT: (
                     FAIL,
                     "manifest and statement disagree on: run.json",
                     ["run.json"],
                 ),
-                "bundle-digest": (PASS, f"bundle digest {_recorded_digest(run)}", []),
-                "run-status": (
+                CheckName.BUNDLE_DIGEST: (PASS, f"bundle digest {_recorded_digest(run)}", []),
+                CheckName.RUN_STATUS: (
                     FAIL,
                     "run.json says 'complete', the signed predicate 'incomplete', the manifest 'complete'",
                     ["run.json"],
@@ -371,87 +401,91 @@ def test_each_tamper_of_the_battery_fails_exactly_its_checks_with_their_reasons(
 
 
 ONLY: dict[str, Callable[[Expected, list[str], Path], Expected]] = {
-    "manifest": lambda base, files, run: {
+    CheckName.MANIFEST: lambda base, files, run: {
         name: line
         for name, line in {
             **base,
-            "manifest": (
+            CheckName.MANIFEST: (
                 FAIL,
                 "manifest.json is not a version 1 manifest (exactly manifest_version, created_by, "
                 "run_status, bundle_digest, files, attestation; attestation naming attestation.dsse.json)",
                 [MANIFEST_FILE],
             ),
-            "run-status": (
+            CheckName.RUN_STATUS: (
                 FAIL,
                 "run.json says 'complete', the signed predicate 'complete', the manifest None",
                 ["run.json"],
             ),
         }.items()
         # without a manifest nothing is compared with it
-        if name not in ("attestation-digest", "manifest-matches-statement", "bundle-digest")
+        if name
+        not in (CheckName.ATTESTATION_DIGEST, CheckName.MANIFEST_MATCHES_STATEMENT, CheckName.BUNDLE_DIGEST)
     },
-    "attestation": lambda base, files, run: _unreadable_statement(
+    CheckName.ATTESTATION: lambda base, files, run: _unreadable_statement(
         base,
         "statement lacks subjects or a predicate, or has predicate type "
         "'https://example.invalid/other-predicate', expected 'urn:moe-appliance:predicate:run:v1'",
     ),
-    "attestation-digest": lambda base, files, run: {
+    CheckName.ATTESTATION_DIGEST: lambda base, files, run: {
         **base,
-        "attestation-digest": (
+        CheckName.ATTESTATION_DIGEST: (
             FAIL,
             "attestation file differs from the sha256 in the manifest (statement or signature "
             "changed after sealing)",
             [ATTESTATION_FILE],
         ),
     },
-    "signature": lambda base, files, run: {**base, "signature": (FAIL, NO_SIGNATURE, [ATTESTATION_FILE])},
-    "plain-files": lambda base, files, run: {
+    CheckName.SIGNATURE: lambda base, files, run: {
         **base,
-        "plain-files": (FAIL, "not regular files: trials/pipe (FIFO)", ["trials/pipe"]),
+        CheckName.SIGNATURE: (FAIL, NO_SIGNATURE, [ATTESTATION_FILE]),
     },
-    "subject-names": lambda base, files, run: _bad_subject_list(
+    CheckName.PLAIN_FILES: lambda base, files, run: {
+        **base,
+        CheckName.PLAIN_FILES: (FAIL, "not regular files: trials/pipe (FIFO)", ["trials/pipe"]),
+    },
+    CheckName.SUBJECT_NAMES: lambda base, files, run: _bad_subject_list(
         base,
         files,
         (FAIL, f"subject 0 {'/' + files[0]!r}: absolute or not a POSIX path", ["/" + files[0]]),
     ),
-    "subjects-cover-files": lambda base, files, run: {
+    CheckName.SUBJECTS_COVER_FILES: lambda base, files, run: {
         **base,
-        "plain-files": (PASS, f"{len(files) + 1} regular files, nothing else", []),
-        "subjects-cover-files": (FAIL, "added: trials/extra.txt", ["trials/extra.txt"]),
+        CheckName.PLAIN_FILES: (PASS, f"{len(files) + 1} regular files, nothing else", []),
+        CheckName.SUBJECTS_COVER_FILES: (FAIL, "added: trials/extra.txt", ["trials/extra.txt"]),
     },
-    "file-digests": lambda base, files, run: {
+    CheckName.FILE_DIGESTS: lambda base, files, run: {
         **base,
-        "file-digests": (FAIL, "changed: results.json", ["results.json"]),
+        CheckName.FILE_DIGESTS: (FAIL, "changed: results.json", ["results.json"]),
     },
-    "manifest-matches-statement": lambda base, files, run: {
+    CheckName.MANIFEST_MATCHES_STATEMENT: lambda base, files, run: {
         **base,
-        "manifest-matches-statement": (
+        CheckName.MANIFEST_MATCHES_STATEMENT: (
             FAIL,
             "manifest and statement disagree on: results.json",
             ["results.json"],
         ),
     },
-    "bundle-digest": lambda base, files, run: {
+    CheckName.BUNDLE_DIGEST: lambda base, files, run: {
         **base,
-        "bundle-digest": (
+        CheckName.BUNDLE_DIGEST: (
             FAIL,
             "bundle digest in the manifest or the predicate does not match the subjects "
             f"({base['bundle-digest'][1].removeprefix('bundle digest ')})",
             [MANIFEST_FILE],
         ),
     },
-    "provenance": lambda base, files, run: {
+    CheckName.PROVENANCE: lambda base, files, run: {
         **base,
-        "provenance": (
+        CheckName.PROVENANCE: (
             FAIL,
             "provenance.json differs from the provenance in the signed predicate "
             "(compared as canonical JSON)",
             ["provenance.json"],
         ),
     },
-    "run-status": lambda base, files, run: {
+    CheckName.RUN_STATUS: lambda base, files, run: {
         **base,
-        "run-status": (
+        CheckName.RUN_STATUS: (
             FAIL,
             "run.json says 'complete', the signed predicate 'incomplete', the manifest 'complete'",
             ["run.json"],
