@@ -139,7 +139,7 @@ def _overrides(doc: dict[str, Any], layers: int, where: str) -> dict[tuple[int, 
         what = f"type_overrides[{n}]"
         if not isinstance(entry, dict) or not {"tensors", "layers", "type"} <= set(entry):
             raise ConfigError(f"{where}: {what} needs tensors, layers and type")
-        qtype = _type(entry["type"], f"{what}.type", where)
+        qtype = _type(entry["type"], f"type_overrides[{n}].type", where)
         for layer in entry["layers"]:
             if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < layers:
                 raise ConfigError(

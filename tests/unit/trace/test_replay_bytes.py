@@ -165,7 +165,7 @@ def test_budget_edges_and_refusals() -> None:
     assert replay_budget(setup, "lru", 10, "global")["total"]["requests"] == 19
     assert replay_budget(setup, "lru", 20, "per-layer")["total"]["requests"] == 19
     for budget, scope, share in ((9, "global", ""), (19, "per-layer", "(9 per MoE layer, split equally) ")):
-        with pytest.raises(ConfigError) as err:
+        with pytest.raises(ConfigError, match=r"^budget \d+ bytes ") as err:
             replay_budget(setup, "lru", budget, scope)
         assert str(err.value) == (
             f"budget {budget} bytes {share}cannot hold the 2 experts of 5 bytes each token needs at a "
@@ -176,7 +176,7 @@ def test_budget_edges_and_refusals() -> None:
     assert replay_budget(setup, "lru", 0, "global", "after-event")["total"]["misses"] == 19
     for sizes, what in ((None, "none are known"), ({0: 3}, "layer 1 has none")):
         bare = ReplaySetup(events=setup.events, k=2, expert_bytes=sizes)
-        with pytest.raises(ConfigError) as err:
+        with pytest.raises(ConfigError, match=r"^a byte budget needs the bytes of one expert") as err:
             replay_budget(bare, "lru", 100, "global")
         assert str(err.value) == (
             f"a byte budget needs the bytes of one expert per MoE layer, and {what}: "
@@ -189,10 +189,10 @@ def test_budget_edges_and_refusals() -> None:
 def test_cli_budget_parsing_at_its_limit_and_one_past() -> None:
     top = trace_cli.MAX_BUDGET_BYTES
     assert trace_cli._capacities_and_budgets(("8,1KiB", f"{top}B")) == ([8], [1024, top])
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigError, match=r"^a byte budget must be at most ") as err:
         trace_cli._capacities_and_budgets((f"{top + 1}B",))
     assert str(err.value) == f"a byte budget must be at most {top} bytes, got {top + 1}B ({top + 1})"
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigError, match=r"^capacity '4Gx' is neither") as err:
         trace_cli._capacities_and_budgets(("4Gx",))
     assert str(err.value).startswith("capacity '4Gx' is neither a whole number of experts nor a byte budget")
 
