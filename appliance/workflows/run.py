@@ -28,14 +28,16 @@ from appliance.attest.trust import init_trusted_keys
 from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core.errors import ApplianceError
 from appliance.core.progress import ProgressFn
-from appliance.core.units import parse_size
+from appliance.core.units import format_size, parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
 from appliance.evidence.compare import REPRODUCED, compare_with_evidence
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
 from appliance.images.build import build_image
+from appliance.models.full_synth import synthesize_like
 from appliance.models.shapes import ModelSynthSpec
+from appliance.models.skeleton import input_path
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
@@ -231,10 +233,24 @@ def ensure_engine_image(
 def ensure_synth_model(
     profile: Profile, models_dir: Path, console: Console, progress: ProgressFn | None = None
 ) -> Path:
-    """Synthesize the profile's model into models_dir unless it is there already."""
+    """Synthesize the profile's model into models_dir unless it is there already: a tiny one
+    (model.synth's arch, size, ...) or a full-shape one (model.synth.like, `model synth --like`)."""
     synth = profile.model.synth
     path = models_dir / profile.model.file
     if path.exists() or not synth:
+        return path
+    models_dir.mkdir(parents=True, exist_ok=True)
+    like = profile.model.like
+    if like is not None:
+        seed, skew = int(synth.get("seed", 0)), float(synth.get("skew", 1.0))
+        layers = int(synth["layers"]) if "layers" in synth else None
+        console.print(
+            f"synthesizing {path.name} like {like} (skew {skew:g}, seed {seed}"
+            f"{'' if layers is None else f', first {layers} layers'}): "
+            f"{_expected(profile)} written once, in one streaming pass"
+        )
+        full = synthesize_like(input_path(like), path, seed=seed, skew=skew, layers=layers, progress=progress)
+        console.print(f"model {path.name}: {full.size_bytes} bytes, sha256 {full.sha256}")
         return path
     spec = ModelSynthSpec(
         arch=str(synth["arch"]),
@@ -250,10 +266,14 @@ def ensure_synth_model(
         f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
         f"skew {synth['skew']}, seed {synth['seed']})"
     )
-    models_dir.mkdir(parents=True, exist_ok=True)
     result = synthesize(spec, path, progress)
     console.print(f"model {path.name}: {result.size_bytes} bytes, sha256 {result.sha256}")
     return path
+
+
+def _expected(profile: Profile) -> str:
+    size = profile.model.bytes
+    return "a file of unpinned size" if size is None else f"{format_size(size)} ({size} bytes)"
 
 
 @dataclass
