@@ -22,6 +22,7 @@ from rich.table import Table
 from appliance.analysis.report import print_summary
 from appliance.analysis.results import analyze_run
 from appliance.analysis.run_analyses import write_paging_analysis
+from appliance.analysis.sweep_analysis import probe_summary
 from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import existing_default_key
 from appliance.attest.trust import init_trusted_keys
@@ -45,7 +46,9 @@ from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import Profile
 from appliance.runs.report import print_header, print_stand_in
+from appliance.runs.run_dir import RunDir
 from appliance.runs.trial import RunContext
+from appliance.runs.trial_time import ASSUMED_READ_BPS, SAFETY_FACTOR, model_trial_timeout_s
 from appliance.workflows.resume_check import resume_verifier, signing_public_key
 
 FALLBACK_STAND_IN = "b10229"
@@ -111,6 +114,10 @@ def run_prepared(
     stand_in = print_stand_in(console, prepared, lock)
     if kind.announce is not None:
         kind.announce(console)
+    timeout = options.trial_timeout
+    if timeout is None:
+        probe = RunDir(prepared.run_dir).read_probe() if options.resume else None
+        timeout = derived_trial_timeout(prepared, probe, console)
     ctx = RunContext(
         client,
         prepared.profile,
@@ -120,7 +127,7 @@ def run_prepared(
         prepared.run_dir,
         secrets.token_hex(6),
         console,
-        trial_timeout_s=options.trial_timeout,
+        trial_timeout_s=timeout,
     )
     signer = signing_key(options.key, options.unsigned, console)
     seal = functools.partial(finalize_bundle, key=signer, docker_client=client)
@@ -152,6 +159,23 @@ def run_prepared(
         resume=options.resume,
         verify_resume=resume_verifier(signer),
     )
+
+
+def derived_trial_timeout(prepared: PreparedRun, probe: dict[str, Any] | None, console: Console) -> float:
+    """Every trial's timeout when --trial-timeout is not given: from the model's size and the
+    disk probe's QD1 rate for expert-size reads (appliance.runs.trial_time), said on the console."""
+    rate = probe_summary(probe)["expert_qd1_bytes_per_s"] if probe is not None else None
+    timeout = model_trial_timeout_s(prepared.model.path, prepared.profile.schedule, rate)
+    basis = (
+        f"the disk probe's {rate / 2**20:.0f} MiB/s (QD1)"
+        if rate
+        else f"an assumed {ASSUMED_READ_BPS >> 20} MiB/s (no disk probe)"
+    )
+    console.print(
+        f"trial timeout: {timeout:.0f} s (the model's size and its tokens' experts read at {basis}, "
+        f"x{SAFETY_FACTOR:g}; --trial-timeout sets another)"
+    )
+    return timeout
 
 
 def execute_profile(
