@@ -179,8 +179,8 @@ def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
 
 
 def _check_like_synth(synth: dict[str, Any] | None, path: Path) -> None:
-    """A model.synth with `like` takes only LIKE_SYNTH_KEYS, of their types, and names an
-    existing skeleton input."""
+    """A model.synth with `like` takes only LIKE_SYNTH_KEYS, of their types (the input itself
+    is looked up when the model is made: an installed package has no evidence/ to look in)."""
     if not synth or "like" not in synth:
         return
     for key, value in synth.items():
@@ -192,10 +192,6 @@ def _check_like_synth(synth: dict[str, Any] | None, path: Path) -> None:
             )
         if not isinstance(value, kind) or isinstance(value, bool):
             raise ConfigError(f"{path}: /model/synth/{key}: {value!r} has the wrong type")
-    try:
-        skeleton.input_path(synth["like"])
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: /model/synth/like: {exc}") from None
 
 
 def _check_gpu(raw: dict[str, Any], path: Path) -> None:

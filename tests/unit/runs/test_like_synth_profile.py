@@ -46,6 +46,12 @@ def test_a_like_synth_becomes_the_options_of_model_synth_like(tmp_path: Path) ->
     assert load_profile("tiny-oversub").model.like is None
 
 
+def test_a_missing_input_is_named_when_the_model_is_to_be_made(tmp_path: Path) -> None:
+    profile = load_profile(str(write(tmp_path, like_profile("    like: nothing-here\n"))))
+    with pytest.raises(ConfigError, match=r"^skeleton input 'nothing-here' not found"):
+        profile.model.synth_args()
+
+
 @pytest.mark.parametrize(
     ("synth", "problem"),
     [
@@ -56,7 +62,6 @@ def test_a_like_synth_becomes_the_options_of_model_synth_like(tmp_path: Path) ->
         ),
         (LIKE_30B + "    seed: '1'\n", "/model/synth/seed: '1' has the wrong type"),
         (LIKE_30B + "    layers: true\n", "/model/synth/layers: True has the wrong type"),
-        ("    like: nothing-here\n", "/model/synth/like: skeleton input 'nothing-here' not found"),
     ],
 )
 def test_a_bad_like_synth_is_refused_with_its_field(tmp_path: Path, synth: str, problem: str) -> None:
