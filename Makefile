@@ -11,7 +11,7 @@ BOOTSTRAP ?= scripts/bootstrap.sh
 # The trees `make lint` and tests/unit/test_lint.py check with ruff and the formatter.
 LINT_TREES := appliance tests fuzz bench
 
-.PHONY: help bootstrap venv test lint format demo demo-cache bench fuzz
+.PHONY: help bootstrap venv test lint format demo demo-cache scale bench fuzz
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_ %-]+:.*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -69,6 +69,12 @@ demo: bootstrap ## the whole pipeline at miniature scale (bootstrap first)
 demo-cache: bootstrap ## the miniature sweep with the engine's expert cache (patch 0004)
 	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo --profile tiny-oversub-cache $(DEMO_ARGS)
+
+# The experiment at its own scale (not in CI: up to an hour, about 35 GB of disk for two
+# synthesized models). It says first how long and how much disk; SCALE_ARGS=--dry-run stops there.
+scale: bootstrap ## full-shape synthetics swept around 8 GiB on the cpu image (not in CI; up to an hour)
+	@$(MAKE) --no-print-directory venv
+	$(APPLIANCE) scale $(SCALE_ARGS)
 
 # Reproductions: preflight (fails fast without the GPU or MODELS a target needs), engine image,
 # the target's profiles, signed bundles, verification, verdicts against evidence/.

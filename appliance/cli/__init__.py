@@ -97,6 +97,12 @@ VERBS: dict[str, Verb] = {
         "verified, every trial's decode reads set beside LRU and Belady replays of its "
         "own route trace, and compared with evidence/.",
     ),
+    "scale": Verb(
+        "appliance.cli.scale",
+        "The experiment at its own scale on the cpu image: the Qwen3.5-35B-A3B-shape and "
+        "Qwen3-30B-A3B-shape synthetics (about 18 GB each, made when missing) swept around 8 GiB, "
+        "verified, reported and compared with the findings; says first how long and how much disk.",
+    ),
 }
 
 

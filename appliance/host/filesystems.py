@@ -43,10 +43,26 @@ def free_bytes(directory: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def volatile_kind(directory: Path) -> str | None:
+    """ "tmpfs" or "ramfs" when `directory` is on one (its pages cannot be evicted), else None."""
+    return VOLATILE.get(fs_magic(directory))
+
+
+def refuse_volatile_model(path: Path) -> None:
+    """Refuse a run whose model file is on tmpfs/ramfs: the memory limit and cold starts would
+    not mean what they say."""
+    kind = volatile_kind(path.resolve().parent)
+    if kind is not None:
+        raise ApplianceError(
+            f"model {path} is on {kind}: its pages cannot be evicted, so no trial could start "
+            "cold; move it to a disk-backed directory and pass that as --models"
+        )
+
+
 def refuse_unfit_target(path: Path, need: int, what: str) -> None:
     """Refuse to write `need` bytes at `path` on tmpfs/ramfs or where they do not fit."""
     directory = existing_dir(path)
-    kind = VOLATILE.get(fs_magic(directory))
+    kind = volatile_kind(directory)
     if kind is not None:
         raise ApplianceError(
             f"{directory} is on {kind}: its pages cannot be evicted, so no trial could start cold; "

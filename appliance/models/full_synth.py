@@ -186,6 +186,13 @@ def plan_for(input_path: Path, layers: int | None) -> tuple[dict[str, Any], list
     model_layers = int(doc["config"]["num_hidden_layers"])
     if layers is not None and not 1 <= layers <= model_layers:
         raise ConfigError(f"--layers {layers} is outside 1..{model_layers}, the layers of {input_path.name}")
+    interval = int(doc["config"].get("full_attention_interval", 1))
+    if layers is not None and layers < interval <= model_layers:
+        raise ConfigError(
+            f"--layers {layers} of {input_path.name} holds no attention layer (one in "
+            f"{interval}, layer {interval} the first): llama.cpp cannot run a hybrid model "
+            f"without one; use --layers {interval} or more"
+        )
     missing = [k for k in skeleton.RUNTIME_BY_ARCH[doc["arch"]] if k not in doc["config"]]
     if missing:
         raise ConfigError(

@@ -23,6 +23,7 @@ from gguf import GGUFWriter, Keys
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from appliance.core.errors import ConfigError
+from appliance.core.paths import evidence_dir, repo_root
 from appliance.core.strict_load import load_json
 
 COMMON = (
@@ -191,6 +192,24 @@ def tensor_specs(doc: dict[str, Any], where: str, layers: int | None = None) -> 
 def nbytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
     block, size = GGML_QUANT_SIZES[qtype]
     return int(np.prod(shape, dtype=np.int64)) // block * size
+
+
+INPUT_SUFFIX = ".input.json"
+
+
+def input_path(like: str) -> Path:
+    """A skeleton input named by a profile: a repo-relative path (`evidence/plans/X.input.json`)
+    or its name (`X`, found in evidence/plans/); refuses one that does not exist."""
+    if like.endswith(".json"):
+        path = repo_root() / like
+    else:
+        path = evidence_dir() / "plans" / f"{like}{INPUT_SUFFIX}"
+    if not path.is_file():
+        raise ConfigError(
+            f"skeleton input {like!r} not found (looked for {path}): name one of evidence/plans/*"
+            f"{INPUT_SUFFIX} by its name or by its path in the checkout"
+        )
+    return path
 
 
 def load_input(path: Path) -> dict[str, Any]:

@@ -82,7 +82,6 @@ def execute_run(
         started, pending = utc_now(), trials
         ctx.run_dir.mkdir(parents=True)
         write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials), ctx.model)
-    job = TrialJob.of(ctx)
     layout = RunDir(ctx.run_dir)
     atomic.write_json(layout.run_file, run_record(ctx, RunStatus.INCOMPLETE, started, trials, extra))
 
@@ -93,6 +92,7 @@ def execute_run(
     try:
         if before_trials is not None:
             before_trials(ctx)
+        job = TrialJob.of(ctx)  # after the prelude, which may set the trials' timeout
         for record in executor.run(job, pending, ctx.run_dir, on_start=starting):
             ctx.trial_records.append(record)
             ctx.console.print(_trial_line(record))

@@ -18,6 +18,7 @@ from appliance.core.progress import ProgressFn
 from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.host.cgroups import block_device_for, cgroup_version
+from appliance.host.filesystems import refuse_volatile_model
 from appliance.host.gpu import Gpu, target_for_capability, visible_gpus
 from appliance.images.labels import (
     IMAGE_REPOSITORY,
@@ -226,6 +227,8 @@ def prepare_run(
         )
     if located is None:
         located = locate_model(profile.model, models_dir, skeleton)
+    if not skeleton:
+        refuse_volatile_model(located[0])
     if run_dir.resolve().is_relative_to(models_dir.resolve()):
         raise ApplianceError(
             f"--out {run_dir} is inside the models directory, which is never written to: choose another --out"

@@ -17,6 +17,7 @@ from appliance.core.paths import PACKAGE_DIR
 from appliance.core.strict_load import parse_yaml, read_text
 from appliance.core.units import SizeError, format_size, parse_size
 from appliance.core.validation import validate
+from appliance.models import skeleton
 from appliance.runs.memory_points import MemoryPoint, parse_memory_point
 from appliance.runs.placement import Placement, check_placement_args, parse_placement
 
@@ -25,6 +26,13 @@ MAX_PROFILE_BYTES = 64 << 10  # the built-in profiles are under 2 KiB
 DOCKER_MIN_MEMORY = 6 * 1024 * 1024
 MAX_SIZE = (1 << 63) - 1
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+# model.synth of a full-shape synthetic (`model synth --like`): the input and what varies it
+LIKE_SYNTH_KEYS: dict[str, type | tuple[type, ...]] = {
+    "like": str,
+    "seed": int,
+    "skew": (int, float),
+    "layers": int,
+}
 
 
 @dataclass(frozen=True)
@@ -39,12 +47,18 @@ class ModelManifest:
     def pinned(self) -> bool:
         return self.sha256 is not None and self.bytes is not None
 
+    @property
+    def like(self) -> str | None:
+        """The skeleton input a full-shape synthetic is made like (model.synth.like), if any."""
+        return None if not self.synth or "like" not in self.synth else str(self.synth["like"])
+
     def synth_args(self) -> list[str]:
         """`appliance model synth` options that recreate a synthesized model ([] if none):
-        each key of model.synth becomes --key value."""
+        each key of model.synth becomes --key value; `like` names the skeleton input's path."""
         args: list[str] = []
         for key, value in (self.synth or {}).items():
-            args += [f"--{key}", str(value)]
+            text = str(skeleton.input_path(str(value))) if key == "like" else str(value)
+            args += [f"--{key}", text]
         return args
 
 
@@ -167,6 +181,22 @@ def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
     return tuple(variants.values())
 
 
+def _check_like_synth(synth: dict[str, Any] | None, path: Path) -> None:
+    """A model.synth with `like` takes only LIKE_SYNTH_KEYS, of their types (the input itself
+    is looked up when the model is made: an installed package has no evidence/ to look in)."""
+    if not synth or "like" not in synth:
+        return
+    for key, value in synth.items():
+        kind = LIKE_SYNTH_KEYS.get(key)
+        if kind is None:
+            raise ConfigError(
+                f"{path}: /model/synth/{key}: not an option of a full-shape synthetic "
+                f"(`like` takes {', '.join(LIKE_SYNTH_KEYS)})"
+            )
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ConfigError(f"{path}: /model/synth/{key}: {value!r} has the wrong type")
+
+
 def _check_gpu(raw: dict[str, Any], path: Path) -> None:
     target, gpu = raw["target"], raw["gpu"]
 
@@ -204,6 +234,7 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
                 "(the trace shows the routes were forced)"
             )
     model, schedule = raw["model"], raw["schedule"]
+    _check_like_synth(model.get("synth"), path)
     check_placement_args(tuple(raw["engine"].get("args", [])), f"{path}: /engine/args")
     for index, item in enumerate(raw["variants"]):
         check_placement_args(tuple(item.get("args", [])), f"{path}: /variants/{index}/args")

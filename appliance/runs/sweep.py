@@ -30,13 +30,10 @@ from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
 from appliance.runs.run_dir import PROBE_DIR
 from appliance.runs.trial import RunContext, TrialInterrupted, run_trial
+from appliance.runs.trial_time import ASSUMED_READ_BPS, TRIAL_OVERHEAD_S, trial_read_bytes
 from appliance.trace.expert_bytes import gguf_expert_layout
 
 DEFAULT_MAX_HOURS = 6.0
-# The time estimate: every trial reads the whole file once plus, per generated token, all the
-# experts it routes to (no reuse at all), at this bandwidth, plus container start-up.
-ASSUMED_READ_BPS = 200 * (1 << 20)
-TRIAL_OVERHEAD_S = 10.0
 PROBE_READS = 64
 PROBE_VARIANT = Variant(name="disk-probe", env={}, args=())
 
@@ -86,7 +83,9 @@ def memory_points(profile: Profile, memory: str | None) -> tuple[MemoryPoint, ..
 
 
 def estimate_seconds(trials: int, model_bytes: int, n_predict: int, k: int, n_experts: int) -> float:
-    per_trial = model_bytes * (1 + n_predict * k / n_experts) / ASSUMED_READ_BPS
+    """The sweep's time at most: every trial's worst-case reads (appliance.runs.trial_time)
+    for its generated tokens at ASSUMED_READ_BPS, plus start-up."""
+    per_trial = trial_read_bytes(model_bytes, n_predict, k, n_experts) / ASSUMED_READ_BPS
     return trials * (TRIAL_OVERHEAD_S + per_trial) + TRIAL_OVERHEAD_S
 
 

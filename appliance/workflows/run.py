@@ -22,20 +22,23 @@ from rich.table import Table
 from appliance.analysis.report import print_summary
 from appliance.analysis.results import analyze_run
 from appliance.analysis.run_analyses import write_paging_analysis
+from appliance.analysis.sweep_analysis import probe_summary
 from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import existing_default_key
 from appliance.attest.trust import init_trusted_keys
 from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core.errors import ApplianceError
 from appliance.core.progress import ProgressFn
-from appliance.core.units import parse_size
+from appliance.core.units import format_size, parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
 from appliance.evidence.compare import REPRODUCED, compare_with_evidence
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
 from appliance.images.build import build_image
+from appliance.models.full_synth import synthesize_like
 from appliance.models.shapes import ModelSynthSpec
+from appliance.models.skeleton import input_path
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
@@ -43,7 +46,9 @@ from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import Profile
 from appliance.runs.report import print_header, print_stand_in
+from appliance.runs.run_dir import RunDir
 from appliance.runs.trial import RunContext
+from appliance.runs.trial_time import ASSUMED_READ_BPS, SAFETY_FACTOR, model_trial_timeout_s
 from appliance.workflows.resume_check import resume_verifier, signing_public_key
 
 FALLBACK_STAND_IN = "b10229"
@@ -109,6 +114,10 @@ def run_prepared(
     stand_in = print_stand_in(console, prepared, lock)
     if kind.announce is not None:
         kind.announce(console)
+    timeout = options.trial_timeout
+    if timeout is None:
+        probe = RunDir(prepared.run_dir).read_probe() if options.resume else None
+        timeout = derived_trial_timeout(prepared, probe, console)
     ctx = RunContext(
         client,
         prepared.profile,
@@ -118,7 +127,7 @@ def run_prepared(
         prepared.run_dir,
         secrets.token_hex(6),
         console,
-        trial_timeout_s=options.trial_timeout,
+        trial_timeout_s=timeout,
     )
     signer = signing_key(options.key, options.unsigned, console)
     seal = functools.partial(finalize_bundle, key=signer, docker_client=client)
@@ -150,6 +159,23 @@ def run_prepared(
         resume=options.resume,
         verify_resume=resume_verifier(signer),
     )
+
+
+def derived_trial_timeout(prepared: PreparedRun, probe: dict[str, Any] | None, console: Console) -> float:
+    """Every trial's timeout when --trial-timeout is not given: from the model's size and the
+    disk probe's QD1 rate for expert-size reads (appliance.runs.trial_time), said on the console."""
+    rate = probe_summary(probe)["expert_qd1_bytes_per_s"] if probe is not None else None
+    timeout = model_trial_timeout_s(prepared.model.path, prepared.profile.schedule, rate)
+    basis = (
+        f"the disk probe's {rate / 2**20:.0f} MiB/s (QD1)"
+        if rate
+        else f"an assumed {ASSUMED_READ_BPS >> 20} MiB/s (no disk probe)"
+    )
+    console.print(
+        f"trial timeout: {timeout:.0f} s (the model's size and its tokens' experts read at {basis}, "
+        f"x{SAFETY_FACTOR:g}; --trial-timeout sets another)"
+    )
+    return timeout
 
 
 def execute_profile(
@@ -231,10 +257,24 @@ def ensure_engine_image(
 def ensure_synth_model(
     profile: Profile, models_dir: Path, console: Console, progress: ProgressFn | None = None
 ) -> Path:
-    """Synthesize the profile's model into models_dir unless it is there already."""
+    """Synthesize the profile's model into models_dir unless it is there already: a tiny one
+    (model.synth's arch, size, ...) or a full-shape one (model.synth.like, `model synth --like`)."""
     synth = profile.model.synth
     path = models_dir / profile.model.file
     if path.exists() or not synth:
+        return path
+    models_dir.mkdir(parents=True, exist_ok=True)
+    like = profile.model.like
+    if like is not None:
+        seed, skew = int(synth.get("seed", 0)), float(synth.get("skew", 1.0))
+        layers = int(synth["layers"]) if "layers" in synth else None
+        console.print(
+            f"synthesizing {path.name} like {like} (skew {skew:g}, seed {seed}"
+            f"{'' if layers is None else f', first {layers} layers'}): "
+            f"{_expected(profile)} written once, in one streaming pass"
+        )
+        full = synthesize_like(input_path(like), path, seed=seed, skew=skew, layers=layers, progress=progress)
+        console.print(f"model {path.name}: {full.size_bytes} bytes, sha256 {full.sha256}")
         return path
     spec = ModelSynthSpec(
         arch=str(synth["arch"]),
@@ -250,10 +290,14 @@ def ensure_synth_model(
         f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
         f"skew {synth['skew']}, seed {synth['seed']})"
     )
-    models_dir.mkdir(parents=True, exist_ok=True)
     result = synthesize(spec, path, progress)
     console.print(f"model {path.name}: {result.size_bytes} bytes, sha256 {result.sha256}")
     return path
+
+
+def _expected(profile: Profile) -> str:
+    size = profile.model.bytes
+    return "a file of unpinned size" if size is None else f"{format_size(size)} ({size} bytes)"
 
 
 @dataclass

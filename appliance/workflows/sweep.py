@@ -18,7 +18,17 @@ from appliance.engine.lock import Lock
 from appliance.runs.execute import RunOutcome
 from appliance.runs.run_dir import RunDir
 from appliance.runs.sweep import SweepPlan, print_grid, run_disk_probe
-from appliance.workflows.run import RunKind, RunOptions, run_prepared
+from appliance.runs.trial import RunContext
+from appliance.workflows.run import RunKind, RunOptions, derived_trial_timeout, run_prepared
+
+
+def probe_then_time(ctx: RunContext, plan: SweepPlan, options: RunOptions) -> None:
+    """The disk probe; then, unless --trial-timeout fixed it, the trials' timeout from the
+    probe's QD1 rate (appliance.runs.trial_time)."""
+    run_disk_probe(ctx, plan)
+    probe = RunDir(ctx.run_dir).read_probe()
+    if options.trial_timeout is None and probe is not None:
+        ctx.trial_timeout_s = derived_trial_timeout(plan.prepared, probe, ctx.console)
 
 
 def execute_sweep(
@@ -36,7 +46,7 @@ def execute_sweep(
     kind = RunKind(
         analyze=functools.partial(write_sweep_analysis, model_path=prepared.model.path),
         announce=functools.partial(print_grid, plan=plan),
-        before_trials=None if probed else functools.partial(run_disk_probe, plan=plan),
+        before_trials=None if probed else functools.partial(probe_then_time, plan=plan, options=options),
         record={"sweep": plan.run_record()},
     )
     outcome = run_prepared(prepared, client, lock, console, kind, options)

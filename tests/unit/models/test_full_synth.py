@@ -88,17 +88,18 @@ def test_reads_back_with_exactly_the_skeleton_plan_and_bounded_values(
 ) -> None:
     like = small_input(tmp_path, published)
     out = tmp_path / "m.gguf"
-    record = synth(like, out, "--layers", "3")
+    layers = 4 if published == QWEN35 else 3  # a hybrid's slice holds its first attention layer
+    record = synth(like, out, "--layers", str(layers))
     doc = skeleton.load_input(like)
-    specs = skeleton.tensor_specs(doc, str(like), 3)
+    specs = skeleton.tensor_specs(doc, str(like), layers)
     reader = GGUFReader(out)
     got = [
         (t.name, tuple(int(n) for n in t.shape), GGMLQuantizationType(t.tensor_type), int(t.n_bytes))
         for t in reader.tensors
     ]
     assert got == [(n, s, q, skeleton.nbytes(s, q)) for n, s, q in specs]
-    assert record["tensors"] == len(specs) and record["layers"] == 3
-    assert int(reader.fields[f"{doc['arch']}.block_count"].parts[-1][0]) == 3
+    assert record["tensors"] == len(specs) and record["layers"] == layers
+    assert int(reader.fields[f"{doc['arch']}.block_count"].parts[-1][0]) == layers
     types = {q.name for _, _, q in specs}
     expected = {"Q4_K", "Q6_K", "F32"} if published == QWEN3 else {"IQ3_S", "IQ4_NL", "Q8_0", "F32"}
     assert types == expected
@@ -206,6 +207,15 @@ def test_refuses_a_target_on_tmpfs(tmp_path: Path) -> None:
 )
 def test_refuses_layers_outside_the_model(tmp_path: Path, layers: str, message: str) -> None:
     assert message in refused(tmp_path, small_input(tmp_path, QWEN3), "--layers", layers)
+
+
+def test_refuses_a_hybrid_slice_without_an_attention_layer(tmp_path: Path) -> None:
+    like = small_input(tmp_path, QWEN35)  # one attention layer in 4: layer 4 the first
+    message = refused(tmp_path, like, "--layers", "3")
+    assert message.startswith(
+        "error: --layers 3 of small-qwen35-35b-a3b-ud-iq4_nl.input.json holds no attention"
+    )
+    assert message.endswith("use --layers 4 or more\n")
 
 
 def test_refuses_tiny_options_beside_like(tmp_path: Path) -> None:

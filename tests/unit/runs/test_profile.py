@@ -15,7 +15,47 @@ GIB = 1 << 30
 
 
 def test_builtins_are_the_three_profiles_of_the_issue() -> None:
-    assert builtin_profiles() == ["qwen3-30b-16", "qwen35-8g", "tiny-oversub", "tiny-oversub-cache"]
+    assert builtin_profiles() == [
+        "qwen3-30b-16",
+        "qwen3-30b-shape",
+        "qwen3-30b-shape-slice",
+        "qwen35-8g",
+        "qwen35-shape-8g",
+        "qwen35-shape-slice",
+        "tiny-oversub",
+        "tiny-oversub-cache",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "like", "size", "layers"),
+    [
+        ("qwen35-shape-8g", "qwen35-35b-a3b-ud-iq4_nl", 17_940_038_176, None),
+        ("qwen3-30b-shape", "qwen3-30b-a3b-q4_k_m", 18_554_438_496, None),
+        ("qwen35-shape-slice", "qwen35-35b-a3b-ud-iq4_nl", 2_772_117_216, 4),
+        ("qwen3-30b-shape-slice", "qwen3-30b-a3b-q4_k_m", 1_241_170_880, 2),
+    ],
+)
+def test_the_shape_profiles_pin_their_synthetic_files(
+    name: str, like: str, size: int, layers: int | None
+) -> None:
+    p = load_profile(name)
+    assert (p.target, p.gpu, p.limits.swap) == ("cpu", "none", 0)
+    assert p.model.like == like and p.model.bytes == size and p.model.pinned
+    assert p.model.synth is not None and p.model.synth.get("layers") == layers
+    assert [v.name for v in p.variants][:2] == ["baseline", "demand-mmap"]
+    if layers is None:  # the full shapes: exactly 8 GiB, 64 decode tokens, 3 interleaved repeats
+        assert p.limits.memory == 8 * GIB and p.schedule.n_predict >= 64
+        assert (p.schedule.repeats, p.schedule.order) == (3, "interleaved")
+    else:  # the slices page: their limit is below the file
+        assert p.limits.memory < size
+
+
+def test_qwen35_shape_8g_sweeps_around_8_gib_with_prefetch() -> None:
+    p = load_profile("qwen35-shape-8g")
+    assert [v.name for v in p.variants] == ["baseline", "demand-mmap", "demand-prefetch"]
+    assert p.sweep is not None and [m.text for m in p.sweep.memory] == ["6GiB", "8GiB", "12GiB"]
+    assert "separate work" in load_profile("qwen3-30b-shape").description
 
 
 def test_qwen35_8g_is_the_published_experiment() -> None:
@@ -129,7 +169,7 @@ def test_cli_refuses_an_unknown_key_with_exit_2_and_one_line(tmp_path: Path) -> 
 
 
 def test_unknown_profile_name_lists_the_builtins(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="qwen35-8g, tiny-oversub"):
+    with pytest.raises(ConfigError, match="qwen35-8g, qwen35-shape-8g, qwen35-shape-slice, tiny-oversub"):
         load_profile("no-such-profile")
 
 

@@ -1,0 +1,92 @@
+"""A slice of each full-shape synthetic (the Qwen3.5-35B-A3B shape, its first 4 layers, the first
+with attention; the Qwen3-30B-A3B shape, its first 2: every tensor of those layers at full
+width, the whole embedding and output) through the whole pipeline (`appliance run` for one,
+`appliance sweep` for the other) on the cpu image, under a limit below the file so that it pages.
+
+The slice is synthesized into the test's directory from its profile's model.synth (so the
+pinned size and sha256 must come out byte for byte), run with baseline and demand mmap, and
+the sealed bundle verified: every trial completes, its trace has the slice's layers, experts
+and k, the texts are identical across variants, and decode reads the disk under the limit.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from appliance.analysis.sweep_analysis import phase_reads, probe_summary
+from appliance.models import skeleton
+from appliance.runs.profile import load_profile
+from appliance.runs.run_dir import RunDir
+from appliance.runs.trial_time import model_trial_timeout_s
+from appliance.trace.format import read_trace
+from appliance.workflows.run import ensure_synth_model
+from tests.conftest import run_cli
+from tests.e2e.conftest import user_env
+
+# (profile, verb): `appliance run` for one, `appliance sweep` at the profile's limit (its disk
+# probe first, whose QD1 rate then sets the trials' timeout) for the other
+SLICES = (("qwen35-shape-slice", "run"), ("qwen3-30b-shape-slice", "sweep"))
+VARIANTS = ["baseline", "demand-mmap"]
+
+
+@pytest.mark.docker
+@pytest.mark.engine
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "verb"), SLICES)
+def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
+    engine_image_cpu: str, tmp_path: Path, name: str, verb: str
+) -> None:
+    profile = load_profile(name)
+    synth = profile.model.synth
+    assert synth is not None and profile.model.like is not None
+    models = tmp_path / "models"
+    model = ensure_synth_model(profile, models, Console(quiet=True))
+    assert model.stat().st_size == profile.model.bytes
+    assert profile.limits.memory < model.stat().st_size  # it must page
+
+    run = tmp_path / "run"
+    limit = [] if verb == "run" else ["--memory", f"{profile.limits.memory}B"]
+    result = run_cli(
+        verb, name, "--models", str(models), "--out", str(run), *limit, env=user_env(tmp_path), timeout=900
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert engine_image_cpu in result.stdout
+    run_record = json.loads((run / "run.json").read_text())
+    assert run_record["status"] == "complete"
+    assert run_record["model_digest_status"] == "verified"  # the pinned sha256, recreated
+    # the timeout is derived from the model, the schedule and the sweep's disk probe (a run has
+    # none: 200 MiB/s)
+    probe = RunDir(run).read_probe()
+    assert (probe is None) == (verb == "run")
+    rate = probe_summary(probe)["expert_qd1_bytes_per_s"] if probe is not None else None
+    assert run_record["trial_timeout_s"] == pytest.approx(
+        model_trial_timeout_s(model, profile.schedule, rate)
+    )
+
+    records = [json.loads(p.read_text()) for p in sorted(run.glob("trials/*/trial.json"))]
+    assert [r["variant"] for r in records] == VARIANTS
+    assert all(r["status"] == "ok" for r in records), records
+
+    doc = skeleton.load_input(skeleton.input_path(profile.model.like))
+    cfg = doc["config"]
+    n_experts = int(cfg["num_experts"])
+    k = int(cfg["num_experts_per_tok"])
+    texts = set()
+    for record in records:
+        trial = run / "trials" / record["name"]
+        trace = read_trace(trial / "trace.moetrace")
+        assert trace.moe_layers == list(range(int(synth["layers"])))
+        assert (trace.n_experts, trace.k) == (n_experts, k)
+        assert trace.n_steps >= profile.schedule.n_predict
+        assert int(trace.ids.max()) < n_experts
+        texts.add((trial / "output.txt").read_bytes())
+        reads = phase_reads(json.loads((trial / "timing.json").read_text()))
+        assert reads is not None and reads["decode"] > 0, (record["name"], reads)
+    assert len(texts) == 1  # greedy decoding: the same text whatever the paging
+
+    results = json.loads((run / "results.json").read_text())
+    assert results["byte_identity"]["all_identical"] is True
+    verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -1,0 +1,53 @@
+"""`make scale`'s plan (`appliance scale --dry-run`): the trials, the time it expects and the disk
+the missing models need, said before anything starts; a models directory on tmpfs refused."""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from appliance.host.filesystems import TMPFS_MAGIC, fs_magic
+from appliance.workflows.scale import EXPECTED_TRIAL_S, HASH_BPS, SYNTH_BPS, scale_plan
+from tests.conftest import run_cli
+
+QWEN35, QWEN3 = 17_940_038_176, 18_554_438_496
+
+
+def test_the_plan_counts_trials_and_prices_the_missing_models(tmp_path: Path) -> None:
+    steps = scale_plan(tmp_path)
+    assert [(s.profile, s.model.name, s.model_bytes, s.missing, s.trials) for s in steps] == [
+        ("qwen35-shape-8g", "qwen35-shape.gguf", QWEN35, True, 27),  # 3 limits x 3 variants x 3
+        ("qwen3-30b-shape", "qwen3-30b-shape.gguf", QWEN3, True, 6),  # 1 limit x 2 variants x 3
+    ]
+    assert steps[1].expected_s() == pytest.approx(QWEN3 / SYNTH_BPS + QWEN3 / HASH_BPS + 6 * EXPECTED_TRIAL_S)
+    with open(tmp_path / "qwen3-30b-shape.gguf", "wb") as handle:  # present: nothing to make
+        handle.truncate(QWEN3)
+    present = scale_plan(tmp_path)[1]
+    assert not present.missing and present.expected_s() == 6 * EXPECTED_TRIAL_S
+
+
+def test_the_dry_run_says_time_and_disk_first_and_writes_nothing(tmp_path: Path) -> None:
+    result = run_cli("scale", "--dry-run", "--models", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "qwen35-shape-8g: model" in out and "27 trials (3 interleaved repeats)" in out
+    assert f"needs 33.99 GiB ({QWEN35 + QWEN3} bytes) of disk for the missing models" in out
+    assert "make scale expects about" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(
+    not Path("/dev/shm").is_dir() or fs_magic(Path("/dev/shm")) != TMPFS_MAGIC, reason="no tmpfs"
+)
+def test_a_models_directory_on_tmpfs_is_refused_before_anything_starts() -> None:
+    models = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="appliance-test-"))
+    try:
+        result = run_cli("scale", "--dry-run", "--models", str(models))
+    finally:
+        shutil.rmtree(models)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {models} is on tmpfs: its pages cannot be evicted, so no trial could start cold; "
+        "write the missing models to a disk-backed directory\n"
+    )
