@@ -34,7 +34,7 @@ def shm_models() -> Iterator[Path]:
 
 def test_a_model_on_tmpfs_is_refused(shm_models: Path) -> None:
     model = shm_models / "tiny-oversub-qwen3moe.gguf"
-    with pytest.raises(ApplianceError) as info:
+    with pytest.raises(ApplianceError, match=r"is on tmpfs: its pages cannot be evicted") as info:
         refuse_volatile_model(model)
     assert str(info.value) == (
         f"model {model} is on tmpfs: its pages cannot be evicted, so no trial could start cold; "
