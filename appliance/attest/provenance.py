@@ -24,6 +24,7 @@ from appliance.core.strict_load import load_json, load_yaml
 from appliance.engine.lock import lock_digest
 from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
+from appliance.host.containers import Kind, run_to_exit
 from appliance.host.gpu import visible_gpus
 from appliance.images import labels as L
 from appliance.runs.run_dir import (
@@ -142,15 +143,30 @@ def _parse_probe(output: str, binaries: list[str]) -> dict[str, Any]:
     return result
 
 
+def probe_spec(image_id: str, binaries: list[str], device_requests: list[Any] | None) -> dict[str, Any]:
+    """The provenance probe kind's configure hook (host.containers): the probe script as root
+    (so that every binary and library is readable), the image's entrypoint bypassed, the trials'
+    GPU requests."""
+    return {
+        "image": image_id,
+        "command": ["sh", "-c", _IMAGE_PROBE, "probe", *binaries],
+        "entrypoint": [],
+        "detach": True,
+        "user": "0",
+        "device_requests": device_requests,
+    }
+
+
 def collect_image_provenance(
     docker_client: Any, image: str, binaries: list[str], device_requests: list[Any] | None = None
 ) -> dict[str, Any]:
     """Image id, repo digests, labels; sha256 of each binary and each library it loads.
 
-    The libraries are resolved by `ldd` inside a throwaway container of the image itself
-    (network off, no capabilities), so host libraries never stand in for the image's. Pass
-    the trials' GPU device_requests so that driver libraries the NVIDIA runtime injects
-    (libcuda) resolve as they did for the trials; without them they are listed as missing.
+    The libraries are resolved by `ldd` inside a throwaway container of the image itself (the
+    host.containers hardening: network off, no capabilities, read-only), so host libraries never
+    stand in for the image's. Pass the trials' GPU device_requests so that driver libraries the
+    NVIDIA runtime injects (libcuda) resolve as they did for the trials; without them they are
+    listed as missing.
     """
     import docker.errors
 
@@ -159,25 +175,14 @@ def collect_image_provenance(
     except docker.errors.ImageNotFound:
         raise ApplianceError(f"image {image} not found: build it with `appliance image build`") from None
     try:
-        output = docker_client.containers.run(
-            img.id,
-            ["sh", "-c", _IMAGE_PROBE, "probe", *binaries],
-            entrypoint=[],
-            network_mode="none",
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            remove=True,
-            stdout=True,
-            stderr=True,
-            user="0",
-            device_requests=device_requests,
-        ).decode()
-    except docker.errors.ContainerError as exc:
-        raise ApplianceError(f"probing {image} failed: {exc.stderr!r}") from None
+        probe = run_to_exit(docker_client, Kind.PROBE, probe_spec(img.id, binaries, device_requests))
     except docker.errors.APIError as exc:
         raise ApplianceError(
             f"could not start a container of {image} to hash its binaries: {exc.explanation or exc}"
         ) from None
+    if probe.status != 0:
+        raise ApplianceError(f"probing {image} failed: {probe.stderr!r}")
+    output = probe.output.decode()
     labels = img.labels or {}
     return {
         "reference": image,

@@ -26,6 +26,7 @@ from appliance.engine.lock import Lock, Target
 from appliance.engine.patches import apply_series, series_digest
 from appliance.engine.source import SourceTree, fetch_source
 from appliance.engine.tools import IMAGE_BIN_DIR, IMAGE_LIB_DIR, IMAGE_TOOLS
+from appliance.host.containers import Kind, Lifecycle
 from appliance.host.docker import buildkit_client, docker_client
 from appliance.images import labels as L
 from appliance.images.base import ensure_base, local_image
@@ -501,6 +502,12 @@ def _unresolved(ldd_output: str) -> list[str]:
     ]
 
 
+def selftest_spec(ref: str) -> dict[str, Any]:
+    """The self-test kind's configure hook (host.containers): the image, idle while the checks
+    exec into it."""
+    return {"image": ref, "command": ["sleep", "600"], "detach": True}
+
+
 def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
     """Run each tool's --help; ldd every tool and every library of the image (only the driver's
     libcuda.so.1 may be missing); the CUDA backend module in GPU images; non-root, no compiler."""
@@ -512,19 +519,11 @@ def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
         raise ApplianceError(f"no local image {ref}: build or pull it first")
     gpu = bool((image.labels or {}).get(L.CUDA_VERSION))
     checks: list[SelftestCheck] = []
-    try:
-        container = client.containers.run(
-            ref,
-            ["sleep", "600"],
-            detach=True,
-            network_mode="none",
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            read_only=True,
-        )
-    except docker.errors.APIError as exc:
-        raise ApplianceError(f"cannot start {ref}: {exc.explanation or exc}") from None
-    try:
+    with Lifecycle(client, Kind.SELFTEST) as box:
+        try:
+            container = box.start(selftest_spec(ref))
+        except docker.errors.APIError as exc:
+            raise ApplianceError(f"cannot start {ref}: {exc.explanation or exc}") from None
         for tool in IMAGE_TOOLS:
             code, out = _exec(container, [tool, "--help"])
             first = next((line for line in out.splitlines() if line.strip()), "")
@@ -560,6 +559,4 @@ def selftest(ref: str, client: Any | None = None) -> list[SelftestCheck]:
         checks.append(
             SelftestCheck("no compiler", not found, f"found {', '.join(found)}" if found else "none found")
         )
-    finally:
-        container.remove(force=True)
     return checks

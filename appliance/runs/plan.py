@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from appliance.core.errors import ConfigError
 from appliance.core.limits import MAX_REPEATS
 from appliance.host.cgroups import BLKIO_UNLIMITED_BPS, BlockDevice
+from appliance.host.containers import Kind, hardened, hardening_cli_args
 from appliance.runs.memory_points import SweepLimit, limit_label
 from appliance.runs.profile import Profile, Variant
 from appliance.runs.run_dir import OUTPUT_FILE, TIMING_FILE, TRACE_FILE
@@ -240,28 +241,28 @@ def container_spec(
     labels: dict[str, str],
     future_trace: Path | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for docker-py's `containers.run` for one trial (detached);
-    `future_trace` (the trace of `trial.future`) is mounted read-only at FUTURE_MOUNT."""
+    """The trial kind's configure hook (host.containers): the hardened keyword arguments for
+    docker-py's `containers.create` of one trial (detached), in the order the dry run prints
+    them; `future_trace` (the trace of `trial.future`) is mounted read-only at FUTURE_MOUNT."""
     argv = engine.argv(profile, trial.variant, trial.placement)
-    spec: dict[str, Any] = {
-        "image": engine.image,
-        "command": ["/bin/sh", "-c", WRAPPER, "engine", *argv],
-        "environment": engine.env(profile, trial.variant),
-        "name": name,
-        "labels": labels,
-        "detach": True,
-        "user": settings.user,
-        "mem_limit": trial.memory_limit(profile),
-        "memswap_limit": trial.memswap_limit(profile),
-        "network_mode": "none",
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
-        "read_only": True,
-        "tmpfs": dict(SCRATCH_TMPFS),
-        "volumes": {
-            str(settings.models_dir.resolve()): {"bind": MODELS_MOUNT, "mode": "ro"},
-            str(results_dir.resolve()): {"bind": RESULTS_MOUNT, "mode": "rw"},
+    spec = hardened(
+        Kind.TRIAL,
+        {
+            "image": engine.image,
+            "command": ["/bin/sh", "-c", WRAPPER, "engine", *argv],
+            "environment": engine.env(profile, trial.variant),
+            "name": name,
+            "labels": labels,
+            "detach": True,
+            "user": settings.user,
+            "mem_limit": trial.memory_limit(profile),
+            "memswap_limit": trial.memswap_limit(profile),
         },
+    )
+    spec["tmpfs"] = dict(SCRATCH_TMPFS)
+    spec["volumes"] = {
+        str(settings.models_dir.resolve()): {"bind": MODELS_MOUNT, "mode": "ro"},
+        str(results_dir.resolve()): {"bind": RESULTS_MOUNT, "mode": "rw"},
     }
     if future_trace is not None:
         spec["volumes"][str(future_trace.resolve())] = {"bind": f"{FUTURE_MOUNT}/{TRACE_FILE}", "mode": "ro"}
@@ -288,13 +289,7 @@ def docker_cli_equivalent(spec: dict[str, Any]) -> str:
         str(spec["mem_limit"]),
         "--memory-swap",
         str(spec["memswap_limit"]),
-        "--network",
-        spec["network_mode"],
-        "--cap-drop",
-        "ALL",
-        "--security-opt",
-        "no-new-privileges",
-        "--read-only",
+        *hardening_cli_args(),
     ]
     for path, options in spec["tmpfs"].items():
         args += ["--tmpfs", f"{path}:{options}"]

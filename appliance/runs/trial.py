@@ -23,6 +23,7 @@ from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, read_text
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
+from appliance.host.containers import Kind, Lifecycle
 from appliance.host.gpu_memory import GpuMemorySampler
 from appliance.images import labels as L
 from appliance.runs.model_files import CheckedModel, routes_record
@@ -104,20 +105,16 @@ def _wait_for_engine(container: Any, results: Path, timeout_s: float | None) -> 
     return True
 
 
-class TrialContainer:
-    """One trial's container, from `start` to its removal, which `__exit__` always does (after
-    success, an error or Ctrl-C alike). `collect` is the one collect step for every ending: the
-    cgroup while the container lives, then stop it, then its state and logs."""
+class TrialContainer(Lifecycle):
+    """One trial's container: the host.containers lifecycle (hardened start, removal by id when
+    the `with` block ends, after success, an error or Ctrl-C alike). `collect` is the one collect
+    step for every ending: the cgroup while the container lives, then stop it, then its state
+    and logs."""
+
+    name: str
 
     def __init__(self, client: docker.DockerClient, name: str) -> None:
-        self.client = client
-        self.name = name
-
-    def __enter__(self) -> "TrialContainer":
-        return self
-
-    def start(self, spec: dict[str, Any]) -> Any:
-        return self.client.containers.run(**spec)
+        super().__init__(client, Kind.TRIAL, name)
 
     def collect(self, record: dict[str, Any]) -> None:
         """Into record: cgroup accounting (or cgroup_error), container_exit_code, oom_killed,
@@ -144,16 +141,6 @@ class TrialContainer:
         record["oom_killed"] = bool(state["OOMKilled"]) or bool(record.get("cgroup", {}).get("oom_kills"))
         record["stdout"] = container.logs(stdout=True, stderr=False)
         record["stderr"] = container.logs(stdout=False, stderr=True)
-
-    removed = False  # set once the interrupt path removed the container (or gave up on it)
-
-    def remove(self) -> None:
-        with contextlib.suppress(docker.errors.NotFound):
-            self.client.containers.get(self.name).remove(force=True)
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.removed:
-            self.remove()
 
     def stop_after_interrupt(self, record: dict[str, Any], seconds: float = INTERRUPT_STOP_S) -> None:
         """After Ctrl-C: collect, stop and remove the container within `seconds`; when Docker
