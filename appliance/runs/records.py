@@ -68,3 +68,31 @@ class TrialRecord(Record):
     unscheduled: bool | None = None  # the cluster gave up on it: no node took it
     node: dict[str, Any] | None = None  # the cluster node it ran on
     attempts: tuple[Attempt, ...] | None = None  # every start on a cluster node
+
+
+@dataclass(frozen=True)
+class ScheduledVariant(Record):
+    """One variant as the schedule records it (inputs/schedule.json `variants[]`)."""
+
+    name: str
+    env: dict[str, Any]
+    args: tuple[str, ...]
+    future: str | None = None  # the earlier variant whose route trace is this one's --future
+    routes: str | None = None  # the routes file in the models directory (--routes-from)
+
+
+@dataclass(frozen=True)
+class ScheduleRecord(Record):
+    """inputs/schedule.json: the schedule the trials ran, in the order of `trials`."""
+
+    profile: str
+    repeats: int
+    order: str
+    n_predict: int
+    prompt: str
+    seed: int
+    cold_cache: bool
+    variants: tuple[ScheduledVariant, ...]
+    trials: tuple[str, ...]
+    trace: bool | None = None
+    memory_limits: tuple[int, ...] | None = None  # a sweep's limits, ascending

@@ -1,5 +1,6 @@
-"""trial.json as `TrialRecord`: records written by main before the class read and write back
-unchanged, the derived schema accepts them, a key the class lacks is refused by name."""
+"""trial.json as `TrialRecord` and inputs/schedule.json as `ScheduleRecord`: records written by
+main before the classes read and write back unchanged, the derived schema accepts them, a key the
+class lacks is refused by name."""
 
 import json
 from pathlib import Path
@@ -9,7 +10,10 @@ import pytest
 
 from appliance.core.errors import ConfigError
 from appliance.core.validation import schema_problems
-from appliance.runs.records import Attempt, TrialRecord
+from appliance.runs.plan import trial_plan
+from appliance.runs.profile import load_profile
+from appliance.runs.record import schedule_record
+from appliance.runs.records import Attempt, ScheduleRecord, TrialRecord
 from appliance.runs.status import TrialStatus
 from tests.conftest import REPO
 from tests.fake_run import make_run
@@ -70,3 +74,20 @@ def test_a_key_the_class_does_not_know_is_refused_by_file_and_name() -> None:
         TrialRecord.from_json(
             {**json.loads(path.read_text()), "attempts": [{"node_id": "n", "started_utc": "t"}]}, str(path)
         )
+
+
+def test_the_schedule_is_written_through_its_class_and_reads_back(tmp_path: Path) -> None:
+    profile = load_profile("tiny-oversub")
+    plan = trial_plan(profile, 2)
+    written = schedule_record(profile, plan)
+    schedule = ScheduleRecord.from_json(written, "schedule.json")
+    assert schedule.to_json() == written
+    assert schedule.trials == tuple(t.name for t in plan) and schedule.repeats == 2
+    assert [v.name for v in schedule.variants] == [v.name for v in profile.variants]
+    assert "memory_limits" not in written  # one limit: no sweep's list
+    assert schema_problems(ScheduleRecord.json_schema()) == []
+    jsonschema.Draft7Validator(ScheduleRecord.json_schema()).validate(written)
+    old = json.loads((make_run(tmp_path) / "inputs" / "schedule.json").read_text())
+    assert ScheduleRecord.from_json(old, "schedule.json").to_json() == old
+    with pytest.raises(ConfigError, match=r"^s.json: variants\[0\]: args: must be a JSON array, got int 5$"):
+        ScheduleRecord.from_json({**old, "variants": [{"name": "b", "env": {}, "args": 5}]}, "s.json")
