@@ -3,6 +3,9 @@ main before the classes read and write back unchanged, the derived schema accept
 class lacks is refused by name."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -91,3 +94,22 @@ def test_the_schedule_is_written_through_its_class_and_reads_back(tmp_path: Path
     assert ScheduleRecord.from_json(old, "schedule.json").to_json() == old
     with pytest.raises(ConfigError, match=r"^s.json: variants\[0\]: args: must be a JSON array, got int 5$"):
         ScheduleRecord.from_json({**old, "variants": [{"name": "b", "env": {}, "args": 5}]}, "s.json")
+
+
+def test_importing_the_records_loads_neither_docker_nor_ray() -> None:
+    probe = (
+        "import sys\n"
+        "import appliance.core.records, appliance.runs.records, appliance.attest.manifest\n"
+        "import appliance.runs.run_dir\n"
+        "print(sorted(m for m in ('docker', 'ray') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
