@@ -45,6 +45,7 @@ from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, load_yaml, read_bytes
 from appliance.core.units import format_size
 from appliance.runs.memory_points import limit_label
+from appliance.runs.records import ScheduledVariant, ScheduleRecord, TrialRecord
 from appliance.runs.run_dir import PROFILE_INPUT, PROVENANCE_FILE, RESULTS_FILE, SCHEDULE_INPUT, RunDir
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -189,7 +190,18 @@ def _verification(seal: SealView, run_name: str) -> str:
 
 def _profile(layout: RunDir, run: dict[str, Any], comparisons: list[dict[str, Any]]) -> str:
     profile = _read(load_yaml, layout.input(PROFILE_INPUT))
-    schedule = _read(load_json, layout.input(SCHEDULE_INPUT))
+    try:
+        schedule = _schedule(layout)
+        schedule_text = (
+            "-"
+            if schedule is None
+            else (
+                f"repeats {schedule.repeats}, order {schedule.order}, n_predict {schedule.n_predict}, "
+                f"seed {schedule.seed}, cold cache {schedule.cold_cache}, prompt {schedule.prompt!r}"
+            )
+        )
+    except ConfigError as exc:
+        schedule_text = f"could not be read in this version: {exc}"
     model = _mapping(profile.get("model"))
     limits = [_mapping(t).get("memory_bytes") for t in _mapping(run.get("limits")).get("trials") or []]
     limit_text = ", ".join(_limit(b) for b in limits) or "-"
@@ -206,12 +218,7 @@ def _profile(layout: RunDir, run: dict[str, Any], comparisons: list[dict[str, An
             ("target", run.get("target")),
             ("memory limits", limit_text),
             ("model file", model.get("file")),
-            (
-                "schedule",
-                f"repeats {schedule.get('repeats')}, order {schedule.get('order')}, "
-                f"n_predict {schedule.get('n_predict')}, seed {schedule.get('seed')}, "
-                f"cold cache {schedule.get('cold_cache')}, prompt {schedule.get('prompt')!r}",
-            ),
+            ("schedule", schedule_text),
         )
     )
     return _section("profile", "Profile", body)
@@ -294,14 +301,21 @@ def _plots(layout: RunDir) -> str:
     return _section("plots", "Plots", "".join(figures) or "<p>the run has no plots</p>")
 
 
-def _placement(trial: dict[str, Any], variants: dict[str, dict[str, Any]]) -> str:
-    """Where the engine ran the layers (its backend) and the variant's environment and
-    arguments, which fix the placement in advance."""
-    variant = variants.get(str(trial.get("variant")), {})
-    env = " ".join(f"{k}={v}" for k, v in sorted(_mapping(variant.get("env")).items()))
-    args = " ".join(str(a) for a in variant.get("args") or [])
+def _schedule(layout: RunDir) -> ScheduleRecord | None:
+    """inputs/schedule.json, read strictly; None when the run wrote none (a sweep)."""
+    path = layout.input(SCHEDULE_INPUT)
+    return ScheduleRecord.from_json(load_json(path), str(path)) if path.exists() else None
+
+
+def _placement(trial: TrialRecord, timing: dict[str, Any], variants: dict[str, ScheduledVariant]) -> str:
+    """Where the engine ran the layers (its backend: the record's, else timing.json's in
+    records older than engine_backend) and the variant's environment and arguments, which fix
+    the placement in advance."""
+    variant = variants.get(trial.variant)
+    env = " ".join(f"{k}={v}" for k, v in sorted(variant.env.items())) if variant else ""
+    args = " ".join(variant.args) if variant else ""
     extra = " ".join(p for p in (env, args) if p) or "default placement"
-    return f"{trial.get('engine_backend') or _mapping(trial.get('timing')).get('backend') or '-'}; {extra}"
+    return f"{trial.engine_backend or timing.get('backend') or '-'}; {extra}"
 
 
 def _bytes(value: Any, unit: int = 1 << 20) -> str:
@@ -309,35 +323,39 @@ def _bytes(value: Any, unit: int = 1 << 20) -> str:
 
 
 def _trials(layout: RunDir, run: dict[str, Any]) -> str:
-    schedule = _read(load_json, layout.input(SCHEDULE_INPUT))
-    variants = {str(_mapping(v).get("name")): _mapping(v) for v in schedule.get("variants") or []}
     columns = ("trial", "variant", "repeat", "limit", "placement", "peak MiB", "read MiB", "status")
     rows, attrs = [], []
     try:
-        trials = layout.load_trials()
+        schedule = _schedule(layout)
+    except ConfigError as exc:
+        return _section("trials", "Trials", _unreadable("the schedule", exc))
+    variants = {v.name: v for v in schedule.variants} if schedule else {}
+    try:
+        trials = [(t.name, t.record(), t.attached(t.cgroup), t.attached(t.timing)) for t in layout.recorded()]
     except ConfigError as exc:
         return _section("trials", "Trials", _unreadable("a trial record", exc))
-    for trial in trials:
-        cgroup = _mapping(trial.get("cgroup"))
+    for name, trial, cgroup, timing in trials:
         reads = _mapping(cgroup.get("block_read_bytes")).values()
         read_total = sum(v for v in reads if isinstance(v, int)) if reads else None
-        status = str(trial.get("status"))
-        if trial.get("oom_killed") is True:
+        status = str(trial.status)
+        if trial.oom_killed is True:
             status += " (OOM-killed)"
-        limit = trial.get("memory_limit", _mapping(run.get("limits")).get("memory_bytes"))
+        limit = trial.memory_limit
+        if limit is None:  # records older than memory_limit: the run's one limit
+            limit = _mapping(run.get("limits")).get("memory_bytes")
         rows.append(
             [
-                trial.get("dir"),
-                trial.get("variant"),
-                trial.get("repeat"),
+                name,
+                trial.variant,
+                trial.repeat,
                 _limit(limit),
-                _placement(trial, variants),
+                _placement(trial, timing, variants),
                 _bytes(cgroup.get("peak_bytes")),
                 _bytes(read_total),
                 status,
             ]
         )
-        attrs.append({"trial": trial.get("dir"), "limit": limit, "status": trial.get("status")})
+        attrs.append({"trial": name, "limit": limit, "status": str(trial.status)})
     body = _table(
         columns,
         rows,

@@ -16,6 +16,7 @@ from securesystemslib.signer import Signer
 
 from appliance import __version__
 from appliance.attest.dsse import envelope_for, key_as_dict, load_signer, make_statement
+from appliance.attest.manifest import MANIFEST_VERSION, AttestationEntry, FileEntry, Manifest
 from appliance.attest.provenance import collect_run_provenance, write_provenance
 from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
@@ -30,8 +31,6 @@ from appliance.runs.run_dir import (
     SEALING_FILES,
 )
 from appliance.runs.status import RunStatus
-
-MANIFEST_VERSION = 1
 
 FILE_KINDS = (
     (stat.S_ISLNK, "symbolic link"),
@@ -135,21 +134,19 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_clie
     envelope = envelope_for(make_statement(digests, predicate), signer)
     attestation_bytes = (json.dumps(envelope, indent=2) + "\n").encode()
     public = signer.public_key if signer is not None else None
-    manifest = {
-        "manifest_version": MANIFEST_VERSION,
-        "created_by": f"appliance {__version__}",
-        "run_status": run["status"],
-        "bundle_digest": digest,
-        "files": {
-            rel: {"sha256": d, "bytes": (run_dir / rel).stat().st_size} for rel, d in sorted(digests.items())
-        },
-        "attestation": {
-            "file": ATTESTATION_FILE,
-            "sha256": sha256_bytes(attestation_bytes),
-            "signed": public is not None,
-            "public_key": key_as_dict(public) if public else None,
-        },
-    }
+    manifest = Manifest(
+        manifest_version=MANIFEST_VERSION,
+        created_by=f"appliance {__version__}",
+        run_status=run["status"],
+        bundle_digest=digest,
+        files={rel: FileEntry(d, (run_dir / rel).stat().st_size) for rel, d in sorted(digests.items())},
+        attestation=AttestationEntry(
+            file=ATTESTATION_FILE,
+            sha256=sha256_bytes(attestation_bytes),
+            signed=public is not None,
+            public_key=key_as_dict(public) if public else None,
+        ),
+    )
     # Both sealing files are written aside first; an old seal (a resumed run's) is replaced
     # only once the new one is whole, and never half by half.
     with (
@@ -158,20 +155,15 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_clie
     ):
         attestation.write(attestation_bytes)
         attestation.flush()
-        manifest_file.write((json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode())
+        manifest_file.write((json.dumps(manifest.to_json(), indent=2, sort_keys=False) + "\n").encode())
 
 
 def sealed_digests_match(run_dir: Path) -> list[str]:
     """Files that differ from a previous manifest (added, removed, changed); [] when none."""
+    path = run_dir / MANIFEST_FILE
     try:
-        manifest = load_json(run_dir / MANIFEST_FILE)
-        recorded = {rel: entry["sha256"] for rel, entry in manifest["files"].items()}
-    except (
-        ConfigError,
-        KeyError,
-        TypeError,
-        AttributeError,
-    ):
+        recorded = {rel: e.sha256 for rel, e in Manifest.from_json(load_json(path), str(path)).files.items()}
+    except ConfigError:  # none, or not one this sealer wrote: nothing to compare with
         return []
     current = _current_digests(run_dir)
     names = set(recorded) | set(current)

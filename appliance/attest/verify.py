@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from securesystemslib.signer import SSlibKey
 
-from appliance.attest.bundle import MANIFEST_VERSION, bundle_digest, scan_bundle
+from appliance.attest.bundle import bundle_digest, scan_bundle
 from appliance.attest.dsse import (
     PREDICATE_TYPE,
     ParsedEnvelope,
@@ -32,6 +32,7 @@ from appliance.attest.dsse import (
     read_envelope,
     signed_by,
 )
+from appliance.attest.manifest import MANIFEST_VERSION, AttestationEntry, FileEntry, Manifest
 from appliance.attest.trust import keys_of, store_entries, trusted_keys_dir
 from appliance.core.checks import Check, Status
 from appliance.core.digests import canonical_json, sha256_file
@@ -52,10 +53,10 @@ MAX_SEAL_BYTES = 64 << 20
 RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc")
 
 
-# the fields the sealer (appliance.attest.bundle) writes, and no others
-MANIFEST_FIELDS = ("manifest_version", "created_by", "run_status", "bundle_digest", "files", "attestation")
-ATTESTATION_FIELDS = {"file", "sha256", "signed", "public_key"}
-FILE_ENTRY_FIELDS = {"sha256", "bytes"}
+# the fields the sealer (appliance.attest.bundle) writes, and no others: the manifest's classes
+MANIFEST_FIELDS = Manifest.json_keys()
+ATTESTATION_FIELDS = set(AttestationEntry.json_keys())
+FILE_ENTRY_FIELDS = set(FileEntry.json_keys())
 PUBLIC_KEY_FIELDS = {"keyid", "keytype", "scheme", "keyval"}
 
 

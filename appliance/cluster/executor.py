@@ -31,6 +31,8 @@ from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json
 from appliance.runs.executor import OneTrial, OnStart
 from appliance.runs.plan import Trial
+from appliance.runs.profile import Profile
+from appliance.runs.records import Attempt, TrialRecord
 from appliance.runs.run_dir import RunDir, TrialDir
 from appliance.runs.status import TrialStatus
 from appliance.runs.trial import INTERRUPT_STOP_S, TrialJob, base_record, exit_now, utc_now
@@ -54,6 +56,29 @@ def host_of(report: dict[str, Any]) -> str:
     """What nodes on one machine share: the kernel's boot id (the host name for a node that
     does not report one)."""
     return str(report.get("boot_id") or f"hostname:{report.get('hostname')}")
+
+
+def not_run(
+    trial: Trial,
+    profile: Profile,
+    attempts: list[Attempt],
+    error: str | None = None,
+    node: dict[str, Any] | None = None,
+) -> TrialRecord:
+    """The record of a trial that did not run to its end on a node: given up (`error`: why;
+    failed and unscheduled) or interrupted on `node` by Ctrl-C."""
+    interrupted = node is not None
+    return TrialRecord(
+        **base_record(trial, profile),
+        status=TrialStatus.INTERRUPTED if interrupted else TrialStatus.FAILED,
+        exit_code=None,
+        oom_killed=False,
+        interrupted=True if interrupted else None,
+        error=error,
+        unscheduled=None if interrupted else True,
+        node=node,
+        attempts=tuple(attempts),
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -96,8 +121,11 @@ class RayExecutor:
             "trial_nodes": dict(sorted(self.trial_nodes.items())),
         }
 
-    def _place(self, run_dir: Path, trial: Trial, archive: bytes, extra: dict[str, Any]) -> dict[str, Any]:
-        """Unpack a trial directory next to the run and rename it into trials/ whole."""
+    def _place(
+        self, run_dir: Path, trial: Trial, archive: bytes, node: dict[str, Any], attempts: list[Attempt]
+    ) -> dict[str, Any]:
+        """Unpack a trial directory next to the run and rename it into trials/ whole, its
+        record (read strictly) completed with the node and the attempts."""
         layout = RunDir(run_dir)
         staging = layout.scratch_for(f"{trial.name}.incoming")
         shutil.rmtree(staging, ignore_errors=True)
@@ -105,10 +133,13 @@ class RayExecutor:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(staging, filter="data")
         incoming = TrialDir(staging)
-        record = load_json(incoming.record_file)
-        if not isinstance(record, dict):
-            raise ConfigError(f"{trial.name}: the node's {incoming.record_file.name} is not a JSON object")
-        record.update(extra)
+        source = f"{trial.name}: the node's {incoming.record_file.name}"
+        typed = replace(
+            TrialRecord.from_json(load_json(incoming.record_file), source),
+            node=node,
+            attempts=tuple(attempts),
+        )
+        record = typed.to_json()
         atomic.write_json(incoming.record_file, record)
         final = layout.trial(trial.name).path
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -116,9 +147,11 @@ class RayExecutor:
         os.replace(staging, final)
         return record
 
-    def _record_only(self, run_dir: Path, trial: Trial, record: dict[str, Any]) -> dict[str, Any]:
-        atomic.write_json(RunDir(run_dir).trial(trial.name).record_file, record)
-        return record
+    def _record_only(self, run_dir: Path, record: TrialRecord) -> dict[str, Any]:
+        """trial.json of a trial that did not run to its end here (its name is its directory's)."""
+        written = record.to_json()
+        atomic.write_json(RunDir(run_dir).trial(str(record.name)).record_file, written)
+        return written
 
     def run(
         self, job: OneTrial, trials: Sequence[Trial], run_dir: Path, on_start: OnStart | None = None
@@ -135,7 +168,7 @@ class RayExecutor:
         )
 
         queue: deque[Trial] = deque(trials)
-        attempts: dict[str, list[dict[str, Any]]] = {t.name: [] for t in trials}
+        attempts: dict[str, list[Attempt]] = {t.name: [] for t in trials}
         usable = set(self.nodes)
         free = [n for n in self.nodes if n in usable]
         running: dict[Any, tuple[Trial, str, str]] = {}
@@ -165,17 +198,12 @@ class RayExecutor:
                         trial = queue.popleft()
                         yield self._record_only(
                             run_dir,
-                            trial,
-                            {
-                                **base_record(trial, job.profile),
-                                "status": TrialStatus.FAILED,
-                                "unscheduled": True,
-                                "exit_code": None,
-                                "oom_killed": False,
-                                "error": f"no admitted node with {resource_for(self.target)} is "
-                                "left to run it",
-                                "attempts": attempts[trial.name],
-                            },
+                            not_run(
+                                trial,
+                                job.profile,
+                                attempts[trial.name],
+                                error=f"no admitted node with {resource_for(self.target)} is left to run it",
+                            ),
                         )
                     break
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
@@ -185,24 +213,14 @@ class RayExecutor:
                         where, archive = ray.get(ref)
                     except ray.exceptions.RayTaskError as exc:  # the node said no, or broke
                         attempts[trial.name].append(
-                            {
-                                "node_id": node,
-                                "started_utc": started,
-                                "ended_utc": utc_now(),
-                                "error": _first_line(exc.cause or exc),
-                            }
+                            Attempt(node, started, utc_now(), error=_first_line(exc.cause or exc))
                         )
                         free.append(node)
                         yield from self._retry_or_give_up(job, queue, trial, attempts, run_dir)
                         continue
                     except ray.exceptions.RayError as exc:  # node or worker lost
                         attempts[trial.name].append(
-                            {
-                                "node_id": node,
-                                "started_utc": started,
-                                "ended_utc": utc_now(),
-                                "error": f"node lost: {_first_line(exc)}",
-                            }
+                            Attempt(node, started, utc_now(), error=f"node lost: {_first_line(exc)}")
                         )
                         usable.discard(node)
                         self.lost.append(node)
@@ -210,17 +228,10 @@ class RayExecutor:
                         continue
                     free.append(node)
                     attempts[trial.name].append(
-                        {
-                            "node_id": node,
-                            "started_utc": started,
-                            "ended_utc": utc_now(),
-                            "status": where["status"],
-                        }
+                        Attempt(node, started, utc_now(), status=TrialStatus(where["status"]))
                     )
                     self.trial_nodes[trial.name] = node
-                    yield self._place(
-                        run_dir, trial, archive, {"node": where["node"], "attempts": attempts[trial.name]}
-                    )
+                    yield self._place(run_dir, trial, archive, where["node"], attempts[trial.name])
         except KeyboardInterrupt:
             self._cancel(job, running, run_dir, attempts)
             raise
@@ -235,7 +246,7 @@ class RayExecutor:
         job: TrialJob,
         queue: deque[Trial],
         trial: Trial,
-        attempts: dict[str, list[dict[str, Any]]],
+        attempts: dict[str, list[Attempt]],
         run_dir: Path,
     ) -> Iterator[dict[str, Any]]:
         """Back to the front of the queue, or recorded as failed after max_attempts."""
@@ -244,16 +255,12 @@ class RayExecutor:
             return
         yield self._record_only(
             run_dir,
-            trial,
-            {
-                **base_record(trial, job.profile),
-                "status": TrialStatus.FAILED,
-                "unscheduled": True,
-                "exit_code": None,
-                "oom_killed": False,
-                "error": f"gave up after {len(attempts[trial.name])} attempts",
-                "attempts": attempts[trial.name],
-            },
+            not_run(
+                trial,
+                job.profile,
+                attempts[trial.name],
+                error=f"gave up after {len(attempts[trial.name])} attempts",
+            ),
         )
 
     def _cancel(
@@ -261,7 +268,7 @@ class RayExecutor:
         job: TrialJob,
         running: dict[Any, tuple[Trial, str, str]],
         run_dir: Path,
-        attempts: dict[str, list[dict[str, Any]]],
+        attempts: dict[str, list[Attempt]],
     ) -> None:
         """Ctrl-C: each running task gets a KeyboardInterrupt (its container is stopped and
         removed on the node); the trials are recorded here as interrupted."""
@@ -275,19 +282,13 @@ class RayExecutor:
             names = ", ".join(trial.name for trial, _, _ in running.values())
             exit_now(f"the containers of trials {names} may still run on their nodes and have no record")
         for trial, node, started in running.values():
-            attempts[trial.name].append(
-                {"node_id": node, "started_utc": started, "ended_utc": utc_now(), "error": "interrupted"}
-            )
+            attempts[trial.name].append(Attempt(node, started, utc_now(), error="interrupted"))
             self._record_only(
                 run_dir,
-                trial,
-                {
-                    **base_record(trial, job.profile),
-                    "status": TrialStatus.INTERRUPTED,
-                    "interrupted": True,
-                    "exit_code": None,
-                    "oom_killed": False,
-                    "node": {"node_id": node, "hostname": self.nodes[node].get("hostname")},
-                    "attempts": attempts[trial.name],
-                },
+                not_run(
+                    trial,
+                    job.profile,
+                    attempts[trial.name],
+                    node={"node_id": node, "hostname": self.nodes[node].get("hostname")},
+                ),
             )

@@ -11,6 +11,7 @@ from appliance.runs.plan import (
     Trial,
 )
 from appliance.runs.profile import Profile
+from appliance.runs.records import ScheduledVariant, ScheduleRecord
 from appliance.runs.run_dir import (
     LOCK_INPUT,
     MODEL_INPUT,
@@ -41,29 +42,22 @@ def write_inputs(
 
 
 def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
+    """inputs/schedule.json (`ScheduleRecord`)."""
     s = profile.schedule
-    return {
-        "profile": profile.name,
-        "repeats": max(t.repeat for t in trials),
-        "order": s.order,
-        "n_predict": s.n_predict,
-        "prompt": s.prompt,
-        "seed": s.seed,
-        "cold_cache": s.cold_cache,
-        "trace": profile.trace,
-        "variants": [
-            {"name": v.name, "env": v.env, "args": list(v.args)}
-            | ({"future": v.future} if v.future else {})
-            | ({"routes": v.routes} if v.routes else {})
-            for v in profile.variants
-        ],
-        "trials": [t.name for t in trials],
-        **(
-            {"memory_limits": sorted({t.memory for t in trials if t.memory is not None})}
-            if any(t.memory is not None for t in trials)
-            else {}
-        ),
-    }
+    limits = sorted({t.memory for t in trials if t.memory is not None})
+    return ScheduleRecord(
+        profile=profile.name,
+        repeats=max(t.repeat for t in trials),
+        order=s.order,
+        n_predict=s.n_predict,
+        prompt=s.prompt,
+        seed=s.seed,
+        cold_cache=s.cold_cache,
+        trace=profile.trace,
+        variants=tuple(ScheduledVariant(v.name, v.env, v.args, v.future, v.routes) for v in profile.variants),
+        trials=tuple(t.name for t in trials),
+        memory_limits=tuple(limits) if limits else None,
+    ).to_json()
 
 
 def limits_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:

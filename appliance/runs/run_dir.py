@@ -27,6 +27,7 @@ from typing import Any
 
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, read_bytes
+from appliance.runs.records import TrialRecord
 
 RUN_FILE = "run.json"
 # run.json's record of the bundles a run was resumed from, oldest first (written by
@@ -124,14 +125,22 @@ class TrialDir:
         record = _json_or(self.record_file, None)
         return record if isinstance(record, dict) else None
 
+    def record(self) -> TrialRecord:
+        """trial.json as a `TrialRecord`, read strictly (a one-line ConfigError otherwise)."""
+        return TrialRecord.from_json(load_json(self.record_file), str(self.record_file))
+
+    def attached(self, path: Path) -> dict[str, Any]:
+        """timing.json or cgroup.json: the JSON object, {} when the trial has none."""
+        return _record(path) if path.exists() else {}
+
     def load(self) -> dict[str, Any]:
         """trial.json with its directory name (`dir`), timing.json, output.txt (bytes) and
         cgroup.json attached."""
         record = _record(self.record_file)
         record["dir"] = self.name
-        record["timing"] = _record(self.timing) if self.timing.exists() else {}
+        record["timing"] = self.attached(self.timing)
         record["text"] = read_bytes(self.output) if self.output.exists() else None
-        record["cgroup"] = _record(self.cgroup) if self.cgroup.exists() else {}
+        record["cgroup"] = self.attached(self.cgroup)
         return record
 
 

@@ -35,6 +35,7 @@ from appliance.runs.plan import (
     container_spec,
 )
 from appliance.runs.profile import Profile
+from appliance.runs.records import TrialRecord
 from appliance.runs.run_dir import (
     ENGINE_OUTPUTS,
     STREAMS,
@@ -228,7 +229,9 @@ def engine_backend(timing_path: Path) -> str | None:
 
 
 def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:
-    """Outputs and logs into the trial directory, trial.json last; the scratch dir goes."""
+    """Outputs and logs into the trial directory, trial.json last (through `TrialRecord`:
+    `record`, the draft the trial filled, ends as exactly what was written); the scratch dir
+    goes."""
     trial_dir = RunDir(ctx.run_dir).trial(trial.name, ctx.trials_subdir)
     trial_dir.path.mkdir(parents=True, exist_ok=True)
     files: dict[str, bool] = {}
@@ -247,14 +250,18 @@ def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str,
     record["files"] = files
     record["engine_backend"] = engine_backend(trial_dir.timing)
     record["status"] = _status(record)
-    atomic.write_json(trial_dir.record_file, record)
+    typed = TrialRecord.from_json(record, str(trial_dir.record_file))  # a key it lacks is a bug here
+    atomic.write_json(trial_dir.record_file, typed.to_json())
+    record.clear()
+    record.update(typed.to_json())
     for leftover in results.iterdir():
         leftover.unlink()
     results.rmdir()
 
 
 def base_record(trial: Trial, profile: Profile) -> dict[str, Any]:
-    """What every trial.json starts with: the trial's name (its directory's), place and limit."""
+    """What every trial.json starts with (`TrialRecord`'s keys): the trial's name (its
+    directory's), place and limit."""
     return {
         "name": trial.name,
         "index": trial.index,
