@@ -14,7 +14,7 @@ calibrates routing).
 
 The file is written in one streaming pass with bounded memory: the header, then each tensor's
 data in chunks of about CHUNK_BYTES, each tensor drawn from its own generator seeded by
-(seed, tensor name). Same input, seed, skew and layers: the same bytes.
+(seed, tensor name). Same input, seed, skew, layers and experts per token: the same bytes.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class FullSynthResult:
     layers: int
     tensors: int
     expert_bytes: int
+    used: int  # experts per token, as the GGUF says
     stale_removed: tuple[Path, ...] = ()
 
 
@@ -180,12 +181,23 @@ def tensor_chunks(
         yield values.astype(dtype)
 
 
-def plan_for(input_path: Path, layers: int | None) -> tuple[dict[str, Any], list[skeleton.Spec], int]:
+def plan_for(
+    input_path: Path, layers: int | None, used: int | None = None
+) -> tuple[dict[str, Any], list[skeleton.Spec], int]:
+    """The input (with `used` as its experts per token when given), its tensor plan of the first
+    `layers` layers (all when None) and that layer count; refuses what cannot be written."""
     doc = skeleton.load_input(input_path)
     where = str(input_path)
     model_layers = int(doc["config"]["num_hidden_layers"])
     if layers is not None and not 1 <= layers <= model_layers:
         raise ConfigError(f"--layers {layers} is outside 1..{model_layers}, the layers of {input_path.name}")
+    if used is not None:
+        experts = int(doc["config"]["num_experts"])
+        if not 1 <= used <= experts:
+            raise ConfigError(
+                f"--used {used} is outside 1..{experts}, the experts per layer of {input_path.name}"
+            )
+        doc = {**doc, "config": {**doc["config"], "num_experts_per_tok": used}}
     interval = int(doc["config"].get("full_attention_interval", 1))
     if layers is not None and layers < interval <= model_layers:
         raise ConfigError(
@@ -210,10 +222,12 @@ def synthesize_like(
     skew: float = 1.0,
     layers: int | None = None,
     progress: ProgressFn | None = None,
+    used: int | None = None,
 ) -> FullSynthResult:
     """Write the input's model with random bounded weights to `out` (through a temporary name,
-    renamed when whole); `layers` writes the first that many layers only."""
-    doc, specs, n_layers = plan_for(input_path, layers)
+    renamed when whole); `layers` writes the first that many layers only, `used` sets the
+    experts each token routes to (the GGUF's expert_used_count; default: the input's)."""
+    doc, specs, n_layers = plan_for(input_path, layers, used)
     check_plan(specs, skew, str(input_path))
     atomic.refuse_special(out)
     n_vocab = int(doc["config"]["vocab_size"])
@@ -248,5 +262,6 @@ def synthesize_like(
         n_layers,
         len(specs),
         expert_bytes,
+        int(doc["config"]["num_experts_per_tok"]),
         tuple(stale),
     )

@@ -32,6 +32,7 @@ LIKE_SYNTH_KEYS: dict[str, type | tuple[type, ...]] = {
     "seed": int,
     "skew": (int, float),
     "layers": int,
+    "used": int,
 }
 
 

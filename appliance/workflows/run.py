@@ -268,12 +268,16 @@ def ensure_synth_model(
     if like is not None:
         seed, skew = int(synth.get("seed", 0)), float(synth.get("skew", 1.0))
         layers = int(synth["layers"]) if "layers" in synth else None
+        used = int(synth["used"]) if "used" in synth else None
         console.print(
             f"synthesizing {path.name} like {like} (skew {skew:g}, seed {seed}"
-            f"{'' if layers is None else f', first {layers} layers'}): "
+            f"{'' if layers is None else f', first {layers} layers'}"
+            f"{'' if used is None else f', {used} experts per token'}): "
             f"{_expected(profile)} written once, in one streaming pass"
         )
-        full = synthesize_like(input_path(like), path, seed=seed, skew=skew, layers=layers, progress=progress)
+        full = synthesize_like(
+            input_path(like), path, seed=seed, skew=skew, layers=layers, progress=progress, used=used
+        )
         console.print(f"model {path.name}: {full.size_bytes} bytes, sha256 {full.sha256}")
         return path
     spec = ModelSynthSpec(
