@@ -10,7 +10,8 @@ the ids a routes file holds for those tokens. The tool reads this small flat for
     i32 ids[n_prompt + n_decode][n_moe][k]
 
 The size is exact. Ids are indexed by token position (prompt first), not by step, so the run
-may split its prompt into micro-batches differently from the recorded run.
+may split its prompt into micro-batches differently from the recorded run. `layers` N keeps the
+first N layers of the model (the routes of a slice that `model synth --layers N` writes).
 """
 
 from __future__ import annotations
@@ -27,15 +28,25 @@ ROUTES_VERSION = 1
 ROUTES_SUFFIX = ".routes"
 
 
-def routes_bytes(trace: Trace, where: str = "trace") -> bytes:
-    """The routes file of `trace`; refuses a trace that does not route every token at every
-    MoE layer exactly once, with prompt tokens first, or that names an expert twice for a token."""
+def routes_bytes(trace: Trace, where: str = "trace", layers: int | None = None) -> bytes:
+    """The routes file of `trace` (of its model's first `layers` layers when given); refuses a
+    trace that does not route every token at every MoE layer exactly once, with prompt tokens
+    first, or that names an expert twice for a token."""
     rows = trace.rows
     if not len(rows):
         raise ConfigError(f"{where}: the trace has no rows, so there are no routes to force")
-    layers = trace.moe_layers
+    n_layers = int(trace.header["n_layers"])
+    layers_kept = trace.moe_layers
+    if layers is not None:
+        if not 1 <= layers <= n_layers:
+            raise ConfigError(f"--layers {layers} is outside 1..{n_layers}, the layers of {where}'s model")
+        layers_kept = [layer for layer in layers_kept if layer < layers]
+        if not layers_kept:
+            raise ConfigError(f"{where}: no MoE layer among the first {layers}; there are no routes to force")
+        rows = rows[rows["layer"] < layers]
+        n_layers = layers
     per_layer = []
-    for layer in layers:
+    for layer in layers_kept:
         mine = rows[rows["layer"] == layer]
         if not np.array_equal(mine["pos"], np.arange(len(mine), dtype=mine["pos"].dtype)):
             raise ConfigError(
@@ -46,7 +57,7 @@ def routes_bytes(trace: Trace, where: str = "trace") -> bytes:
     n_tokens = len(per_layer[0])
     if any(len(mine) != n_tokens for mine in per_layer):
         counts = ", ".join(
-            f"layer {layer}: {len(mine)}" for layer, mine in zip(layers, per_layer, strict=True)
+            f"layer {layer}: {len(mine)}" for layer, mine in zip(layers_kept, per_layer, strict=True)
         )
         raise ConfigError(f"{where}: MoE layers route different numbers of tokens ({counts})")
     prompt = per_layer[0]["kind"] == KIND_PROMPT
@@ -59,18 +70,18 @@ def routes_bytes(trace: Trace, where: str = "trace") -> bytes:
     if len(repeated[0]):
         token, index = int(repeated[0][0]), int(repeated[1][0])
         raise ConfigError(
-            f"{where}: token {token} chose an expert twice at MoE layer {layers[index]}; "
+            f"{where}: token {token} chose an expert twice at MoE layer {layers_kept[index]}; "
             "a router chooses k distinct experts"
         )
     head = struct.pack(
         "<8s7I",
         ROUTES_MAGIC,
         ROUTES_VERSION,
-        int(trace.header["n_layers"]),
+        n_layers,
         trace.n_experts,
         trace.k,
-        len(layers),
+        len(layers_kept),
         n_prompt,
         n_tokens - n_prompt,
     )
-    return head + np.asarray(layers, dtype="<u4").tobytes() + ids.tobytes()
+    return head + np.asarray(layers_kept, dtype="<u4").tobytes() + ids.tobytes()

@@ -85,3 +85,36 @@ def test_refuses_traces_that_do_not_route_one_sequence_at_every_layer() -> None:
 def test_k_of_one_has_no_repeats_to_find() -> None:
     trace = synth_trace(dataclasses.replace(SPEC, k=1))
     assert len(routes_bytes(trace)) == struct.calcsize("<8s7I") + 4 * 3 + 4 * 12 * 3
+
+
+def test_layers_keeps_the_first_layers_of_the_model_as_a_slice_would(tmp_path: Path) -> None:
+    trace = synth_trace(SPEC)
+    full, first2 = routes_bytes(trace), routes_bytes(trace, "t", layers=2)
+    fixed, n_tokens, k = struct.calcsize("<8s7I"), 12, 2
+    assert struct.unpack_from("<8s7I", first2) == (ROUTES_MAGIC, 1, 2, 16, 2, 2, 7, 5)
+    assert list(np.frombuffer(first2, "<u4", 2, fixed)) == [0, 1]
+    ids = np.frombuffer(full, "<i4", offset=fixed + 4 * 3).reshape(n_tokens, 3, k)
+    kept = np.frombuffer(first2, "<i4", offset=fixed + 4 * 2).reshape(n_tokens, 2, k)
+    assert np.array_equal(kept, ids[:, :2])
+    assert routes_bytes(trace, "t", layers=3)[fixed:] == full[fixed:]
+
+    source, out = tmp_path / "a.moetrace", tmp_path / "a.routes"
+    run_cli("trace", "synth", str(source), "--layers", "3", "--experts", "16", "--k", "2", check=True)
+    run_cli("trace", "routes", str(source), "--out", str(out), "--layers", "2", check=True)
+    assert out.read_bytes() == routes_bytes(read_trace(source), "t", layers=2)
+
+
+def test_layers_refuses_a_count_outside_the_model_or_without_a_moe_layer() -> None:
+    trace = synth_trace(SPEC)
+    with pytest.raises(ConfigError, match=r"^--layers 4 is outside 1\.\.3, the layers of t's model$"):
+        routes_bytes(trace, "t", layers=4)
+    rows = trace.rows.copy()
+    rows["layer"] += 1  # a dense first layer: MoE layers 1, 2, 3 of 4
+    shifted = dataclasses.replace(
+        trace, rows=rows, header={**trace.header, "n_layers": 4, "moe_layers": [1, 2, 3]}
+    )
+    with pytest.raises(
+        ConfigError, match="^t: no MoE layer among the first 1; there are no routes to force$"
+    ):
+        routes_bytes(shifted, "t", layers=1)
+    assert struct.unpack_from("<8s7I", routes_bytes(shifted, "t", layers=2))[2:5] == (2, 16, 2)
