@@ -12,6 +12,12 @@ the ids a routes file holds for those tokens. The tool reads this small flat for
 The size is exact. Ids are indexed by token position (prompt first), not by step, so the run
 may split its prompt into micro-batches differently from the recorded run. `layers` N keeps the
 first N layers of the model (the routes of a slice that `model synth --layers N` writes).
+
+One gap is filled rather than refused: llama.cpp computes only the prompt's last token at the
+model's last layer when it needs only that token's logits, so a trace recorded that way (the
+public route traces) has no routes there for the earlier prompt tokens. Those tokens get the last
+prompt token's experts: the forced run then reads exactly the experts the recorded run read in
+the prompt's step at that layer (the tool computes every prompt token at every layer).
 """
 
 from __future__ import annotations
@@ -45,9 +51,12 @@ def routes_bytes(trace: Trace, where: str = "trace", layers: int | None = None) 
             raise ConfigError(f"{where}: no MoE layer among the first {layers}; there are no routes to force")
         rows = rows[rows["layer"] < layers]
         n_layers = layers
+    last_layer = int(trace.header["n_layers"]) - 1
     per_layer = []
     for layer in layers_kept:
         mine = rows[rows["layer"] == layer]
+        if layer == last_layer:
+            mine = _fill_last_layer_prompt(mine)
         if not np.array_equal(mine["pos"], np.arange(len(mine), dtype=mine["pos"].dtype)):
             raise ConfigError(
                 f"{where}: MoE layer {layer} does not route token positions 0, 1, 2, ... once each "
@@ -85,3 +94,25 @@ def routes_bytes(trace: Trace, where: str = "trace", layers: int | None = None) 
         n_tokens - n_prompt,
     )
     return head + np.asarray(layers_kept, dtype="<u4").tobytes() + ids.tobytes()
+
+
+def last_layer_prompt_gap(trace: Trace) -> int:
+    """The prompt tokens the trace does not route at the model's last layer because llama.cpp
+    computed only the prompt's last token there (0 when the trace routes them all)."""
+    last = int(trace.header["n_layers"]) - 1
+    mine = trace.rows[trace.rows["layer"] == last]
+    return len(_fill_last_layer_prompt(mine)) - len(mine)
+
+
+def _fill_last_layer_prompt(mine: np.ndarray) -> np.ndarray:
+    """The last layer's rows with the earlier prompt tokens routed like the prompt's last one,
+    when the rows start with that token alone (p > 0) and go on at p + 1, p + 2, ...; else as
+    they are."""
+    if not len(mine) or mine["kind"][0] != KIND_PROMPT or (mine["kind"] == KIND_PROMPT).sum() != 1:
+        return mine
+    first = int(mine["pos"][0])
+    if first == 0 or not np.array_equal(mine["pos"], np.arange(first, first + len(mine))):
+        return mine
+    filled = np.concatenate([np.repeat(mine[:1], first), mine])
+    filled["pos"] = np.arange(len(filled))
+    return filled

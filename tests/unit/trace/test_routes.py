@@ -12,7 +12,7 @@ import pytest
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.trace.format import KIND_DECODE, Trace, read_trace
-from appliance.trace.routes import ROUTES_MAGIC, routes_bytes
+from appliance.trace.routes import ROUTES_MAGIC, last_layer_prompt_gap, routes_bytes
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from tests.conftest import run_cli
 
@@ -118,3 +118,22 @@ def test_layers_refuses_a_count_outside_the_model_or_without_a_moe_layer() -> No
     ):
         routes_bytes(shifted, "t", layers=1)
     assert struct.unpack_from("<8s7I", routes_bytes(shifted, "t", layers=2))[2:5] == (2, 16, 2)
+
+
+def test_a_last_layer_that_routes_only_the_prompts_last_token_gives_its_experts_to_the_prompt() -> None:
+    """llama.cpp computes only the prompt's last token at the last layer when it needs only its
+    logits (the public route traces were recorded so): the earlier prompt tokens get its experts."""
+    trace = synth_trace(SPEC)  # 3 layers, 7 prompt tokens
+    rows = trace.rows
+    gap = rows[(rows["layer"] != 2) | (rows["pos"] >= 6)]
+    short = _with_rows(trace, gap)
+    assert last_layer_prompt_gap(short) == 6 and last_layer_prompt_gap(trace) == 0
+    fixed, n_tokens, k = struct.calcsize("<8s7I"), 12, 2
+    got = np.frombuffer(routes_bytes(short), "<i4", offset=fixed + 4 * 3).reshape(n_tokens, 3, k)
+    full = np.frombuffer(routes_bytes(trace), "<i4", offset=fixed + 4 * 3).reshape(n_tokens, 3, k)
+    assert np.array_equal(got[:, :2], full[:, :2]) and np.array_equal(got[6:, 2], full[6:, 2])
+    assert np.array_equal(got[:6, 2], np.tile(full[6, 2], (6, 1)))
+    # any other gap is still refused: a middle layer, or the last layer missing a decode token
+    for hole in ((rows["layer"] != 1) | (rows["pos"] >= 6), (rows["layer"] != 2) | (rows["pos"] != 9)):
+        with pytest.raises(ConfigError, match="does not route token positions 0, 1, 2"):
+            routes_bytes(_with_rows(trace, rows[hole]), "t")
