@@ -7,11 +7,15 @@ The slice is synthesized into the test's directory from its profile's model.synt
 pinned size and sha256 must come out byte for byte), run with baseline and demand mmap, and
 the sealed bundle verified: every trial completes, its trace has the slice's layers, experts
 and k, the texts are identical across variants, and decode reads the disk under the limit.
+A profile with `routes:` (the Qwen3-30B-A3B slice: the public trace's first 2 layers, k = 6)
+gets its routes file made from the fixture, and every trial's trace holds exactly those routes.
 """
 
 import json
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rich.console import Console
 
@@ -72,7 +76,8 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
     doc = skeleton.load_input(skeleton.input_path(profile.model.like))
     cfg = doc["config"]
     n_experts = int(cfg["num_experts"])
-    k = int(cfg["num_experts_per_tok"])
+    k = int(synth.get("used", cfg["num_experts_per_tok"]))
+    forced = forced_ids(models / profile.routes.file) if profile.routes is not None else None
     texts = set()
     for record in records:
         trial = run / "trials" / record["name"]
@@ -81,6 +86,12 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
         assert (trace.n_experts, trace.k) == (n_experts, k)
         assert trace.n_steps >= profile.schedule.n_predict
         assert int(trace.ids.max()) < n_experts
+        if forced is not None:  # the engine took every choice from the routes file
+            assert profile.routes is not None
+            assert record["routes"] == {"file": profile.routes.file, "sha256": profile.routes.sha256}
+            for index, layer in enumerate(trace.moe_layers):
+                mine = trace.rows[trace.rows["layer"] == layer]
+                assert np.array_equal(mine["ids"], forced[mine["pos"], index]), (record["name"], layer)
         texts.add((trial / "output.txt").read_bytes())
         reads = phase_reads(json.loads((trial / "timing.json").read_text()))
         assert reads is not None and reads["decode"] > 0, (record["name"], reads)
@@ -90,3 +101,12 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
     assert results["byte_identity"]["all_identical"] is True
     verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def forced_ids(path: Path) -> np.ndarray:
+    """A routes file's ids by [token position][MoE layer][slot] (appliance/trace/routes.py)."""
+    data = path.read_bytes()
+    head = struct.calcsize("<8s7I")
+    _, _, _, _, k, n_moe, n_prompt, n_decode = struct.unpack_from("<8s7I", data)
+    ids = np.frombuffer(data, "<i4", offset=head + 4 * n_moe)
+    return ids.reshape(n_prompt + n_decode, n_moe, k)
