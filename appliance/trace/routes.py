@@ -116,3 +116,33 @@ def _fill_last_layer_prompt(mine: np.ndarray) -> np.ndarray:
     filled = np.concatenate([np.repeat(mine[:1], first), mine])
     filled["pos"] = np.arange(len(filled))
     return filled
+
+
+def read_routes(data: bytes, where: str = "routes file") -> tuple[list[int], np.ndarray]:
+    """A routes file's MoE layers and ids by [token position][MoE layer][slot]; refuses bytes
+    that are not one (wrong magic or version, a size that is not the header's)."""
+    fixed = struct.calcsize("<8s7I")
+    if len(data) < fixed or data[:8] != ROUTES_MAGIC:
+        raise ConfigError(f"{where}: not a routes file (no {ROUTES_MAGIC.decode()} header)")
+    _, version, _, _, k, n_moe, n_prompt, n_decode = struct.unpack_from("<8s7I", data)
+    if version != ROUTES_VERSION:
+        raise ConfigError(f"{where}: routes version {version}, this appliance reads {ROUTES_VERSION}")
+    if len(data) != fixed + 4 * n_moe + 4 * (n_prompt + n_decode) * n_moe * k:
+        raise ConfigError(f"{where}: {len(data)} bytes, not the size its header gives")
+    layers = [int(x) for x in np.frombuffer(data, "<u4", n_moe, fixed)]
+    ids = np.frombuffer(data, "<i4", offset=fixed + 4 * n_moe).reshape(n_prompt + n_decode, n_moe, k)
+    return layers, ids
+
+
+def follows_routes(trace: Trace, data: bytes, where: str = "routes file") -> bool:
+    """Whether every row of `trace` holds exactly the routes' ids for its layer and position (a
+    forced run's trace: then a replay of the trace is a replay of the routes)."""
+    layers, ids = read_routes(data, where)
+    if trace.moe_layers != layers or trace.k != ids.shape[2]:
+        return False
+    rows = trace.rows
+    index = np.searchsorted(np.asarray(layers), rows["layer"])
+    pos = rows["pos"].astype(np.int64)
+    if len(rows) and int(pos.max()) >= len(ids):
+        return False
+    return bool(np.array_equal(rows["ids"], ids[pos, index]))

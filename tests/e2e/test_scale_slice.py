@@ -12,10 +12,8 @@ gets its routes file made from the fixture, and every trial's trace holds exactl
 """
 
 import json
-import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
 from rich.console import Console
 
@@ -25,6 +23,7 @@ from appliance.runs.profile import load_profile
 from appliance.runs.run_dir import RunDir
 from appliance.runs.trial_time import model_trial_timeout_s
 from appliance.trace.format import read_trace
+from appliance.trace.routes import follows_routes
 from appliance.workflows.run import ensure_synth_model
 from tests.conftest import run_cli
 from tests.e2e.conftest import user_env
@@ -77,7 +76,7 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
     cfg = doc["config"]
     n_experts = int(cfg["num_experts"])
     k = int(synth.get("used", cfg["num_experts_per_tok"]))
-    forced = forced_ids(models / profile.routes.file) if profile.routes is not None else None
+    forced = (models / profile.routes.file).read_bytes() if profile.routes is not None else None
     texts = set()
     for record in records:
         trial = run / "trials" / record["name"]
@@ -89,9 +88,7 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
         if forced is not None:  # the engine took every choice from the routes file
             assert profile.routes is not None
             assert record["routes"] == {"file": profile.routes.file, "sha256": profile.routes.sha256}
-            for index, layer in enumerate(trace.moe_layers):
-                mine = trace.rows[trace.rows["layer"] == layer]
-                assert np.array_equal(mine["ids"], forced[mine["pos"], index]), (record["name"], layer)
+            assert follows_routes(trace, forced), record["name"]
         texts.add((trial / "output.txt").read_bytes())
         reads = phase_reads(json.loads((trial / "timing.json").read_text()))
         assert reads is not None and reads["decode"] > 0, (record["name"], reads)
@@ -99,14 +96,7 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
 
     results = json.loads((run / "results.json").read_text())
     assert results["byte_identity"]["all_identical"] is True
+    if forced is not None:  # the sweep's replay of each trial's trace is the replay of the routes
+        assert [row["trace_equals_routes"] for row in results["sweep"]["trials"]] == [True, True]
     verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
     assert verified.returncode == 0, verified.stdout + verified.stderr
-
-
-def forced_ids(path: Path) -> np.ndarray:
-    """A routes file's ids by [token position][MoE layer][slot] (appliance/trace/routes.py)."""
-    data = path.read_bytes()
-    head = struct.calcsize("<8s7I")
-    _, _, _, _, k, n_moe, n_prompt, n_decode = struct.unpack_from("<8s7I", data)
-    ids = np.frombuffer(data, "<i4", offset=head + 4 * n_moe)
-    return ids.reshape(n_prompt + n_decode, n_moe, k)

@@ -9,10 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from appliance.analysis.sweep_analysis import trace_equals_routes
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.trace.format import KIND_DECODE, Trace, read_trace
-from appliance.trace.routes import ROUTES_MAGIC, last_layer_prompt_gap, routes_bytes
+from appliance.trace.routes import (
+    ROUTES_MAGIC,
+    follows_routes,
+    last_layer_prompt_gap,
+    read_routes,
+    routes_bytes,
+)
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from tests.conftest import run_cli
 
@@ -137,3 +144,30 @@ def test_a_last_layer_that_routes_only_the_prompts_last_token_gives_its_experts_
     for hole in ((rows["layer"] != 1) | (rows["pos"] >= 6), (rows["layer"] != 2) | (rows["pos"] != 9)):
         with pytest.raises(ConfigError, match="does not route token positions 0, 1, 2"):
             routes_bytes(_with_rows(trace, rows[hole]), "t")
+
+
+def test_read_routes_and_follows_routes_tell_a_forced_trace_from_another(tmp_path: Path) -> None:
+    trace = synth_trace(SPEC)
+    data = routes_bytes(trace)
+    layers, ids = read_routes(data)
+    assert layers == [0, 1, 2] and ids.shape == (12, 3, 2)
+    assert follows_routes(trace, data)
+    rows = trace.rows.copy()
+    rows["ids"][5, 0] = (rows["ids"][5, 0] + 1) % 16  # one id differs from the routes
+    assert not follows_routes(_with_rows(trace, rows), data)
+    assert not follows_routes(trace, routes_bytes(trace, layers=2))  # other layers
+    with pytest.raises(ConfigError, match="^r: not a routes file \\(no MOEROUTE header\\)$"):
+        read_routes(b"GGUF" + data[4:], "r")
+    with pytest.raises(ConfigError, match=f"^r: {len(data) - 4} bytes, not the size its header gives$"):
+        read_routes(data[:-4], "r")
+    with pytest.raises(ConfigError, match="^r: routes version 2, this appliance reads 1$"):
+        read_routes(data[:8] + struct.pack("<I", 2) + data[12:], "r")
+
+    # the sweep's check of a forced trial: its trace against the routes file beside the model
+    (tmp_path / "r.routes").write_bytes(data)
+    trial = {"routes": {"file": "r.routes", "sha256": sha256_bytes(data)}}
+    assert trace_equals_routes(trial, trace, tmp_path) is True
+    assert trace_equals_routes(trial, _with_rows(trace, rows), tmp_path) is False
+    assert trace_equals_routes(trial, None, tmp_path) is None
+    stale = {"routes": {"file": "r.routes", "sha256": "0" * 64}}  # not the file the trial used
+    assert trace_equals_routes(stale, trace, tmp_path) is None
