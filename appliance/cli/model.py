@@ -8,7 +8,7 @@ from appliance.cli.options import POSITIVE, SEED, OutputPath, finite, json_optio
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.core.units import format_size, parse_size
-from appliance.models.full_synth import synthesize_like
+from appliance.models.full_synth import digest_like, synthesize_like
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, ModelSynthSpec
 from appliance.models.skeleton import write_skeleton
 from appliance.models.synth import synthesize
@@ -16,7 +16,8 @@ from appliance.models.synth import synthesize
 
 @click.group("model")
 def model_group() -> None:
-    """Synthesize MoE GGUF models (tiny, or full size from a skeleton input) and header-only GGUFs."""
+    """Synthesize MoE GGUF models (tiny, or full size from a skeleton input; or only the size and
+    sha256 of a full-size one) and header-only GGUFs."""
 
 
 @model_group.command("synth")
@@ -165,6 +166,33 @@ def synth_like(
         f"{result.tensors} tensors"
     )
     echo_written(record, result.stale_removed, summary, result.expert_bytes, as_json)
+
+
+@model_group.command("digest")
+@click.option(
+    "--like",
+    "like",
+    metavar="INPUT.json",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="The skeleton input, as for `model synth --like`.",
+)
+@click.option("--layers", type=POSITIVE, help="The first N layers at full width (default all).")
+@click.option("--used", type=POSITIVE, help="Experts chosen per token in place of the input's.")
+@click.option("--skew", type=finite(min=0), default=1.0, show_default=True, help="As for `model synth`.")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@json_option
+def digest_command(
+    like: Path, layers: int | None, used: int | None, skew: float, seed: int, as_json: bool
+) -> None:
+    """The size and sha256 `model synth --like` would write with these options, without writing
+    the file: the same stream, hashed only (to pin a full-size model at no disk cost)."""
+    with progress_display(quiet=as_json) as progress:
+        size, sha256 = digest_like(like, seed=seed, skew=skew, layers=layers, progress=progress, used=used)
+    if as_json:
+        click.echo(strict_json({"like": like.name, "size_bytes": size, "sha256": sha256}, indent=2))
+        return
+    click.echo(f"{like.name}: {size} bytes, sha256 {sha256} (nothing written)")
 
 
 @model_group.command("skeleton")

@@ -280,3 +280,24 @@ def test_a_type_override_naming_a_missing_tensor_is_refused(tmp_path: Path) -> N
     )
     with pytest.raises(ApplianceError, match=r"type_overrides\[0\] names layer 4; the model has layers 0..3"):
         skeleton.tensor_specs(skeleton.load_input(like), str(like))
+
+
+def test_digest_gives_the_size_and_sha256_synth_writes_and_writes_nothing(tmp_path: Path) -> None:
+    like = small_input(tmp_path, QWEN3)
+    args = ("--layers", "2", "--used", "3", "--seed", "4")
+    written = synth(like, tmp_path / "m.gguf", *args)
+    before = sorted(tmp_path.iterdir())
+    result = run_cli("model", "digest", "--like", str(like), *args, "--json", check=True)
+    assert json.loads(result.stdout) == {
+        "like": like.name,
+        "size_bytes": written["size_bytes"],
+        "sha256": written["sha256"],
+    }
+    assert sorted(tmp_path.iterdir()) == before
+    plain = run_cli("model", "digest", "--like", str(like), *args, check=True).stdout
+    assert (
+        plain == f"{like.name}: {written['size_bytes']} bytes, sha256 {written['sha256']} (nothing written)\n"
+    )
+    refused = run_cli("model", "digest", "--like", str(like), "--used", "9")
+    assert refused.returncode == 2
+    assert refused.stderr == f"error: --used 9 is outside 1..8, the experts per layer of {like.name}\n"
