@@ -16,8 +16,7 @@ from appliance.models.synth import synthesize
 
 @click.group("model")
 def model_group() -> None:
-    """Synthesize MoE GGUF models (tiny, or full size from a skeleton input; or only the size and
-    sha256 of a full-size one) and header-only GGUFs."""
+    """Synthesize MoE GGUF models (tiny, or full size from a skeleton input) and header-only GGUFs."""
 
 
 @model_group.command("synth")
