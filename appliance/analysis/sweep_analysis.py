@@ -4,7 +4,9 @@ For each trial with a route trace: the expert capacity its limit leaves, the dec
 LRU, FIFO, Least-Stale and Belady would cause at that capacity (replaying the trial's own
 trace), the decode reads the tracer measured (`/proc/self/io`, phase by phase), their ratios,
 the decode read bandwidth as a fraction of the disk probe's, and a roofline prediction of
-decode tokens/s. The model behind the numbers is written down in docs/sweeps.md.
+decode tokens/s. The model behind the numbers is written down in docs/sweeps.md. A trial whose
+routing was forced from a routes file (trial.json `routes`) says whether its trace holds exactly
+those routes (`trace_equals_routes`): then its replay is the replay of the routes' source.
 """
 
 import statistics
@@ -16,11 +18,13 @@ import numpy as np
 from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for, model_experts
 from appliance.analysis.contamination import comparable, flag_sweep_row
 from appliance.analysis.stats import model_read_bytes
+from appliance.core.digests import sha256_bytes
 from appliance.runs.status import TrialStatus
 from appliance.trace import kernels
 from appliance.trace.events import trace_events
 from appliance.trace.format import Trace, read_trace
 from appliance.trace.replay import pool_hits
+from appliance.trace.routes import follows_routes
 
 POLICIES = ("lru", "fifo", "least-stale", "belady")
 DECODE_KIND = 1  # trace row kind of a decode step (0: prompt)
@@ -256,6 +260,19 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def trace_equals_routes(trial: dict[str, Any], trace: Trace | None, models_dir: Path) -> bool | None:
+    """Whether a forced trial's trace holds exactly its routes file's ids; None when there is no
+    trace, or the routes file beside the model is gone or no longer the one the trial used."""
+    routes = trial["routes"]
+    path = models_dir / str(routes.get("file"))
+    if trace is None or not path.is_file():
+        return None
+    data = path.read_bytes()
+    if sha256_bytes(data) != routes.get("sha256"):
+        return None
+    return follows_routes(trace, data, str(path))
+
+
 def analyze_sweep(
     trials: list[dict[str, Any]],
     traces: dict[str, Path],
@@ -270,6 +287,11 @@ def analyze_sweep(
     probe = probe_summary(probe_record) if probe_record else None
     probe_bps = probe["expert_qd1_bytes_per_s"] if probe else None
     rows = [trial_row(t, loaded.get(t["dir"]), experts, probe_bps) for t in trials]
+    for trial, row in zip(trials, rows, strict=True):
+        if isinstance(trial.get("routes"), dict):
+            row["trace_equals_routes"] = trace_equals_routes(
+                trial, loaded.get(trial["dir"]), model_path.parent
+            )
     add_roofline(rows, probe_bps)
     add_roofline(rows, probe["page_qd1_bytes_per_s"] if probe else None, "roofline_page")
     phase_checks = [r["phase_sum_over_cgroup"] for r in rows if "phase_sum_over_cgroup" in r]

@@ -8,7 +8,7 @@ from appliance.cli.options import POSITIVE, SEED, OutputPath, finite, json_optio
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.core.units import format_size, parse_size
-from appliance.models.full_synth import synthesize_like
+from appliance.models.full_synth import digest_like, synthesize_like
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, ModelSynthSpec
 from appliance.models.skeleton import write_skeleton
 from appliance.models.synth import synthesize
@@ -35,7 +35,11 @@ def model_group() -> None:
     help="Tiny model: largest file size; the expert width is chosen to come close to it.  [default: 400MiB]",
 )
 @click.option("--experts", type=POSITIVE, help="Tiny model: routed experts per layer.  [default: 64]")
-@click.option("--used", type=POSITIVE, help="Tiny model: experts chosen per token.  [default: 8]")
+@click.option(
+    "--used",
+    type=POSITIVE,
+    help="Experts chosen per token (tiny default 8); with --like, in place of the input's (1..its experts).",
+)
 @click.option(
     "--layers",
     type=POSITIVE,
@@ -76,7 +80,6 @@ def synth_command(
             "--arch": arch,
             "--size": size_text,
             "--experts": experts,
-            "--used": used,
             "--type": expert_type,
         }
         given = [name for name, value in tiny.items() if value is not None]
@@ -85,7 +88,7 @@ def synth_command(
             raise ApplianceError(
                 f"{', '.join(given)} {verb} a tiny model; --like takes its shape from {like}"
             )
-        synth_like(like, out, seed, skew, layers, as_json)
+        synth_like(like, out, seed, skew, layers, used, as_json)
         return
     if arch is None:
         raise ApplianceError("give --arch (a tiny model) or --like INPUT.json (a full-size one)")
@@ -139,9 +142,11 @@ def echo_written(
     click.echo(f"sha256 {record['sha256']}")
 
 
-def synth_like(like: Path, out: Path, seed: int, skew: float, layers: int | None, as_json: bool) -> None:
+def synth_like(
+    like: Path, out: Path, seed: int, skew: float, layers: int | None, used: int | None, as_json: bool
+) -> None:
     with progress_display(quiet=as_json) as progress:
-        result = synthesize_like(like, out, seed=seed, skew=skew, layers=layers, progress=progress)
+        result = synthesize_like(like, out, seed=seed, skew=skew, layers=layers, progress=progress, used=used)
     record = {
         "path": str(result.path),
         "size_bytes": result.size_bytes,
@@ -149,13 +154,44 @@ def synth_like(like: Path, out: Path, seed: int, skew: float, layers: int | None
         "like": like.name,
         "arch": result.arch,
         "layers": result.layers,
+        "used": result.used,
         "tensors": result.tensors,
         "skew": skew,
         "seed": seed,
         "expert_bytes": result.expert_bytes,
     }
-    summary = f"{result.arch} like {like.name}, {result.layers} layers, {result.tensors} tensors"
+    summary = (
+        f"{result.arch} like {like.name}, {result.layers} layers ({result.used} experts per token), "
+        f"{result.tensors} tensors"
+    )
     echo_written(record, result.stale_removed, summary, result.expert_bytes, as_json)
+
+
+@model_group.command("digest")
+@click.option(
+    "--like",
+    "like",
+    metavar="INPUT.json",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="The skeleton input, as for `model synth --like`.",
+)
+@click.option("--layers", type=POSITIVE, help="The first N layers at full width (default all).")
+@click.option("--used", type=POSITIVE, help="Experts chosen per token in place of the input's.")
+@click.option("--skew", type=finite(min=0), default=1.0, show_default=True, help="As for `model synth`.")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@json_option
+def digest_command(
+    like: Path, layers: int | None, used: int | None, skew: float, seed: int, as_json: bool
+) -> None:
+    """The size and sha256 `model synth --like` would write with these options, without writing
+    the file: the same stream, hashed only (to pin a full-size model at no disk cost)."""
+    with progress_display(quiet=as_json) as progress:
+        size, sha256 = digest_like(like, seed=seed, skew=skew, layers=layers, progress=progress, used=used)
+    if as_json:
+        click.echo(strict_json({"like": like.name, "size_bytes": size, "sha256": sha256}, indent=2))
+        return
+    click.echo(f"{like.name}: {size} bytes, sha256 {sha256} (nothing written)")
 
 
 @model_group.command("skeleton")

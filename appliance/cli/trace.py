@@ -443,13 +443,27 @@ def export_cmd(trace_path: Path, fmt: str, out: Path, model: Path | None) -> Non
 @trace_group.command("routes")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option("--out", type=OutputPath(), required=True, help="The routes file to write.")
-def routes_cmd(trace_path: Path, out: Path) -> None:
+@click.option(
+    "--layers",
+    type=POSITIVE,
+    default=None,
+    help="Only the model's first N layers (the routes of a `model synth --layers N` slice).",
+)
+def routes_cmd(trace_path: Path, out: Path, layers: int | None) -> None:
     """Write TRACE's expert ids as a routes file for `llama-moe-trace --routes-from`."""
     from appliance.core.digests import sha256_bytes
     from appliance.trace.format import read_trace
-    from appliance.trace.routes import routes_bytes
+    from appliance.trace.routes import last_layer_prompt_gap, routes_bytes
 
-    data = routes_bytes(read_trace(trace_path), str(trace_path))
+    trace = read_trace(trace_path)
+    data = routes_bytes(trace, str(trace_path), layers)
+    gap = last_layer_prompt_gap(trace)
+    if gap and (layers is None or layers == int(trace.header["n_layers"])):
+        click.echo(
+            f"the last layer routes only the prompt's last token (llama.cpp computed no other "
+            f"there): its {gap} earlier prompt tokens get that token's experts",
+            err=True,
+        )
     try:
         atomic.write_bytes(out, data)
     except OSError as exc:

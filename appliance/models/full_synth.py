@@ -14,7 +14,7 @@ calibrates routing).
 
 The file is written in one streaming pass with bounded memory: the header, then each tensor's
 data in chunks of about CHUNK_BYTES, each tensor drawn from its own generator seeded by
-(seed, tensor name). Same input, seed, skew and layers: the same bytes.
+(seed, tensor name). Same input, seed, skew, layers and experts per token: the same bytes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from appliance.core.errors import ConfigError
 from appliance.core.progress import ProgressFn
 from appliance.host.filesystems import refuse_unfit_target
 from appliance.models import blocks, skeleton
-from appliance.models.synth import add_tokenizer, stream_gguf
+from appliance.models.synth import add_tokenizer, digest_gguf, stream_gguf
 from appliance.models.vocab import padded_vocab
 from appliance.models.weights import POPULARITY_GAIN, name_key, zipf_popularity
 
@@ -61,6 +61,7 @@ class FullSynthResult:
     layers: int
     tensors: int
     expert_bytes: int
+    used: int  # experts per token, as the GGUF says
     stale_removed: tuple[Path, ...] = ()
 
 
@@ -180,12 +181,23 @@ def tensor_chunks(
         yield values.astype(dtype)
 
 
-def plan_for(input_path: Path, layers: int | None) -> tuple[dict[str, Any], list[skeleton.Spec], int]:
+def plan_for(
+    input_path: Path, layers: int | None, used: int | None = None
+) -> tuple[dict[str, Any], list[skeleton.Spec], int]:
+    """The input (with `used` as its experts per token when given), its tensor plan of the first
+    `layers` layers (all when None) and that layer count; refuses what cannot be written."""
     doc = skeleton.load_input(input_path)
     where = str(input_path)
     model_layers = int(doc["config"]["num_hidden_layers"])
     if layers is not None and not 1 <= layers <= model_layers:
         raise ConfigError(f"--layers {layers} is outside 1..{model_layers}, the layers of {input_path.name}")
+    if used is not None:
+        experts = int(doc["config"]["num_experts"])
+        if not 1 <= used <= experts:
+            raise ConfigError(
+                f"--used {used} is outside 1..{experts}, the experts per layer of {input_path.name}"
+            )
+        doc = {**doc, "config": {**doc["config"], "num_experts_per_tok": used}}
     interval = int(doc["config"].get("full_attention_interval", 1))
     if layers is not None and layers < interval <= model_layers:
         raise ConfigError(
@@ -203,6 +215,52 @@ def plan_for(input_path: Path, layers: int | None) -> tuple[dict[str, Any], list
     return doc, specs, model_layers if layers is None else layers
 
 
+def _writer(
+    input_path: Path, doc: dict[str, Any], specs: list[skeleton.Spec], n_layers: int, seed: int, skew: float
+) -> GGUFWriter:
+    """The GGUF writer with the model's metadata, tokenizer, synth parameters and tensor infos."""
+    writer = GGUFWriter(None, doc["arch"])
+    skeleton.add_model_metadata(writer, doc, n_layers)
+    add_tokenizer(writer, padded_vocab(int(doc["config"]["vocab_size"])))
+    writer.add_uint32("appliance.synth.format", FULL_SYNTH_FORMAT)
+    writer.add_uint32("appliance.synth.seed", seed)
+    writer.add_float32("appliance.synth.skew", skew)
+    writer.add_string("appliance.synth.like", input_path.name)
+    skeleton.add_tensor_infos(writer, specs)
+    return writer
+
+
+def _data_bytes(specs: list[skeleton.Spec]) -> int:
+    align = GGUF_DEFAULT_ALIGNMENT  # the writer adds no general.alignment key
+    return sum(skeleton.nbytes(shape, q) + -skeleton.nbytes(shape, q) % align for _, shape, q in specs)
+
+
+def _tensor_streams(specs: list[skeleton.Spec], seed: int, skew: float) -> Iterator[Iterator[memoryview]]:
+    return (
+        (
+            np.ascontiguousarray(chunk).reshape(-1).view(np.uint8).data
+            for chunk in tensor_chunks(seed, skew, *spec)
+        )
+        for spec in specs
+    )
+
+
+def digest_like(
+    input_path: Path,
+    seed: int = 0,
+    skew: float = 1.0,
+    layers: int | None = None,
+    progress: ProgressFn | None = None,
+    used: int | None = None,
+) -> tuple[int, str]:
+    """The size and sha256 synthesize_like would write with these parameters, without writing
+    the file (the same stream, hashed only: what a profile pins, at no disk cost)."""
+    doc, specs, n_layers = plan_for(input_path, layers, used)
+    check_plan(specs, skew, str(input_path))
+    writer = _writer(input_path, doc, specs, n_layers, seed, skew)
+    return digest_gguf(writer, _tensor_streams(specs, seed, skew), _data_bytes(specs), progress)
+
+
 def synthesize_like(
     input_path: Path,
     out: Path,
@@ -210,35 +268,21 @@ def synthesize_like(
     skew: float = 1.0,
     layers: int | None = None,
     progress: ProgressFn | None = None,
+    used: int | None = None,
 ) -> FullSynthResult:
     """Write the input's model with random bounded weights to `out` (through a temporary name,
-    renamed when whole); `layers` writes the first that many layers only."""
-    doc, specs, n_layers = plan_for(input_path, layers)
+    renamed when whole); `layers` writes the first that many layers only, `used` sets the
+    experts each token routes to (the GGUF's expert_used_count; default: the input's)."""
+    doc, specs, n_layers = plan_for(input_path, layers, used)
     check_plan(specs, skew, str(input_path))
     atomic.refuse_special(out)
     n_vocab = int(doc["config"]["vocab_size"])
-    align = GGUF_DEFAULT_ALIGNMENT  # the writer adds no general.alignment key
-    data_bytes = sum(skeleton.nbytes(shape, q) + -skeleton.nbytes(shape, q) % align for _, shape, q in specs)
+    data_bytes = _data_bytes(specs)
     header_bound = n_vocab * (TOKEN_BYTES + len(str(n_vocab))) + HEADER_SLACK
     refuse_unfit_target(out, data_bytes + header_bound, f"the {n_layers}-layer model")
-    vocab = padded_vocab(n_vocab)
-    writer = GGUFWriter(None, doc["arch"])
-    skeleton.add_model_metadata(writer, doc, n_layers)
-    add_tokenizer(writer, vocab)
-    writer.add_uint32("appliance.synth.format", FULL_SYNTH_FORMAT)
-    writer.add_uint32("appliance.synth.seed", seed)
-    writer.add_float32("appliance.synth.skew", skew)
-    writer.add_string("appliance.synth.like", input_path.name)
-    skeleton.add_tensor_infos(writer, specs)
+    writer = _writer(input_path, doc, specs, n_layers, seed, skew)
     stale = atomic.remove_stale_temporaries(out)
-    tensors = (
-        (
-            np.ascontiguousarray(chunk).reshape(-1).view(np.uint8).data
-            for chunk in tensor_chunks(seed, skew, *spec)
-        )
-        for spec in specs
-    )
-    sha256 = stream_gguf(writer, out, tensors, data_bytes, progress)
+    sha256 = stream_gguf(writer, out, _tensor_streams(specs, seed, skew), data_bytes, progress)
     expert_bytes = sum(skeleton.nbytes(s, q) for n, s, q in specs if skeleton.base_name(n).endswith("_exps"))
     return FullSynthResult(
         out,
@@ -248,5 +292,6 @@ def synthesize_like(
         n_layers,
         len(specs),
         expert_bytes,
+        int(doc["config"]["num_experts_per_tok"]),
         tuple(stale),
     )

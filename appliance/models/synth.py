@@ -5,9 +5,11 @@ one expert slab plus the small tensors, whatever the file size."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGUFWriter, Keys
@@ -87,6 +89,49 @@ def add_metadata(w: GGUFWriter, layout: Layout, vocab: Vocab) -> None:
     w.add_uint64("appliance.synth.size_request", spec.size_bytes)
 
 
+def _write_header(writer: GGUFWriter, path: Path) -> bytes:
+    """Write the writer's header, metadata, tensor infos and padding to `path` (left open for
+    the tensor data); those bytes."""
+    writer.write_header_to_file(path)
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    assert writer.fout is not None
+    fout = writer.fout[0]
+    writer.write_padding(fout, fout.tell())
+    fout.flush()
+    return path.read_bytes()  # header only: nothing else written yet
+
+
+def _stream_tensors(
+    tensors: Iterable[Iterable[bytes | memoryview]],
+    alignment: int,
+    data_bytes: int,
+    digest: Any,
+    counted: Callable[[int], None],
+    write: Callable[[memoryview | bytes], object] | None,
+) -> None:
+    """Each tensor's chunks with the alignment padding after each into `digest` (and `write`,
+    when given); checks they come to the `data_bytes` the header declares."""
+    total = 0
+    for chunks in tensors:
+        size = 0
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            if write is not None:
+                write(view)
+            digest.update(view)
+            size += view.nbytes
+            counted(view.nbytes)
+        pad = bytes(-size % alignment)
+        if write is not None:
+            write(pad)
+        digest.update(pad)
+        counted(len(pad))
+        total += size + len(pad)
+    if total != data_bytes:
+        raise AssertionError(f"wrote {total} bytes of tensor data, the header declares {data_bytes}")
+
+
 def stream_gguf(
     writer: GGUFWriter,
     out: Path,
@@ -97,34 +142,12 @@ def stream_gguf(
     """Write the writer's header and tensor infos, then each tensor's chunks (in the order of
     the infos) with the alignment padding after each, to `out` through a temporary name renamed
     when whole; the file's sha256, taken while writing (the file is never read back)."""
-    digest = hashlib.sha256()
     try:
         with atomic.replacing_path(out) as tmp:
-            writer.write_header_to_file(tmp)
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
+            digest = hashlib.sha256(_write_header(writer, tmp))
             assert writer.fout is not None
-            fout = writer.fout[0]
-            writer.write_padding(fout, fout.tell())
-            fout.flush()
-            digest.update(tmp.read_bytes())  # header only: nothing else written yet
             written = byte_counter(f"writing {out.name}", data_bytes, progress)
-            total = 0
-            for chunks in tensors:
-                size = 0
-                for chunk in chunks:
-                    view = memoryview(chunk).cast("B")
-                    fout.write(view)
-                    digest.update(view)
-                    size += view.nbytes
-                    written(view.nbytes)
-                pad = bytes(-size % writer.data_alignment)
-                fout.write(pad)
-                digest.update(pad)
-                written(len(pad))
-                total += size + len(pad)
-            if total != data_bytes:
-                raise AssertionError(f"wrote {total} bytes of tensor data, the header declares {data_bytes}")
+            _stream_tensors(tensors, writer.data_alignment, data_bytes, digest, written, writer.fout[0].write)
             writer.close()
     except OSError as exc:
         writer.close()
@@ -133,6 +156,27 @@ def stream_gguf(
         writer.close()
         raise
     return digest.hexdigest()
+
+
+def digest_gguf(
+    writer: GGUFWriter,
+    tensors: Iterable[Iterable[bytes | memoryview]],
+    data_bytes: int,
+    progress: ProgressFn | None,
+) -> tuple[int, str]:
+    """The size and sha256 of the file stream_gguf would write, without writing it (the header
+    goes through a small temporary file, the tensor bytes only through the hash)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="appliance-digest-") as tmp:
+            header = _write_header(writer, Path(tmp) / "header.gguf")
+            writer.close()
+    except OSError as exc:
+        writer.close()
+        raise ApplianceError(f"cannot write a temporary GGUF header: {exc.strerror or exc}") from exc
+    digest = hashlib.sha256(header)
+    hashed = byte_counter("hashing tensor data", data_bytes, progress)
+    _stream_tensors(tensors, writer.data_alignment, data_bytes, digest, hashed, None)
+    return len(header) + data_bytes, digest.hexdigest()
 
 
 def synthesize(spec: ModelSynthSpec, out: Path, progress: ProgressFn | None = None) -> SynthResult:

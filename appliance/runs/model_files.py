@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from appliance.core import atomic
-from appliance.core.digests import sha256_file
+from appliance.core.digests import sha256_bytes, sha256_file
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
-from appliance.core.paths import cache_dir
+from appliance.core.paths import cache_dir, repo_root
 from appliance.core.progress import ProgressFn, byte_counter
 from appliance.core.strict_load import load_json
 from appliance.core.units import format_size
-from appliance.runs.profile import ModelManifest
+from appliance.runs.profile import ModelManifest, RoutesManifest
 
 # How a model's digest was established, recorded in inputs/model.json.
 VERIFIED = "verified"  # sha256 computed (or cached) and equal to the pinned one
@@ -117,6 +117,61 @@ def routes_path(file: str, models_dir: Path, variant: str) -> Path:
             f"routes file {file} of variant {variant} not found in {models_dir}; make it from a "
             f"route trace with: appliance trace routes TRACE --out {path}"
         )
+    return path
+
+
+def routes_commands(manifest: RoutesManifest, path: Path) -> str:
+    """The commands that make the profile's routes file by hand."""
+    trace = path.with_suffix(".moetrace")
+    layers = "" if manifest.layers is None else f" --layers {manifest.layers}"
+    return (
+        f"appliance trace import {manifest.source} --from route-trace-csv --out {trace} && "
+        f"appliance trace routes {trace}{layers} --out {path}"
+    )
+
+
+def check_routes(manifest: RoutesManifest, models_dir: Path) -> Path:
+    """The profile's routes file in models_dir; refuses a missing one (naming the commands that
+    make it) or one whose sha256 is not the pinned one."""
+    path = models_dir / manifest.file
+    if not path.is_file():
+        raise ApplianceError(
+            f"routes file {manifest.file} not found in {models_dir}; make it with: "
+            + routes_commands(manifest, path)
+        )
+    digest = sha256_file(path)
+    if digest != manifest.sha256:
+        raise IntegrityError(
+            f"routes file {path} has sha256 {digest}, the profile pins {manifest.sha256}; "
+            f"delete it to remake it from {manifest.source}"
+        )
+    return path
+
+
+def make_routes(manifest: RoutesManifest, models_dir: Path) -> Path | None:
+    """Write the profile's routes file into models_dir from its route trace in the checkout,
+    unless it is there (None then); refuses routes whose sha256 is not the pinned one, before
+    a byte is written."""
+    from appliance.trace.interchange import import_trace
+    from appliance.trace.routes import routes_bytes
+
+    path = models_dir / manifest.file
+    if path.exists():
+        return None
+    source = repo_root() / manifest.source
+    if not source.is_file():
+        raise ConfigError(
+            f"routes file {manifest.file} is made from {manifest.source}, which is not in "
+            f"{repo_root()}: run from a checkout of the project"
+        )
+    data = routes_bytes(import_trace(source, "route-trace-csv", None), manifest.source, manifest.layers)
+    digest = sha256_bytes(data)
+    if digest != manifest.sha256:
+        raise IntegrityError(
+            f"routes made from {manifest.source} have sha256 {digest}, the profile pins "
+            f"{manifest.sha256}: the trace or the routes format changed; nothing written"
+        )
+    atomic.write_bytes(path, data)
     return path
 
 

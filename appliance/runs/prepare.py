@@ -27,7 +27,7 @@ from appliance.images.labels import (
     stand_in_of_labels,
 )
 from appliance.planner.accounting import account_file
-from appliance.runs.model_files import CheckedModel, check_model, locate_model, routes_path
+from appliance.runs.model_files import CheckedModel, check_model, check_routes, locate_model, routes_path
 from appliance.runs.placement import AUTO, PLAN, planned_args
 from appliance.runs.plan import ContainerSettings, Trial
 from appliance.runs.profile import Profile
@@ -272,6 +272,8 @@ def prepare_run(
         cgroup_version=cgroup_version(),
         gpu_device_ids=choice.gpu_ids,
     )
+    if profile.routes is not None:
+        check_routes(profile.routes, models_dir)
     for variant in profile.variants:
         if variant.routes is not None:
             routes_path(variant.routes, models_dir, variant.name)

@@ -32,6 +32,7 @@ LIKE_SYNTH_KEYS: dict[str, type | tuple[type, ...]] = {
     "seed": int,
     "skew": (int, float),
     "layers": int,
+    "used": int,
 }
 
 
@@ -60,6 +61,16 @@ class ModelManifest:
             text = str(skeleton.input_path(str(value))) if key == "like" else str(value)
             args += [f"--{key}", text]
         return args
+
+
+@dataclass(frozen=True)
+class RoutesManifest:
+    """`routes:` a routes file made in the models directory from a route trace in the checkout."""
+
+    file: str
+    sha256: str
+    source: str  # a route_trace v1 CSV, by its path in the checkout (`from:`)
+    layers: int | None = None  # the model's first N layers only (a slice's routes)
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,7 @@ class Profile:
     sweep: "SweepSpec | None" = None  # `sweep: {memory: [...], n_predict: N}`
     experimental: tuple[str, ...] = ()  # experimental patches the engine image must carry
     placement: Placement = Placement("auto")  # where the model lives (appliance.runs.placement)
+    routes: RoutesManifest | None = None  # a routes file the run makes when missing
 
     def variant(self, name: str) -> Variant:
         for variant in self.variants:
@@ -269,7 +281,20 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
         sweep=_sweep(raw.get("sweep"), path),
         experimental=tuple(raw["engine"].get("experimental", [])),
         placement=parse_placement(raw.get("placement"), limits.vram, path),
+        routes=_routes(raw, path),
     )
+
+
+def _routes(raw: dict[str, Any], path: Path) -> RoutesManifest | None:
+    """`routes:`, which some variant must force (its `routes` names the file)."""
+    item = raw.get("routes")
+    if item is None:
+        return None
+    if not any(variant.get("routes") == item["file"] for variant in raw["variants"]):
+        raise ConfigError(
+            f"{path}: /routes/file: no variant forces {item['file']}; name it in a variant's routes"
+        )
+    return RoutesManifest(item["file"], item["sha256"], item["from"], item.get("layers"))
 
 
 def builtin_profiles() -> list[str]:

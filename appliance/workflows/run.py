@@ -42,6 +42,7 @@ from appliance.models.skeleton import input_path
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
+from appliance.runs.model_files import make_routes
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import Profile
@@ -258,9 +259,17 @@ def ensure_synth_model(
     profile: Profile, models_dir: Path, console: Console, progress: ProgressFn | None = None
 ) -> Path:
     """Synthesize the profile's model into models_dir unless it is there already: a tiny one
-    (model.synth's arch, size, ...) or a full-shape one (model.synth.like, `model synth --like`)."""
+    (model.synth's arch, size, ...) or a full-shape one (model.synth.like, `model synth --like`);
+    and make its routes file (`routes:`) from the route trace in the checkout when missing."""
     synth = profile.model.synth
     path = models_dir / profile.model.file
+    if profile.routes is not None:
+        models_dir.mkdir(parents=True, exist_ok=True)
+        made = make_routes(profile.routes, models_dir)
+        if made is not None:
+            console.print(
+                f"routes {made.name} made from {profile.routes.source} (sha256 {profile.routes.sha256})"
+            )
     if path.exists() or not synth:
         return path
     models_dir.mkdir(parents=True, exist_ok=True)
@@ -268,12 +277,16 @@ def ensure_synth_model(
     if like is not None:
         seed, skew = int(synth.get("seed", 0)), float(synth.get("skew", 1.0))
         layers = int(synth["layers"]) if "layers" in synth else None
+        used = int(synth["used"]) if "used" in synth else None
         console.print(
             f"synthesizing {path.name} like {like} (skew {skew:g}, seed {seed}"
-            f"{'' if layers is None else f', first {layers} layers'}): "
+            f"{'' if layers is None else f', first {layers} layers'}"
+            f"{'' if used is None else f', {used} experts per token'}): "
             f"{_expected(profile)} written once, in one streaming pass"
         )
-        full = synthesize_like(input_path(like), path, seed=seed, skew=skew, layers=layers, progress=progress)
+        full = synthesize_like(
+            input_path(like), path, seed=seed, skew=skew, layers=layers, progress=progress, used=used
+        )
         console.print(f"model {path.name}: {full.size_bytes} bytes, sha256 {full.sha256}")
         return path
     spec = ModelSynthSpec(

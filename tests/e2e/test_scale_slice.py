@@ -7,6 +7,8 @@ The slice is synthesized into the test's directory from its profile's model.synt
 pinned size and sha256 must come out byte for byte), run with baseline and demand mmap, and
 the sealed bundle verified: every trial completes, its trace has the slice's layers, experts
 and k, the texts are identical across variants, and decode reads the disk under the limit.
+A profile with `routes:` (the Qwen3-30B-A3B slice: the public trace's first 2 layers, k = 6)
+gets its routes file made from the fixture, and every trial's trace holds exactly those routes.
 """
 
 import json
@@ -21,6 +23,7 @@ from appliance.runs.profile import load_profile
 from appliance.runs.run_dir import RunDir
 from appliance.runs.trial_time import model_trial_timeout_s
 from appliance.trace.format import read_trace
+from appliance.trace.routes import follows_routes
 from appliance.workflows.run import ensure_synth_model
 from tests.conftest import run_cli
 from tests.e2e.conftest import user_env
@@ -72,7 +75,8 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
     doc = skeleton.load_input(skeleton.input_path(profile.model.like))
     cfg = doc["config"]
     n_experts = int(cfg["num_experts"])
-    k = int(cfg["num_experts_per_tok"])
+    k = int(synth.get("used", cfg["num_experts_per_tok"]))
+    forced = (models / profile.routes.file).read_bytes() if profile.routes is not None else None
     texts = set()
     for record in records:
         trial = run / "trials" / record["name"]
@@ -81,6 +85,10 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
         assert (trace.n_experts, trace.k) == (n_experts, k)
         assert trace.n_steps >= profile.schedule.n_predict
         assert int(trace.ids.max()) < n_experts
+        if forced is not None:  # the engine took every choice from the routes file
+            assert profile.routes is not None
+            assert record["routes"] == {"file": profile.routes.file, "sha256": profile.routes.sha256}
+            assert follows_routes(trace, forced), record["name"]
         texts.add((trial / "output.txt").read_bytes())
         reads = phase_reads(json.loads((trial / "timing.json").read_text()))
         assert reads is not None and reads["decode"] > 0, (record["name"], reads)
@@ -88,5 +96,7 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
 
     results = json.loads((run / "results.json").read_text())
     assert results["byte_identity"]["all_identical"] is True
+    if forced is not None:  # the sweep's replay of each trial's trace is the replay of the routes
+        assert [row["trace_equals_routes"] for row in results["sweep"]["trials"]] == [True, True]
     verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
     assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -77,6 +77,8 @@ PRODUCE: dict[str, list[str]] = {
     "engine show": [],
     "evidence list": [],
     "evidence show": ["{finding}"],
+    # the published input's first layer, hashed only (about 1 GB: seconds)
+    "model digest": ["--like", str(REPO / "evidence/plans/qwen3-30b-a3b-q4_k_m.input.json"), "--layers", "1"],
     "model synth": ["{model}", "--arch", "qwen3moe", "--size", "16MiB", "--experts", "8", "--layers", "2"],
     "patches list": [],
     "plan": ["{model}", "--ram", "8GiB", "--vram", "0"],

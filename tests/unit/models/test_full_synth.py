@@ -209,6 +209,27 @@ def test_refuses_layers_outside_the_model(tmp_path: Path, layers: str, message: 
     assert message in refused(tmp_path, small_input(tmp_path, QWEN3), "--layers", layers)
 
 
+def test_used_sets_the_experts_per_token_the_gguf_declares(tmp_path: Path) -> None:
+    like = small_input(tmp_path, QWEN3)  # 8 experts, 2 per token
+    record = synth(like, tmp_path / "k3.gguf", "--layers", "2", "--used", "3")
+    assert record["used"] == 3
+    assert int(GGUFReader(tmp_path / "k3.gguf").fields["qwen3moe.expert_used_count"].parts[-1][0]) == 3
+    default = synth(like, tmp_path / "k2.gguf", "--layers", "2")
+    assert default["used"] == 2 and default["sha256"] != record["sha256"]
+    assert default["size_bytes"] == record["size_bytes"]  # the header's value, not the tensors
+
+
+@pytest.mark.parametrize("used", ["9", "0"])
+def test_refuses_used_outside_the_experts(tmp_path: Path, used: str) -> None:
+    message = refused(tmp_path, small_input(tmp_path, QWEN3), "--used", used)
+    expected = (
+        "--used 9 is outside 1..8, the experts per layer of small-qwen3-30b-a3b-q4_k_m.input.json"
+        if used == "9"
+        else "Invalid value for '--used': 0 is not in the range 1<=x"
+    )
+    assert expected in message
+
+
 def test_refuses_a_hybrid_slice_without_an_attention_layer(tmp_path: Path) -> None:
     like = small_input(tmp_path, QWEN35)  # one attention layer in 4: layer 4 the first
     message = refused(tmp_path, like, "--layers", "3")
@@ -259,3 +280,24 @@ def test_a_type_override_naming_a_missing_tensor_is_refused(tmp_path: Path) -> N
     )
     with pytest.raises(ApplianceError, match=r"type_overrides\[0\] names layer 4; the model has layers 0..3"):
         skeleton.tensor_specs(skeleton.load_input(like), str(like))
+
+
+def test_digest_gives_the_size_and_sha256_synth_writes_and_writes_nothing(tmp_path: Path) -> None:
+    like = small_input(tmp_path, QWEN3)
+    args = ("--layers", "2", "--used", "3", "--seed", "4")
+    written = synth(like, tmp_path / "m.gguf", *args)
+    before = sorted(tmp_path.iterdir())
+    result = run_cli("model", "digest", "--like", str(like), *args, "--json", check=True)
+    assert json.loads(result.stdout) == {
+        "like": like.name,
+        "size_bytes": written["size_bytes"],
+        "sha256": written["sha256"],
+    }
+    assert sorted(tmp_path.iterdir()) == before
+    plain = run_cli("model", "digest", "--like", str(like), *args, check=True).stdout
+    assert (
+        plain == f"{like.name}: {written['size_bytes']} bytes, sha256 {written['sha256']} (nothing written)\n"
+    )
+    refused = run_cli("model", "digest", "--like", str(like), "--used", "9")
+    assert refused.returncode == 2
+    assert refused.stderr == f"error: --used 9 is outside 1..8, the experts per layer of {like.name}\n"

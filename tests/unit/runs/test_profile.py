@@ -1,12 +1,15 @@
 import dataclasses
 import re
+import struct
 from pathlib import Path
 
 import pytest
 import yaml
 
-from appliance.core.errors import ConfigError
+from appliance.core.digests import sha256_file
+from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.units import format_size, parse_size
+from appliance.runs.model_files import check_routes, make_routes
 from appliance.runs.plan import trial_plan
 from appliance.runs.profile import PROFILES_DIR, builtin_profiles, load_profile
 from tests.conftest import run_cli
@@ -55,7 +58,80 @@ def test_qwen35_shape_8g_sweeps_around_8_gib_with_prefetch() -> None:
     p = load_profile("qwen35-shape-8g")
     assert [v.name for v in p.variants] == ["baseline", "demand-mmap", "demand-prefetch"]
     assert p.sweep is not None and [m.text for m in p.sweep.memory] == ["6GiB", "8GiB", "12GiB"]
-    assert "separate work" in load_profile("qwen3-30b-shape").description
+
+
+@pytest.mark.parametrize(("name", "layers"), [("qwen3-30b-shape", None), ("qwen3-30b-shape-slice", 2)])
+def test_qwen3_30b_shape_is_the_gate_driven_by_the_public_trace(
+    tmp_path: Path, name: str, layers: int | None
+) -> None:
+    """k = 6 as the trace; every variant forced from the routes file the profile makes from the
+    fixture (its pinned sha256 comes out); the prompt is the trace's 28 tokens (one per byte in
+    the synthetic vocabulary), decode within the trace's 128 steps."""
+    p = load_profile(name)
+    assert p.model.synth is not None and p.model.synth["used"] == 6
+    assert p.routes is not None and p.routes.layers == layers
+    assert p.routes.source == "tests/fixtures/real-routes/qwen3-30b-a3b-q4_k_m.route.csv"
+    assert all(v.routes == p.routes.file for v in p.variants)
+    made = make_routes(p.routes, tmp_path)
+    assert made == tmp_path / p.routes.file and sha256_file(made) == p.routes.sha256
+    assert check_routes(p.routes, tmp_path) == made and make_routes(p.routes, tmp_path) is None
+    head = struct.unpack_from("<8s7I", made.read_bytes())
+    assert head[1:5] == (1, layers or 48, 128, 6) and head[5] == (layers or 48)
+    n_prompt, n_decode = head[6:8]
+    assert (n_prompt, n_decode) == (28, 128)
+    assert len(p.schedule.prompt.encode()) == n_prompt and "  " not in p.schedule.prompt
+    assert p.schedule.n_predict <= n_decode
+    if layers is None:
+        assert p.schedule.n_predict >= 64 and p.experimental == ("0004-expert-cache.patch",)
+        assert [v.name for v in p.variants] == [
+            "baseline",
+            "demand-mmap",
+            "demand-prefetch",
+            "expert-lru",
+            "expert-least-stale",
+            "expert-belady",
+        ]
+
+
+def test_a_routes_file_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> None:
+    pinned = load_profile("qwen3-30b-shape-slice").routes
+    assert pinned is not None
+    with pytest.raises(
+        ApplianceError,
+        match=r"^routes file qwen3-30b-a3b-real\.l2\.routes not found in .*; "
+        r"make it with: appliance trace import tests/fixtures/real-routes/qwen3-30b-a3b-q4_k_m\.route\.csv "
+        r"--from route-trace-csv --out .*\.moetrace && appliance trace routes .* --layers 2 --out ",
+    ):
+        check_routes(pinned, tmp_path)
+    other = dataclasses.replace(pinned, sha256="0" * 64)
+    with pytest.raises(
+        IntegrityError,
+        match=f"^routes made from {pinned.source} have sha256 {pinned.sha256}, "
+        "the profile pins 0{64}: the trace or the routes format changed; nothing written$",
+    ):
+        make_routes(other, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / pinned.file).write_bytes(b"MOEROUTE")
+    with pytest.raises(
+        IntegrityError,
+        match=f"^routes file {tmp_path / pinned.file} has sha256 [0-9a-f]{{64}}, "
+        f"the profile pins {pinned.sha256}; delete it to remake it from {pinned.source}$",
+    ):
+        check_routes(pinned, tmp_path)
+
+
+def test_a_routes_section_no_variant_forces_is_refused(tmp_path: Path) -> None:
+    raw = yaml.safe_load((PROFILES_DIR / "qwen3-30b-shape-slice.yaml").read_text())
+    for variant in raw["variants"]:
+        del variant["routes"]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(
+        ConfigError,
+        match=f"^{re.escape(str(path))}: /routes/file: no variant forces qwen3-30b-a3b-real.l2.routes; "
+        "name it in a variant's routes$",
+    ):
+        load_profile(str(path))
 
 
 def test_qwen35_8g_is_the_published_experiment() -> None:
