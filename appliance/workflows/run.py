@@ -343,7 +343,7 @@ def print_report(report: PipelineReport, console: Console) -> None:
             "measured MiB",
             "LRU-predicted MiB",
             "ratio",
-            "capacity (experts)",
+            "expert budget MiB",
             "distinct experts",
         ):
             table.add_column(column)
@@ -353,7 +353,7 @@ def print_report(report: PipelineReport, console: Console) -> None:
                 f"{row['measured_read_bytes'] / 2**20:.1f}",
                 f"{row['predicted_read_bytes'] / 2**20:.1f}",
                 f"{row['ratio']:.2f}",
-                str(row["capacity_experts"]),
+                f"{row['budget_bytes'] / 2**20:.1f}",
                 str(row["distinct_experts"]),
             )
         console.print(table)
