@@ -1,8 +1,10 @@
-"""The capacity model: how many whole routed experts a memory limit leaves in the page cache.
+"""The capacity model: how many bytes of routed experts a memory limit leaves in the page cache.
 
 One formula for every prediction (the paging analysis of `appliance run`, the sweep's replay):
-capacity = (limit - anonymous memory - non-expert bytes of the model file) // bytes of the
-largest expert, and at least k (a token's experts must all be resident at once).
+the budget = limit - anonymous memory - non-expert bytes of the model file, in bytes, and at
+least k of the largest expert (a token's experts must all be resident at once). Each expert
+then costs its own layer's bytes (a Q4_K_M file's layers differ), so the replay runs under that
+byte budget (`appliance.trace.replay.pool_hits_bytes`), not at `budget // one expert`.
 
 Anonymous memory has one source: the engine's own measurement (`anon_bytes` of its
 timing.json `residency_after_load` and `residency_at_end`, the larger of the two). The cgroup's
@@ -31,6 +33,10 @@ class ModelExperts:
     @property
     def one_expert(self) -> int:
         return max(self.expert_bytes.values())
+
+    @property
+    def smallest_expert(self) -> int:
+        return min(self.expert_bytes.values())
 
     @property
     def non_expert_bytes(self) -> int:
@@ -64,9 +70,9 @@ def anon_bytes(trial: dict[str, Any]) -> int:
     return max(int((timing.get(k) or {}).get("anon_bytes") or 0) for k in ANON_SAMPLES)
 
 
-def capacity_for(limit: int, anon_bytes: int, experts: ModelExperts) -> tuple[int, bool]:
-    """Experts the limit leaves after anonymous memory and non-expert bytes; at least k (the
-    experts one token needs at once), with a flag when the limit left fewer."""
+def budget_for(limit: int, anon_bytes: int, experts: ModelExperts) -> tuple[int, bool]:
+    """Bytes of experts the limit leaves after anonymous memory and non-expert bytes; at least
+    k of the largest expert (what one token may need at once), flagged when the limit left less."""
     room = limit - anon_bytes - experts.non_expert_bytes
-    capacity = room // experts.one_expert
-    return max(int(capacity), experts.k), capacity < experts.k
+    least = experts.k * experts.one_expert
+    return max(int(room), least), room < least

@@ -10,6 +10,11 @@ that mean the pages came from somewhere else: another trial running at the same 
 same page cache (two cluster nodes on one host), or a cache that was not cold. Such a trial is
 flagged `comparable: false` and kept out of the sweep's medians and of evidence comparisons.
 
+With experts of mixed sizes (a byte budget, `appliance.analysis.capacity.budget_for`) the
+furthest-next-use replay is no longer optimal, so the floor is the prediction's
+`belady_bound`: the count Belady at `budget // smallest expert`, each miss at the smallest
+expert's bytes (docs/sweeps.md); with one size it is Belady's own.
+
 Tolerance (page rounding): the kernel reads whole 4 KiB pages and an expert's tensor rarely
 starts or ends on a page boundary, so a page at each end of a missed expert may already be
 resident from its neighbour. Measured decode reads may therefore fall below Belady's
@@ -53,7 +58,7 @@ def flag_sweep_row(row: dict[str, Any]) -> None:
     predicted = row.get("predicted")
     if not isinstance(predicted, dict):
         return
-    belady = predicted["policies"]["belady"]
+    belady = predicted["belady_bound"]
     row["contamination"] = contamination(
         row.get("measured_decode_read_bytes"),
         belady["decode_capacity_read_bytes"],

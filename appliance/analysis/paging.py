@@ -1,9 +1,9 @@
 """How many bytes a cold, memory-limited trial should read, from its own route trace.
 
 The model's non-expert tensors are read once; routed experts are paged like a cache of
-whole experts whose capacity is what the memory limit leaves after the non-expert bytes and
-the engine's anonymous memory (`appliance.analysis.capacity`, shared with the sweep). An LRU
-replay of the trial's trace at that capacity (one
+whole experts holding the bytes the memory limit leaves after the non-expert bytes and the
+engine's anonymous memory (`appliance.analysis.capacity`, shared with the sweep), each expert
+costing its own layer's bytes. An LRU replay of the trial's trace under that byte budget (one
 global pool, MoE atomic events) gives the expert misses; each miss reads one expert. The
 ratio measured/predicted then says how far the kernel's paging (4 KiB faults, readahead,
 page-cache reclaim that is not LRU over experts) is from that idealized cache.
@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from appliance.analysis.capacity import anon_bytes, capacity_for, model_experts
+from appliance.analysis.capacity import anon_bytes, budget_for, model_experts
 from appliance.analysis.contamination import contamination
-from appliance.analysis.sweep_analysis import phase_reads, predicted_reads
+from appliance.analysis.sweep_analysis import phase_reads, predicted_budget_reads
 from appliance.trace.events import trace_events
 from appliance.trace.format import chosen_experts, read_trace
-from appliance.trace.replay import ReplaySetup, replay_one
+from appliance.trace.replay import ReplaySetup, replay_budget
 
 
 def predicted_cold_read(
@@ -28,14 +28,15 @@ def predicted_cold_read(
     trace = read_trace(trace_path)
     experts = model_experts(model_path, trace)
     non_expert, one_expert = experts.non_expert_bytes, experts.one_expert
-    capacity, _ = capacity_for(memory_limit, anon_bytes, experts)
+    budget, _ = budget_for(memory_limit, anon_bytes, experts)
     setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=experts.expert_bytes)
-    lru = replay_one(setup, "lru", int(capacity), "global")
+    lru = replay_budget(setup, "lru", budget, "global")
     predicted = non_expert + int(lru["total"]["bytes_moved"])
     return {
         "policy": "lru",
         "scope": "global",
-        "capacity_experts": int(capacity),
+        "budget_bytes": budget,
+        "capacity_experts": budget // one_expert,
         "expert_bytes": one_expert,
         "non_expert_bytes": non_expert,
         "anon_bytes": anon_bytes,
@@ -58,8 +59,8 @@ def run_trial_contamination(trial: dict[str, Any], trace: Path, model_path: Path
         return {"comparable": True, "checked": False}
     loaded = read_trace(trace)
     experts = model_experts(model_path, loaded)
-    capacity, _ = capacity_for(int(trial["memory_limit"]), anon_bytes(trial), experts)
-    belady = predicted_reads(loaded, capacity, experts)["policies"]["belady"]
+    budget, _ = budget_for(int(trial["memory_limit"]), anon_bytes(trial), experts)
+    belady = predicted_budget_reads(loaded, budget, experts)["belady_bound"]
     return contamination(
         phases["decode"], belady["decode_capacity_read_bytes"], belady["decode_capacity_misses"]
     )

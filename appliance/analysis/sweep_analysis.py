@@ -10,20 +10,21 @@ those routes (`trace_equals_routes`): then its replay is the replay of the route
 """
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for, model_experts
+from appliance.analysis.capacity import ModelExperts, anon_bytes, budget_for, model_experts
 from appliance.analysis.contamination import comparable, flag_sweep_row
 from appliance.analysis.stats import model_read_bytes
 from appliance.core.digests import sha256_bytes
 from appliance.runs.status import TrialStatus
 from appliance.trace import kernels
-from appliance.trace.events import trace_events
+from appliance.trace.events import EventStream, trace_events
 from appliance.trace.format import Trace, read_trace
-from appliance.trace.replay import pool_hits
+from appliance.trace.replay import pool_hits, pool_hits_bytes, pool_objects_bytes
 from appliance.trace.routes import follows_routes
 
 POLICIES = ("lru", "fifo", "least-stale", "belady")
@@ -84,8 +85,41 @@ def probe_summary(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def predicted_reads(trace: Trace, capacity: int, experts: ModelExperts) -> dict[str, Any]:
-    """Per policy, misses (whole trace and decode steps) and decode bytes at capacity, one global
-    pool of (layer, expert) objects; plus the decode steps' compulsory (first-touch) misses."""
+    """Per policy, misses (whole trace and decode steps) and decode bytes at a capacity of whole
+    experts (the engine's expert cache counts in experts), one global pool of (layer, expert)
+    objects; plus the decode steps' compulsory (first-touch) misses."""
+
+    def hits(pool: EventStream, code: int, _sizes: np.ndarray) -> np.ndarray:
+        return pool_hits(pool, code, capacity, None, None)
+
+    return _predicted(trace, experts, hits, capacity, replay_bound=False)
+
+
+def predicted_budget_reads(trace: Trace, budget: int, experts: ModelExperts) -> dict[str, Any]:
+    """The same under a byte budget (what a memory limit leaves, `budget_for`): each expert
+    costs its own layer's bytes. With one expert size everywhere this is the count replay at
+    `budget // size`; with mixed sizes `belady` is furthest-next-use, no longer optimal, and
+    `belady_bound` is the count Belady at `budget // smallest expert` (docs/sweeps.md)."""
+
+    def hits(pool: EventStream, code: int, sizes: np.ndarray) -> np.ndarray:
+        obj_bytes = pool_objects_bytes(sizes, pool, 0, "global")
+        return pool_hits_bytes(pool, code, obj_bytes, budget, "during-event", None)
+
+    mixed = experts.smallest_expert != experts.one_expert
+    return _predicted(trace, experts, hits, budget // experts.smallest_expert, replay_bound=mixed)
+
+
+def _predicted(
+    trace: Trace,
+    experts: ModelExperts,
+    hits_of: Callable[[EventStream, int, np.ndarray], np.ndarray],
+    bound: int,
+    replay_bound: bool,
+) -> dict[str, Any]:
+    """Every policy's misses and decode bytes, and `belady_bound`: the decode capacity misses of
+    the count Belady at `bound` experts (unless `replay_bound`, the `belady` row is it), each
+    charged the smallest expert's bytes, the floor that no cache holding at most `bound`
+    experts at once reads below (contamination's floor)."""
     events = trace_events(trace)
     pool = events.stream
     sizes = np.diff(pool.ptr)
@@ -97,21 +131,31 @@ def predicted_reads(trace: Trace, capacity: int, experts: ModelExperts) -> dict[
     _, first = np.unique(pool.items, return_index=True)
     compulsory = np.zeros(len(pool.items), dtype=bool)
     compulsory[first] = True
+    capacity_miss = decode & ~compulsory
     out: dict[str, Any] = {
         "decode_requests": int(decode.sum()),
         "compulsory_decode_misses": int((compulsory & decode).sum()),
         "policies": {},
     }
+    misses = {}
     for policy in POLICIES:
-        hits = pool_hits(pool, kernels.CODES[policy], capacity, None, None).astype(bool)
-        miss = ~hits
+        miss = misses[policy] = ~hits_of(pool, kernels.CODES[policy], layer_bytes).astype(bool)
         out["policies"][policy] = {
             "misses": int(miss.sum()),
             "decode_misses": int((miss & decode).sum()),
-            "decode_capacity_misses": int((miss & decode & ~compulsory).sum()),
+            "decode_capacity_misses": int((miss & capacity_miss).sum()),
             "decode_read_bytes": int(item_bytes[miss & decode].sum()),
-            "decode_capacity_read_bytes": int(item_bytes[miss & decode & ~compulsory].sum()),
+            "decode_capacity_read_bytes": int(item_bytes[miss & capacity_miss].sum()),
         }
+    bound_miss = misses["belady"]
+    if replay_bound:
+        bound_miss = ~pool_hits(pool, kernels.BELADY, bound, None, None).astype(bool)
+    bound_misses = int((bound_miss & capacity_miss).sum())
+    out["belady_bound"] = {
+        "capacity": bound,
+        "decode_capacity_misses": bound_misses,
+        "decode_capacity_read_bytes": bound_misses * experts.smallest_expert,
+    }
     return out
 
 
@@ -147,14 +191,15 @@ def trial_row(
         row["phase_sum_over_cgroup"] = phases["total"] / cgroup_total
     if trace is None or not tokens or trial.get("status") != TrialStatus.OK:
         return row
-    capacity, clamped = capacity_for(limit, anon, experts)
-    predicted = predicted_reads(trace, capacity, experts)
+    budget, clamped = budget_for(limit, anon, experts)
+    predicted = predicted_budget_reads(trace, budget, experts)
     measured = phases["decode"] if phases is not None else None
     lru = predicted["policies"]["lru"]["decode_read_bytes"]
     belady = predicted["policies"]["belady"]["decode_read_bytes"]
     bandwidth = measured / decode_s if measured is not None and decode_s else None
     row |= {
-        "capacity_experts": capacity,
+        "budget_bytes": budget,
+        "capacity_experts": budget // experts.one_expert,
         "capacity_clamped_to_k": clamped,
         "predicted": predicted,
         "measured_decode_read_bytes": measured,

@@ -4,8 +4,11 @@ Without demand mmap llama.cpp maps and populates the whole file, so every page o
 is resident. With demand mmap (patch 0002, `LLAMA_MMAP_DEMAND=1`) the file is mapped without
 populating it and with random-access advice, so the kernel reads exactly the 4 KiB pages a
 computation touches: each page of a tensor every token uses (attention, norms, routers, shared
-experts, the output head; the token embeddings are counted whole, an over-estimate of at most
-their table), and of a routed expert tensor only the slices of the experts the router chose.
+experts, the output head), of the token embeddings only the rows of the tokens looked up (at
+most `tokens` of them, each row's pages counted whole: at most ceil(row / page) + 1; the whole
+table when it is also the output head, tied, or when the count is unknown), and of a routed
+expert tensor only the slices of the experts the router chose. At a 248,320-token vocabulary
+the table is 540 MB, of which a 28-token run reads a few hundred KiB.
 The header is read with read(2) into the page cache, which the cgroup charges the same way.
 A slice seldom starts or ends on a page boundary, so pages are counted as the union of the
 page-rounded byte ranges, never as bytes.
@@ -16,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from appliance.core.units import PAGE_BYTES
-from appliance.planner.accounting import Accounting
+from appliance.planner.accounting import Accounting, TensorBytes
 from appliance.trace.expert_bytes import expert_slice_bytes
 
 DEMAND_ENV = "LLAMA_MMAP_DEMAND"  # patch 0002's switch: "1" maps the model on demand
+TOKEN_EMBEDDING = "token_embd.weight"  # read by row (get_rows) for each token looked up
+OUTPUT_TENSOR = "output.weight"  # the output head; without it llama.cpp ties it to TOKEN_EMBEDDING
 
 
 def is_demand_mapped(environment: dict[str, str] | None) -> bool:
@@ -39,17 +44,39 @@ def _page_union_bytes(ranges: Iterable[tuple[int, int]]) -> int:
     return total * PAGE_BYTES
 
 
-def resident_file_bytes(acc: Accounting, experts: Iterable[tuple[int, int]] | None = None) -> int:
+def embedding_rows_bytes(tensor: TensorBytes, tokens: int) -> int:
+    """Bytes of the pages that the rows of at most `tokens` tokens of an embedding table touch:
+    each row's pages counted whole, never more than the table's own pages."""
+    rows = max(int(tensor.shape[-1]), 1) if tensor.shape else 1
+    row_pages = -(-(tensor.nbytes // rows) // PAGE_BYTES) + 1
+    table_pages = -(-tensor.nbytes // PAGE_BYTES) + 1
+    return min(table_pages, tokens * row_pages) * PAGE_BYTES
+
+
+def _tied_output(acc: Accounting) -> bool:
+    """Whether the output head is the token embedding table (no `output.weight` of its own)."""
+    return not any(t.name == OUTPUT_TENSOR for t in acc.tensors)
+
+
+def resident_file_bytes(
+    acc: Accounting, experts: Iterable[tuple[int, int]] | None = None, tokens: int | None = None
+) -> int:
     """Bytes of the model file's pages a run holds: the header and every tensor, or with
     `experts` (the (layer, expert) pairs a demand-mapped run's router chose) every non-expert
-    tensor and only those experts' slices of each routed expert tensor."""
+    tensor and only those experts' slices of each routed expert tensor, and with `tokens` as
+    well (the tokens it looked up, at most) only their rows of an untied token embedding."""
     chosen: dict[int, set[int]] | None = None
     if experts is not None:
         chosen = {}
         for layer, expert in experts:
             chosen.setdefault(int(layer), set()).add(int(expert))
+    rows_only = chosen is not None and tokens is not None and not _tied_output(acc)
     ranges = [(0, acc.header_bytes)]
+    extra = 0
     for tensor in acc.tensors:
+        if rows_only and tensor.name == TOKEN_EMBEDDING:
+            extra += embedding_rows_bytes(tensor, int(tokens or 0))
+            continue
         if chosen is None or tensor.group != "routed_experts":
             ranges.append((tensor.offset, tensor.offset + tensor.nbytes))
             continue
@@ -57,4 +84,4 @@ def resident_file_bytes(acc: Accounting, experts: Iterable[tuple[int, int]] | No
         for expert in chosen.get(tensor.layer, ()):
             start = tensor.offset + expert * one
             ranges.append((start, start + one))
-    return _page_union_bytes(ranges)
+    return _page_union_bytes(ranges) + extra

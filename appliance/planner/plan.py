@@ -28,7 +28,13 @@ CUDA_HOST_BYTES = 1 * GiB  # CUDA runtime, driver and pinned staging buffers in 
 # llama.cpp binary and libraries, thread stacks, allocator arenas (CPU build): make demo measured
 # at most 10.3 MiB of anonymous memory and charged library pages beside a 260-token model
 PROCESS_BYTES = 16 * MiB
-VOCAB_BYTES_PER_TOKEN = 128  # tokenizer tables: a token's text, score and attributes, its map entry
+# Per vocabulary token: the GGUF's copy of its text, the vocabulary's entry (text, score,
+# attributes), its token-to-id map node, its cached piece, the sampler's candidate and a logits
+# row. The CI slices measured 90.8 MB (248,320 tokens) and 54.2 MB (151,936) of anonymous memory
+# at the end; less the engine's own compute and KV buffers and the recurrent state, 191 B and
+# 161 B a token above PROCESS_BYTES (docs/limitations.md). 256 keeps the estimate over both.
+VOCAB_BYTES_PER_TOKEN = 256
+KV_CELL_PAD = 256  # llama.cpp pads the KV cache's cells to a multiple of this (ctx 28: 256 cells)
 VRAM_MARGIN = 0.05  # of the VRAM limit kept free
 RAM_MARGIN = 0.05  # of the RAM limit kept free (page tables, kernel, other processes)
 
@@ -133,16 +139,16 @@ def _layer_sets(acc: Accounting) -> tuple[dict[int, int], dict[int, int]]:
     return dense, dict(acc.routed_by_layer)
 
 
+def kv_cells(ctx: int) -> int:
+    """KV cache cells llama.cpp allocates for a context: ctx rounded up to KV_CELL_PAD."""
+    return -(-ctx // KV_CELL_PAD) * KV_CELL_PAD
+
+
 def _cache_bytes(acc: Accounting, ctx: int, layers: set[int]) -> int:
     f = acc.facts
-    kv = (
-        sum(
-            f.head_count_kv[i] * (f.key_length + f.value_length) * 2
-            for i in f.attention_layers
-            if i in layers
-        )
-        * ctx
-    )
+    kv = sum(
+        f.head_count_kv[i] * (f.key_length + f.value_length) * 2 for i in f.attention_layers if i in layers
+    ) * kv_cells(ctx)
     n_rec = len(f.recurrent_layers) or 1
     rec = f.recurrent_state_bytes * sum(1 for i in f.recurrent_layers if i in layers) // n_rec
     return kv + rec
@@ -397,11 +403,15 @@ def predicted_peak_bytes(
     """Predicted cgroup memory peak of a CPU-only llama.cpp run of this model under `ram_bytes`:
     anonymous memory plus the model file's resident pages (`appliance.planner.pages`: all of
     them, or for a demand-mapped run only the `experts` its router chose), capped by the limit
-    (file pages beyond it are reclaimed rather than charged). The compute buffer is touched
+    (file pages beyond it are reclaimed rather than charged); a demand-mapped run's token
+    embeddings count only the rows of at most `ctx` tokens. The compute buffer is touched
     only as far as the largest batch actually decoded, so a known prompt length narrows it.
     For the runner's predicted-versus-measured table."""
     touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
     plan = make_plan(
         acc, PlanLimits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx, n_ubatch=max(touched_ubatch, 1))
     )
-    return min(ram_bytes, plan.ram_anon + resident_file_bytes(acc, experts))
+    tokens = (
+        None if experts is None else ctx
+    )  # a demand-mapped run reads embedding rows of at most ctx tokens
+    return min(ram_bytes, plan.ram_anon + resident_file_bytes(acc, experts, tokens))

@@ -165,7 +165,7 @@ def check_budget(setup: ReplaySetup, budget: int, scope: str, admission: str = "
         )
 
 
-def _pool_objects_bytes(sizes: np.ndarray, pool: EventStream, j: int, scope: str) -> np.ndarray:
+def pool_objects_bytes(sizes: np.ndarray, pool: EventStream, j: int, scope: str) -> np.ndarray:
     """Bytes of every object of pool j (per-layer pools come in moe_layers order)."""
     if scope == "global":
         return np.repeat(sizes, pool.n_objects // len(sizes))
@@ -271,7 +271,7 @@ def replay_budget(
     share = pool_budget(budget, scope, len(sizes))
 
     def flags_of(pool: EventStream, j: int) -> np.ndarray:
-        obj_bytes = _pool_objects_bytes(sizes, pool, j, scope)
+        obj_bytes = pool_objects_bytes(sizes, pool, j, scope)
         return pool_hits_bytes(pool, code, obj_bytes, share, admission, counts[j])
 
     head = {"policy": policy, "budget_bytes": budget, "scope": scope, "admission": admission}

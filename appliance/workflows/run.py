@@ -356,7 +356,7 @@ def print_report(report: PipelineReport, console: Console) -> None:
             "measured MiB",
             "LRU-predicted MiB",
             "ratio",
-            "capacity (experts)",
+            "expert budget MiB",
             "distinct experts",
         ):
             table.add_column(column)
@@ -366,7 +366,7 @@ def print_report(report: PipelineReport, console: Console) -> None:
                 f"{row['measured_read_bytes'] / 2**20:.1f}",
                 f"{row['predicted_read_bytes'] / 2**20:.1f}",
                 f"{row['ratio']:.2f}",
-                str(row["capacity_experts"]),
+                f"{row['budget_bytes'] / 2**20:.1f}",
                 str(row["distinct_experts"]),
             )
         console.print(table)

@@ -6,9 +6,11 @@ width, the whole embedding and output) through the whole pipeline (`appliance ru
 The slice is synthesized into the test's directory from its profile's model.synth (so the
 pinned size and sha256 must come out byte for byte), run with baseline and demand mmap, and
 the sealed bundle verified: every trial completes, its trace has the slice's layers, experts
-and k, the texts are identical across variants, and decode reads the disk under the limit.
-A profile with `routes:` (the Qwen3-30B-A3B slice: the public trace's first 2 layers, k = 6)
-gets its routes file made from the fixture, and every trial's trace holds exactly those routes.
+and k, the texts are identical across variants, decode reads the disk under the limit, and the
+planner's predicted peak is within 5% of the measured one and never under it at the full
+vocabularies. A profile with `routes:` (the Qwen3-30B-A3B slice: the public trace's first 2
+layers, k = 6) gets its routes file made from the fixture, and every trial's trace holds
+exactly those routes.
 """
 
 import json
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from appliance.analysis.placement import GOAL_PCT
 from appliance.analysis.sweep_analysis import phase_reads, probe_summary
 from appliance.models import skeleton
 from appliance.runs.profile import load_profile
@@ -98,5 +101,12 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
     assert results["byte_identity"]["all_identical"] is True
     if forced is not None:  # the sweep's replay of each trial's trace is the replay of the routes
         assert [row["trace_equals_routes"] for row in results["sweep"]["trials"]] == [True, True]
+    # the planner's peak at these vocabularies (248,320 and 151,936 tokens): within 5% of the
+    # cgroup's and never under, for every trial (a demand-mapped one from its own trace)
+    placement = results["placement"]
+    assert placement["within_goal"] is True, placement["worst"]
+    peaks = {row["trial"]: row["error_pct"]["peak"] for row in placement["trials"]}
+    assert sorted(peaks) == sorted(r["name"] for r in records)
+    assert all(0 <= pct <= GOAL_PCT for pct in peaks.values()), peaks
     verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
     assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -53,6 +53,7 @@ def test_predicted_cold_read_by_hand(fits: bool, model: Path, tmp_path: Path) ->
     assert result == {
         "policy": "lru",
         "scope": "global",
+        "budget_bytes": capacity * one + one - 1,
         "capacity_experts": capacity,
         "expert_bytes": one,
         "non_expert_bytes": non_expert,

@@ -5,19 +5,24 @@ from typing import Any
 
 import pytest
 
-from appliance.analysis.capacity import ModelExperts, anon_bytes, capacity_for
+from appliance.analysis.capacity import ModelExperts, anon_bytes, budget_for
 from appliance.analysis.sweep_analysis import (
     _ratio,
     add_roofline,
     analyze_sweep,
     phase_reads,
+    predicted_budget_reads,
     predicted_reads,
     probe_summary,
     summary_rows,
     trial_row,
 )
 from appliance.trace.synth import TraceSynthSpec, synth_trace
-from tests.unit.runs.independent_traces import hand_trace, reference_decode_reads
+from tests.unit.runs.independent_traces import (
+    hand_trace,
+    reference_budget_decode_reads,
+    reference_decode_reads,
+)
 
 EXPERT = 1_000_000
 EXPERTS = ModelExperts(
@@ -51,10 +56,10 @@ def test_phase_reads_are_differences_of_the_cumulative_counters() -> None:
     assert phase_reads({"io": _io(-1, -1, -1)}) is None  # /proc/self/io was unreadable
 
 
-def test_capacity_is_what_the_limit_leaves_and_never_below_k() -> None:
+def test_the_budget_is_what_the_limit_leaves_and_never_below_k_experts() -> None:
     limit = 5_000_000 + 20_000_000 + 10 * EXPERT + 999
-    assert capacity_for(limit, 20_000_000, EXPERTS) == (10, False)
-    assert capacity_for(5_000_000 + 2 * EXPERT, 0, EXPERTS) == (4, True)
+    assert budget_for(limit, 20_000_000, EXPERTS) == (10 * EXPERT + 999, False)
+    assert budget_for(5_000_000 + 2 * EXPERT, 0, EXPERTS) == (4 * EXPERT, True)
 
 
 def test_the_model_s_experts_as_the_sweep_records_them() -> None:
@@ -231,24 +236,37 @@ def test_decode_reads_match_the_plain_python_reference(capacity: int) -> None:
         TraceSynthSpec(n_layers=4, n_experts=32, k=4, n_prompt=12, n_ubatch=6, n_decode=40, seed=5)
     )
     predicted = predicted_reads(trace, capacity, HAND)
+    _assert_reference(predicted, lambda policy: reference_decode_reads(trace, policy, capacity, LAYER_BYTES))
+
+
+def _assert_reference(predicted: dict[str, Any], reference_of: Any) -> None:
+    """Every policy's decode requests, misses and bytes equal the plain-Python reference's."""
     for policy in ("lru", "fifo", "least-stale", "belady"):
-        reference = reference_decode_reads(trace, policy, capacity, LAYER_BYTES)
+        reference = reference_of(policy)
         row = predicted["policies"][policy]
         assert predicted["decode_requests"] == reference["decode_requests"], policy
         assert row["decode_misses"] == reference["decode_misses"], policy
         assert row["decode_read_bytes"] == reference["decode_read_bytes"], policy
 
 
+# The hand trace's decode steps cycle through A and B of every layer: 2 x k x (1+2+3+5) MB =
+# 88 MB. A budget that leaves less than one expert of a layer beside the other 2L - 1 events
+# (88 MB - k x 5 MB + 5 MB at most, for the 5 MB layer) has LRU and FIFO evict all of an
+# event's experts before they come back: every decode request misses.
+THRASHING_BUDGET = 2 * 4 * sum(LAYER_BYTES.values()) - 4 * 5 * EXPERT  # 68 MB
+
+
 def test_trial_row_ratios_by_hand() -> None:
-    """The row's capacity and ratios from the hand trace's known reads, never from the row."""
+    """The row's budget and ratios from the hand trace's known reads, never from the row."""
     hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
     anon = 1_000_000
-    limit = anon + HAND.non_expert_bytes + hand.thrashing_capacity * 5 * EXPERT  # one = 5 MB
+    limit = anon + HAND.non_expert_bytes + THRASHING_BUDGET
     measured = 300 * EXPERT
     trial = _trial("001-hand", limit, 4.0, measured, tokens=8)
     row = trial_row(trial, hand.trace, HAND, 50 * EXPERT)
     lru = 8 * 4 * sum(LAYER_BYTES.values())
-    assert row["capacity_experts"] == hand.thrashing_capacity
+    assert row["budget_bytes"] == THRASHING_BUDGET
+    assert row["capacity_experts"] == THRASHING_BUDGET // (5 * EXPERT)  # 13 of the largest
     assert row["measured_decode_read_bytes"] == measured
     assert row["measured_over_lru"] == pytest.approx(measured / lru)
     assert row["reads_per_token"]["lru"] == pytest.approx(lru / 8)
@@ -258,8 +276,8 @@ def test_trial_row_ratios_by_hand() -> None:
 
 def test_a_limit_leaving_exactly_k_experts_is_not_clamped() -> None:
     exactly = EXPERTS.non_expert_bytes + 4 * EXPERT
-    assert capacity_for(exactly, 0, EXPERTS) == (4, False)
-    assert capacity_for(exactly - 1, 0, EXPERTS) == (4, True)
+    assert budget_for(exactly, 0, EXPERTS) == (4 * EXPERT, False)
+    assert budget_for(exactly - 1, 0, EXPERTS) == (4 * EXPERT, True)
 
 
 def test_a_trace_without_rows_predicts_no_reads() -> None:
@@ -344,10 +362,10 @@ def _phases(measured: int) -> dict[str, int]:
 def test_trial_row_in_full_by_hand() -> None:
     hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
     anon, measured, tokens = 1_000_000, 300 * EXPERT, 8
-    limit = anon + HAND.non_expert_bytes + hand.thrashing_capacity * 5 * EXPERT  # one = 5 MB
+    limit = anon + HAND.non_expert_bytes + THRASHING_BUDGET
     row = trial_row(_trial("001-hand", limit, 4.0, measured, tokens=tokens), hand.trace, HAND, 50 * EXPERT)
     lru = 8 * 4 * sum(LAYER_BYTES.values())
-    belady = reference_decode_reads(hand.trace, "belady", hand.thrashing_capacity, LAYER_BYTES)[
+    belady = reference_budget_decode_reads(hand.trace, "belady", THRASHING_BUDGET, LAYER_BYTES)[
         "decode_read_bytes"
     ]
     predicted = row.pop("predicted")
@@ -369,7 +387,8 @@ def test_trial_row_in_full_by_hand() -> None:
         "phase_reads": _phases(measured),
         "cgroup_block_read_bytes": 10_000 + measured,
         "phase_sum_over_cgroup": 1.0,
-        "capacity_experts": hand.thrashing_capacity,
+        "budget_bytes": THRASHING_BUDGET,
+        "capacity_experts": THRASHING_BUDGET // (5 * EXPERT),
         "capacity_clamped_to_k": False,
         "measured_decode_read_bytes": measured,
         "reads_per_token": {"measured": measured / tokens, "lru": lru / tokens, "belady": belady / tokens},
@@ -575,3 +594,57 @@ def test_a_trial_without_io_counters_is_predicted_but_not_measured() -> None:
     assert row["measured_over_lru"] is row["measured_over_belady"] is None
     assert row["decode_read_bytes_per_s"] is row["disk_fraction"] is None
     assert row["reads_per_token"]["lru"] == row["predicted"]["policies"]["lru"]["decode_read_bytes"] / 8
+
+
+# --- a byte budget with experts of two sizes (a Q4_K_M Qwen3-30B-A3B's) ----------------------
+
+Q6K_EXPERT, Q4K_EXPERT = 3_059_712, 2_654_208  # bytes of one expert, Q6_K and Q4_K ffn_down_exps
+TWO_SIZES = ModelExperts(file_bytes=10**9, expert_bytes={0: Q6K_EXPERT, 1: Q4K_EXPERT}, n_experts=8, k=2)
+
+
+def test_a_limit_is_a_byte_budget_each_layer_s_experts_at_their_own_size() -> None:
+    """Decode cycles A and B of both layers: 2 x k x (Q6_K + Q4_K) = 22,855,680 B, which the
+    budget holds exactly, so LRU misses only first touches; `budget // largest expert` would
+    have been 7 experts, fewer than the cycle's 8: the second cycle would miss one expert of
+    each event (the one LRU evicted while the event before it was admitted)."""
+    hand = hand_trace(layers=2, n_experts=8, k=2, decode_steps=4)
+    cycle = 2 * 2 * (Q6K_EXPERT + Q4K_EXPERT)
+    anon = 1_000_000
+    limit = anon + TWO_SIZES.non_expert_bytes + cycle
+    row = trial_row(_trial("001-two", limit, 4.0, cycle, tokens=4), hand.trace, TWO_SIZES, None)
+    assert (row["budget_bytes"], row["capacity_experts"]) == (cycle, 7)
+    lru = row["predicted"]["policies"]["lru"]
+    assert lru["decode_misses"] == 8 and lru["decode_capacity_misses"] == 0
+    assert lru["decode_read_bytes"] == cycle  # A and B of each layer read once, at their sizes
+    counted = predicted_reads(hand.trace, 7, TWO_SIZES)["policies"]["lru"]
+    assert counted["decode_misses"] == 8 + 4
+    assert counted["decode_read_bytes"] == cycle + 2 * (Q6K_EXPERT + Q4K_EXPERT)
+    assert row["measured_over_lru"] == 1.0
+
+
+@pytest.mark.parametrize("budget", [2 * Q6K_EXPERT, 9_000_000, 16_000_000, 30_000_000])
+def test_budget_replay_of_two_sizes_matches_the_plain_statement(budget: int) -> None:
+    trace = synth_trace(
+        TraceSynthSpec(n_layers=2, n_experts=8, k=2, n_prompt=10, n_ubatch=5, n_decode=40, seed=11)
+    )
+    predicted = predicted_budget_reads(trace, budget, TWO_SIZES)
+    sizes = TWO_SIZES.expert_bytes
+    _assert_reference(predicted, lambda policy: reference_budget_decode_reads(trace, policy, budget, sizes))
+    # the floor: the count Belady at budget // smallest expert, each miss at the smallest size
+    bound = predicted["belady_bound"]
+    counted = reference_decode_reads(trace, "belady", budget // Q4K_EXPERT, sizes)
+    capacity_misses = counted["decode_misses"] - predicted["compulsory_decode_misses"]
+    assert bound == {
+        "capacity": budget // Q4K_EXPERT,
+        "decode_capacity_misses": capacity_misses,
+        "decode_capacity_read_bytes": capacity_misses * Q4K_EXPERT,
+    }
+
+
+def test_with_one_size_the_budget_replay_is_the_count_replay() -> None:
+    trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=32, k=4, n_decode=60, seed=2))
+    for capacity in (4, 17, 60):
+        budget = capacity * EXPERT + EXPERT - 1  # room for capacity experts, not one more
+        by_bytes = predicted_budget_reads(trace, budget, EXPERTS)
+        assert by_bytes == predicted_reads(trace, capacity, EXPERTS)
+        assert by_bytes["belady_bound"]["capacity"] == capacity

@@ -59,7 +59,7 @@ HOMES = {
     "RUN_STATUSES": None,
     "TRIAL_STATUSES": None,
     # the capacity model and which device's reads count (appliance.analysis)
-    "capacity_for": "appliance/analysis/capacity.py",
+    "budget_for": "appliance/analysis/capacity.py",
     "ModelExperts": "appliance/analysis/capacity.py",
     "anon_bytes": "appliance/analysis/capacity.py",
     "model_read_bytes": "appliance/analysis/stats.py",

@@ -120,3 +120,37 @@ def test_a_demand_mapped_run_holds_only_the_chosen_experts_slices(model: Path) -
 )
 def test_demand_mapping_is_patch_0002s_exact_switch(environment: dict[str, str] | None, demand: bool) -> None:
     assert is_demand_mapped(environment) is demand
+
+
+def _embedding_layout(model: Path, tied: bool) -> object:
+    """A 248,320-row Q8_0 table of width 2048 (2,176 B a row, the Qwen3.5 shape's) at a page
+    boundary after the header's page, and an output head of its own unless tied."""
+    acc = account_file(model)
+    table = 248_320 * 2_176
+    tensors = [TensorBytes("token_embd.weight", "Q8_0", (2048, 248_320), table, PAGE_BYTES, "embeddings", -1)]
+    if not tied:
+        tensors.append(
+            TensorBytes("output.weight", "Q8_0", (2048, 248_320), table, PAGE_BYTES + table, "output", -1)
+        )
+    return dataclasses.replace(acc, header_bytes=100, tensors=tensors)
+
+
+def test_a_demand_mapped_run_reads_only_its_tokens_embedding_rows(model: Path) -> None:
+    """A row of 2,176 B spans at most two pages, so 28 tokens hold at most 56 pages of a 540 MB
+    table; the output head is read whole. Without a token count, or without a router's
+    choice (every page mapped), the table counts whole."""
+    hand = _embedding_layout(model, tied=False)
+    table_pages = 248_320 * 2_176 // PAGE_BYTES  # exactly 131,920, from a page boundary
+    head = 1 + table_pages  # the header's page and the output head's
+    assert resident_file_bytes(hand, [], tokens=28) == (head + 28 * 2) * PAGE_BYTES
+    assert resident_file_bytes(hand, []) == (1 + 2 * table_pages) * PAGE_BYTES
+    assert resident_file_bytes(hand, tokens=28) == (1 + 2 * table_pages) * PAGE_BYTES
+    # more tokens than rows' pages: never more than the table's own pages (plus one, for a
+    # table that does not start on a page boundary)
+    assert resident_file_bytes(hand, [], tokens=10**6) == (head + table_pages + 1) * PAGE_BYTES
+
+
+def test_a_tied_output_head_reads_the_whole_embedding_table(model: Path) -> None:
+    hand = _embedding_layout(model, tied=True)
+    table_pages = 248_320 * 2_176 // PAGE_BYTES
+    assert resident_file_bytes(hand, [], tokens=28) == (1 + table_pages) * PAGE_BYTES

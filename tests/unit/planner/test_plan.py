@@ -1,5 +1,6 @@
 """`appliance plan`: exact byte totals, verdicts and arguments, reference plans from evidence/."""
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from gguf import GGUFReader
 
 from appliance.core.units import PAGE_BYTES
 from appliance.planner.accounting import account_file
-from appliance.planner.plan import PlanLimits, make_plan, predicted_peak_bytes
+from appliance.planner.plan import PlanLimits, kv_cells, make_plan, predicted_peak_bytes, process_bytes
 from appliance.planner.reference_plans import write_reference_plans
 from tests.conftest import REPO, run_cli
 from tests.models import tiny_model
@@ -134,3 +135,32 @@ def test_qwen35_35b_reference_is_close_to_the_published_file_size() -> None:
     assert 0 <= doc["size_vs_known"] < 0.01  # the assumed recipe errs slightly large
     assert doc["plan"]["verdict"] == "oversubscribed"
     assert doc["plan"]["env"] == {"LLAMA_MMAP_DEMAND": "1"}
+
+
+def test_the_kv_cache_counts_llama_cpp_s_cells_the_context_rounded_up_to_256() -> None:
+    """The Qwen3-30B-shape slice's engine reported 1,048,576 B of KV cache at ctx 28: 256 cells
+    of 2 attention layers x 4 KV heads x (128 + 128) x 2 B."""
+    assert [kv_cells(n) for n in (1, 28, 256, 257, 4096)] == [256, 256, 256, 512, 4096]
+    acc = account_file(tiny_model("qwen3moe"))
+    per_cell = acc.facts.kv_bytes_per_token()
+
+    def kv(ctx: int) -> int:
+        plan = make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=0, ctx=ctx))
+        return next(b.bytes for b in plan.budget if b.item.startswith("KV cache"))
+
+    assert kv(28) == kv(256) == 256 * per_cell
+    assert kv(257) == 512 * per_cell
+
+
+def test_the_process_estimate_covers_the_anonymous_memory_measured_at_full_vocabularies() -> None:
+    """The CI slices' engines ended with 90,845,184 B (248,320 tokens) and 54,161,408 B
+    (151,936) of anonymous memory, of which their compute buffers and KV caches (as the engine
+    reported them) and Qwen3.5's recurrent state (the planner's figure) were 19,503,514 +
+    524,288 + 6,586,368 and 11,859,395 + 1,048,576 B: 191 B and 161 B a token above 16 MiB."""
+    for vocab, anon, engine_buffers in (
+        (248_320, 90_845_184, 19_503_514 + 524_288 + 6_586_368),
+        (151_936, 54_161_408, 11_859_395 + 1_048_576),
+    ):
+        facts = dataclasses.replace(account_file(tiny_model("qwen3moe")).facts, vocab=vocab)
+        assert process_bytes(facts) >= anon - engine_buffers
+        assert process_bytes(facts) <= (anon - engine_buffers) * 1.4  # not absurdly over either

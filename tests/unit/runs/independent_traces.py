@@ -14,12 +14,14 @@ first touches miss.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from appliance.trace.events import trace_events
+from appliance.trace.events import EventStream, trace_events
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, Trace, row_dtype
 from appliance.trace.synth import TraceSynthSpec, synth_header
+from tests.unit.trace.test_replay_bytes import reference_bytes
 from tests.unit.trace.test_replay_semantics import reference_hits
 
 
@@ -64,7 +66,24 @@ def reference_decode_reads(
     """Decode misses and bytes of one policy in one global pool, from the plain-Python
     reference replay and a decode mask read row by row (not the code under test's)."""
     stream = trace_events(trace).stream
-    hits = reference_hits(policy, stream, capacity)
+    return _decode_reads(trace, stream, reference_hits(policy, stream, capacity), expert_bytes)
+
+
+def reference_budget_decode_reads(
+    trace: Trace, policy: str, budget: int, expert_bytes: dict[int, int]
+) -> dict[str, int]:
+    """The same under a byte budget, each expert costing its layer's bytes (`during-event`),
+    from the plain statement of the byte semantics in tests/unit/trace/test_replay_bytes.py."""
+    stream = trace_events(trace).stream
+    layers = trace.moe_layers
+    sizes = [expert_bytes[layers[x // trace.n_experts]] for x in range(stream.n_objects)]
+    hits = reference_bytes(policy, stream, sizes, budget, after=False)
+    return _decode_reads(trace, stream, hits, expert_bytes)
+
+
+def _decode_reads(
+    trace: Trace, stream: EventStream, hits: Any, expert_bytes: dict[int, int]
+) -> dict[str, int]:
     kind_of_step: dict[int, int] = {}
     for row in trace.rows:
         kind_of_step[int(row["step"])] = int(row["kind"])
