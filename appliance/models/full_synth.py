@@ -9,8 +9,8 @@ variance 1 / fan-in), so every activation stays finite through all layers; layer
 embedding dominates the residual. Norms are 1. Routers
 (ffn_gate_inp) are noise plus `skew` x a Zipf popularity read from a constant component of
 every token embedding (dimension 0), the tiny synth's popularity control; the tiny synth's
-cluster locality needs designed embeddings and is left out here (the real-routing issue
-calibrates routing).
+drift along the token walk (its calibration to real routing) needs designed embeddings and is
+left out here.
 
 The file is written in one streaming pass with bounded memory: the header, then each tensor's
 data in chunks of about CHUNK_BYTES, each tensor drawn from its own generator seeded by

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.core.errors import ConfigError
 from appliance.core.paths import repo_root
 from appliance.release.vendored import VENDORED
 from appliance.trace.format import Trace
@@ -43,6 +44,11 @@ def real_traces() -> list[tuple[str, Trace]]:
     for entry in VENDORED:
         if entry.path.endswith(".route.csv"):
             path = repo_root() / entry.path
+            if not path.is_file():
+                raise ConfigError(
+                    f"{path}: no such file; the real range needs the repository's real traces "
+                    "(run from a checkout, or set APPLIANCE_ROOT to one)"
+                )
             out.append((path.name, import_trace(path, "route-trace-csv", None, None)))
     return out
 
