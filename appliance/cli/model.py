@@ -50,7 +50,10 @@ def model_group() -> None:
     type=finite(min=0),
     default=1.0,
     show_default=True,
-    help="Router structure: 0 uniform random, 1 heavy-tailed (tiny models: with strong locality).",
+    help=(
+        "Router popularity: 0 none, 1 the calibrated tail (tiny models: inside real routing's "
+        "range at 128 experts, k = 4; --like: heavy Zipf, uncalibrated). docs/trace-format.md."
+    ),
 )
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(

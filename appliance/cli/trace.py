@@ -18,7 +18,7 @@ from appliance.cli.options import (
     strict_json,
 )
 from appliance.core import atomic
-from appliance.core.errors import ConfigError
+from appliance.core.errors import ApplianceError, ConfigError
 from appliance.trace.names import ADMISSIONS, EXPORT_FORMATS, IMPORT_FORMATS, POLICIES
 
 if TYPE_CHECKING:
@@ -543,6 +543,45 @@ def compare_cmd(first: Path, second: Path, as_json: bool) -> None:
     middle = max(len(r[1]) for r in rows)
     for label, left, right in rows:
         click.echo(f"{label:<{width}}  {left:>{middle}}  {right}")
+
+
+@trace_group.command("calibration")
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@json_option
+def calibration_cmd(trace_path: Path, as_json: bool) -> None:
+    """TRACE's decode locality beside the range of the three real traces, statistic by
+    statistic (exit 1 when one lies outside)."""
+    from appliance.trace.calibration import outside, real_range, statistics
+    from appliance.trace.format import read_trace
+    from appliance.trace.locality import locality
+
+    ranges = real_range()
+    loc = locality(read_trace(trace_path))
+    misses = outside(loc, ranges)
+    rows: list[dict[str, Any]] = [
+        {"statistic": name, "values": values, "real_min": ranges[name][0], "real_max": ranges[name][1]}
+        for name, values in statistics(loc).items()
+    ]
+    if as_json:
+        _emit({"trace": trace_path.name, "statistics": rows, "outside": misses})
+    else:
+        width = max(len(r["statistic"]) for r in rows)
+        click.echo(f"{'statistic':<{width}}  {'this trace':>15}  real range")
+        for r in rows:
+            vals = r["values"]
+            shown = _pct(vals[0]) if len(vals) == 1 else f"{_pct(min(vals))}-{_pct(max(vals))}"
+            if r["statistic"] == "hottest / uniform":
+                shown, real = f"{vals[0]:.1f}", f"{r['real_min']:.1f} .. {r['real_max']:.1f}"
+            else:
+                real = f"{_pct(r['real_min'])} .. {_pct(r['real_max'])}"
+            mark = "" if not any(m.startswith(r["statistic"] + ":") for m in misses) else "  OUTSIDE"
+            click.echo(f"{r['statistic']:<{width}}  {shown:>15}  {real}{mark}")
+    if misses:
+        raise ApplianceError(
+            f"{len(misses)} of {len(rows)} statistics of {trace_path.name} outside the real range"
+        )
+    if not as_json:
+        click.echo(f"all {len(rows)} statistics inside the real range")
 
 
 COMMANDS: list[click.Command] = [trace_group]

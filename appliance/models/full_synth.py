@@ -9,8 +9,8 @@ variance 1 / fan-in), so every activation stays finite through all layers; layer
 embedding dominates the residual. Norms are 1. Routers
 (ffn_gate_inp) are noise plus `skew` x a Zipf popularity read from a constant component of
 every token embedding (dimension 0), the tiny synth's popularity control; the tiny synth's
-cluster locality needs designed embeddings and is left out here (the real-routing issue
-calibrates routing).
+drift along the token walk (its calibration to real routing) needs designed embeddings and is
+left out here.
 
 The file is written in one streaming pass with bounded memory: the header, then each tensor's
 data in chunks of about CHUNK_BYTES, each tensor drawn from its own generator seeded by
@@ -36,13 +36,14 @@ from appliance.host.filesystems import refuse_unfit_target
 from appliance.models import blocks, skeleton
 from appliance.models.synth import add_tokenizer, digest_gguf, stream_gguf
 from appliance.models.vocab import padded_vocab
-from appliance.models.weights import POPULARITY_GAIN, name_key, zipf_popularity
+from appliance.models.weights import name_key, zipf_popularity
 
 FULL_SYNTH_FORMAT = 1  # bump when the same input and seed would produce different bytes
 CHUNK_BYTES = 16 << 20  # tensor bytes generated and written at a time
 OUTPUT_GAIN = 0.1  # layer outputs stay small so the token embedding dominates the residual
 EMBED_AMAX = 1.0  # token embedding values lie in [-1, 1] ...
 EMBED_SHARED = 4.0  # ... apart from dimension 0, the constant the routers' popularity reads
+POPULARITY_GAIN = 2.0  # router weight on dimension 0 for the most popular expert (Zipf 1 / rank)
 HEADER_SLACK = 1 << 20  # metadata and tensor infos besides the tokens, an upper bound
 TOKEN_BYTES = 8 + 4 + len("[synth]")  # a filler token in the header: length, type, text (+ digits)
 OUTPUT_PROJECTIONS = ("attn_output", "ssm_out", "ffn_down_exps", "ffn_down_shexp")

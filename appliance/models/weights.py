@@ -2,16 +2,27 @@
 
 The residual stream is dominated by the token embedding (every layer writes only a small
 update), so the router input is, to first order, the embedding of the current token. An
-embedding has three parts on separate coordinates: a constant component (dim 0), a
-cluster component (dims 1..CLUSTERS) and a random "free" part (the rest).
+embedding has two parts on separate coordinates: a constant component (dim 0) and a random
+"free" part (the rest).
 
 - The LM head maps the free part of token v's embedding to token next(v), a fixed walk
-  that visits every normal token and stays inside one cluster for a stretch: greedy decoding
-  follows the walk, consecutive tokens share a cluster.
-- A router row is random noise on the free dimensions (uniform routing, `skew` 0) plus
-  `skew` times a structured part: a Zipf popularity read from the constant component
-  (heavy-tailed expert popularity per layer) and a bonus for the experts preferred by each
-  cluster (locality: a token routes like the previous one). `skew` 1 is strongly structured.
+  that visits every normal token: greedy decoding follows the walk (no token repeats within
+  a cycle of the walk).
+- Along the walk the free parts drift: each is DRIFT_SHARE of a slowly varying component
+  (correlation DRIFT_CORRELATION from one walk token to the next) plus fresh noise, so a
+  token routes a little like the tokens before it, less so the further back (real routing's
+  temporal locality), while the next token's own free part still wins the LM head by far.
+- A router row is random noise on the free dimensions plus `skew` times a popularity read
+  from the constant component: 1 / rank ** POPULARITY_EXPONENT over a random ranking of the
+  experts, times POPULARITY_GAIN (heavy-tailed expert popularity per layer). `skew` 0 leaves
+  the noise only (no popular experts).
+
+The constants are calibrated so that a model of 128 experts, k = 4 (the demo's) decoding
+64 tokens lies inside the range of three real models' traces on the locality statistics
+(appliance.trace.calibration; docs/trace-format.md, "Synthetic routing against real
+routing"). An earlier design gave every token a cluster (stretches of the walk) whose
+preferred k experts got a large bonus, so consecutive tokens chose nearly the same experts:
+88% next-token reuse, where real models keep 18-38%.
 
 Every tensor's values come from a generator seeded by (seed, tensor name): the bytes do not
 depend on write order or chunking.
@@ -29,10 +40,11 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from appliance.models.shapes import Layout, TensorSpec
 from appliance.models.vocab import Vocab
 
-CLUSTERS = 8
-EMBED_SHARED = 4.0  # size of the constant and cluster components of an embedding
-POPULARITY_GAIN = 2.0  # router weight on the constant component for the most popular expert
-CLUSTER_GAIN = 1.0  # router weight on the cluster component for a cluster's preferred experts
+EMBED_SHARED = 4.0  # size of the constant component of an embedding
+POPULARITY_GAIN = 1.58  # router weight on the constant component for the most popular expert
+POPULARITY_EXPONENT = 0.11  # popularity 1 / rank ** this: a mild tail, most experts in use
+DRIFT_SHARE = 0.39  # variance share of an embedding's free part that drifts along the walk
+DRIFT_CORRELATION = 0.969  # correlation of the drifting part between consecutive walk tokens
 F16_EXPERT_EXPONENT = 9  # expert f16 values: random sign and mantissa, magnitude in [2^-6, 2^-5)
 Q8_0_SCALE = np.float16(2.0**-12)  # expert q8_0 blocks: random int8 times this scale
 
@@ -48,50 +60,56 @@ def rng_for(seed: int, name: str) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class Design:
-    """The pieces shared by several tensors: embeddings, the token walk, token clusters."""
+    """The pieces shared by several tensors: embeddings and the token walk."""
 
     embeddings: np.ndarray  # (n_vocab, embd) float32
     next_token: np.ndarray  # (n_vocab,) int, -1 for tokens off the walk (specials)
-    cluster: np.ndarray  # (n_vocab,) int, -1 for specials
     free_dims: slice
+
+
+def drifting_noise(rng: np.random.Generator, n: int, width: int) -> np.ndarray:
+    """n rows of unit-variance noise whose rows drift: row i is sqrt(DRIFT_SHARE) x an AR(1)
+    process (correlation DRIFT_CORRELATION from row i - 1) plus fresh noise for the rest."""
+    fresh = rng.standard_normal((n, width), dtype=np.float32)
+    steps = rng.standard_normal((n, width), dtype=np.float32)
+    slow = np.empty((n, width), dtype=np.float32)
+    slow[0] = steps[0]
+    keep, add = DRIFT_CORRELATION, np.sqrt(1.0 - DRIFT_CORRELATION**2)
+    for i in range(1, n):
+        slow[i] = keep * slow[i - 1] + add * steps[i]
+    mixed = np.sqrt(DRIFT_SHARE) * slow + np.sqrt(1.0 - DRIFT_SHARE) * fresh
+    return mixed.astype(np.float32)
 
 
 def make_design(layout: Layout, vocab: Vocab) -> Design:
     seed, embd, n_vocab = layout.spec.seed, layout.dims.embd, layout.n_vocab
     rng = rng_for(seed, "design")
-    free = slice(1 + CLUSTERS, embd)
+    free = slice(1, embd)
     emb = np.zeros((n_vocab, embd), dtype=np.float32)
-    emb[:, free] = rng.standard_normal((n_vocab, embd - 1 - CLUSTERS), dtype=np.float32)
+    emb[:, free] = rng.standard_normal((n_vocab, embd - 1), dtype=np.float32)
     emb[:, 0] = EMBED_SHARED
     walk = rng.permutation(np.array(vocab.normal_ids))
+    emb[walk, free] = drifting_noise(rng, len(walk), embd - 1)
     next_token = np.full(n_vocab, -1, dtype=np.int64)
-    cluster = np.full(n_vocab, -1, dtype=np.int64)
-    for i, tok in enumerate(walk):
-        next_token[tok] = walk[(i + 1) % len(walk)]
-        cluster[tok] = i * CLUSTERS // len(walk)
-        emb[tok, 1 + cluster[tok]] = EMBED_SHARED
-    return Design(emb, next_token, cluster, free)
+    next_token[walk] = np.roll(walk, -1)
+    return Design(emb, next_token, free)
 
 
-def zipf_popularity(rng: np.random.Generator, experts: int) -> np.ndarray:
-    """Popularity 1/rank over a random ranking of the experts, in (0, 1]."""
+def zipf_popularity(rng: np.random.Generator, experts: int, exponent: float = 1.0) -> np.ndarray:
+    """Popularity 1 / rank ** exponent over a random ranking of the experts, in (0, 1]."""
     rank = rng.permutation(experts)
-    return (1.0 / (rank + 1.0)).astype(np.float32)
+    return (1.0 / (rank + 1.0) ** exponent).astype(np.float32)
 
 
 def router(layout: Layout, design: Design, t: TensorSpec) -> np.ndarray:
-    """ffn_gate_inp rows (experts, embd): noise on free dims plus skew x structure."""
+    """ffn_gate_inp rows (experts, embd): noise on free dims plus skew x popularity."""
     spec, embd = layout.spec, layout.dims.embd
     rng = rng_for(spec.seed, t.name)
     n_free = embd - design.free_dims.start
     w = np.zeros((spec.experts, embd), dtype=np.float32)
     w[:, design.free_dims] = rng.standard_normal((spec.experts, n_free)) / np.sqrt(n_free)
-    pop = zipf_popularity(rng, spec.experts)
+    pop = zipf_popularity(rng, spec.experts, POPULARITY_EXPONENT)
     w[:, 0] += spec.skew * POPULARITY_GAIN * pop
-    p = pop / pop.sum()
-    for c in range(CLUSTERS):
-        preferred = rng.choice(spec.experts, size=spec.used, replace=False, p=p)
-        w[preferred, 1 + c] += spec.skew * CLUSTER_GAIN
     return w
 
 

@@ -12,10 +12,13 @@ import pytest
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Status
 from appliance.evidence.compare import REPRODUCED
+from appliance.trace.calibration import TINY_OUTSIDE, outside, outside_names, real_range
+from appliance.trace.format import read_trace
+from appliance.trace.locality import locality
 from tests.conftest import run_cli
 from tests.e2e.conftest import DemoRun, make, user_env
 
-MODEL_BYTES = 417_356_704  # tiny-oversub's model file
+MODEL_BYTES = 405_035_936  # tiny-oversub's model file
 
 
 def trials(run: Path) -> list[dict[str, Any]]:
@@ -69,6 +72,12 @@ def test_make_demo_sweeps_the_miniature_and_predicts_its_reads(demo_run: DemoRun
     for row in smallest:  # capacity misses, not first touches, dominate at the smallest limit
         lru = row["predicted"]["policies"]["lru"]
         assert lru["decode_capacity_misses"] >= 0.5 * lru["decode_misses"], row
+
+    # the model's own routing, 64 decode tokens: inside the real range (tests/e2e/test_tracer.py)
+    for trial in sorted(run.glob("trials/*/trace.moetrace")):
+        loc = locality(read_trace(trial))
+        missed = outside_names(loc, real_range())
+        assert missed <= TINY_OUTSIDE, (trial, outside(loc, real_range()))
 
     manifest = (run / "manifest.json").read_text()
     for plot in ("sweep_decode_tps.png", "sweep_reads_per_token.png", "sweep_disk_fraction.png"):

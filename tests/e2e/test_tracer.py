@@ -8,8 +8,14 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from rich.console import Console
 
+from appliance.core.digests import sha256_file
+from appliance.runs.profile import load_profile
+from appliance.trace.calibration import PER_LAYER_REUSE, TINY_OUTSIDE, outside, outside_names, real_range
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, read_trace
+from appliance.trace.locality import locality
+from appliance.workflows.run import ensure_synth_model
 from tests.e2e.conftest import run_tracer
 from tests.models import tiny_model
 
@@ -142,7 +148,9 @@ def test_skewed_routers_touch_fewer_experts(engine_bin: Path, tmp_path: Path) ->
         f"distinct experts per layer over 64 decode steps: skew 0 {distinct[0.0]}, "
         f"skew 2 {distinct[2.0]}, ratio {ratio:.2f}"
     )
-    assert ratio < 0.5
+    # the calibrated popularity is a mild tail (real models' traces touch 28-52% of the pairs):
+    # skew 2 touched 0.64 of what uniform routers touch here (61 of 64 experts per layer)
+    assert ratio < 0.75
 
 
 def test_prefetch_under_demand_paging_changes_no_result(engine_bin: Path, tmp_path: Path) -> None:
@@ -228,3 +236,23 @@ def test_disk_probe_refuses_bad_options_in_one_line(
     lines = result.stderr.decode().splitlines()
     assert lines == [f"llama-moe-trace: error: {reason}"]
     assert not (tmp_path / "p.json").exists()
+
+
+def test_the_demo_models_routing_lies_in_the_real_range(engine_bin: Path, tmp_path: Path) -> None:
+    """`make demo`'s model (profile tiny-oversub), its sweep's 64 decode tokens: every locality
+    statistic inside the range of the three real traces but those TINY_OUTSIDE names (why: in
+    appliance/trace/calibration.py), headline statistics always inside."""
+    profile = load_profile("tiny-oversub")
+    model = ensure_synth_model(profile, tmp_path / "models", Console(quiet=True))
+    assert sha256_file(model) == profile.model.sha256  # the pinned model, byte for byte
+    assert profile.sweep is not None and profile.sweep.n_predict == 64
+    decode = ("-n", str(profile.sweep.n_predict), "--ignore-eos")
+    run = run_tracer(engine_bin, model, tmp_path / "run", *decode, prompt=profile.schedule.prompt)
+    loc = locality(read_trace(run.trace))
+    assert loc["decode_tokens"] == 64
+    missed = outside_names(loc, real_range())
+    assert missed <= TINY_OUTSIDE, outside(loc, real_range())
+    assert not missed & {"pairs touched", "hottest / uniform", "next-token reuse", PER_LAYER_REUSE}
+    again = run_tracer(engine_bin, model, tmp_path / "again", *decode, prompt=profile.schedule.prompt)
+    assert again.text == run.text and len(run.text) > 0  # greedy decoding stays deterministic
+    assert again.trace.read_bytes() == run.trace.read_bytes()

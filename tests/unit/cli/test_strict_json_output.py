@@ -104,6 +104,7 @@ REFUSE: dict[str, list[str]] = {
     "release-check": ["--help"],  # a whole release check takes minutes; its JSON writer is shared
     "run": ["tiny-oversub", "--dry-run", "--models", "{models}"],
     "sweep": ["tiny-oversub", "--dry-run", "--models", "{models}"],
+    "trace calibration": ["{trace}"],  # a tiny synthetic trace: outside the real range, exit 1
 }
 
 

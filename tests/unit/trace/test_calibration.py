@@ -1,0 +1,91 @@
+"""The range of real routing (`appliance.trace.calibration`): computed from the three vendored
+traces, and which statistics of a trace fall outside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.trace.calibration import (
+    PER_LAYER_REUSE,
+    TINY_OUTSIDE,
+    outside,
+    real_range,
+    real_traces,
+    statistics,
+)
+from appliance.trace.format import write_trace
+from appliance.trace.locality import locality
+from tests.conftest import run_cli
+from tests.unit.trace.test_locality import TABLE, hand_trace
+from tests.unit.trace.test_route_import import FIXTURES, cli_import
+
+
+@pytest.fixture(scope="module")
+def ranges() -> dict[str, tuple[float, float]]:
+    return real_range()
+
+
+def test_the_range_spans_issue_34s_table(ranges: dict[str, tuple[float, float]]) -> None:
+    assert sorted(name for name, _ in real_traces()) == sorted(TABLE)
+    touched, hottest, reuse = zip(*TABLE.values(), strict=True)
+    low, high = ranges["pairs touched"]
+    assert (round(100 * low, 1), round(100 * high, 1)) == (min(touched), max(touched))
+    low, high = ranges["hottest / uniform"]
+    assert (round(low, 1), round(high, 1)) == (min(hottest), max(hottest))
+    low, high = ranges["next-token reuse"]
+    assert (round(100 * low, 1), round(100 * high, 1)) == (min(reuse), max(reuse))
+    # per layer: every layer of every trace (Qwen3-30B's layer 0 keeps 6.7%, its layer 30 67.1%)
+    low, high = ranges[PER_LAYER_REUSE]
+    assert low < 0.067 and round(high, 3) == 0.671
+    assert len(ranges) == 19  # 4 + 9 distance buckets + 2 policies x 3 capacities
+    assert set(ranges) >= TINY_OUTSIDE
+
+
+def test_each_real_trace_lies_inside_the_range(ranges: dict[str, tuple[float, float]]) -> None:
+    for _, trace in real_traces():
+        assert outside(locality(trace), ranges) == []
+
+
+def test_a_value_outside_is_one_line_naming_the_statistic() -> None:
+    loc = locality(hand_trace())
+    stats = statistics(loc)
+    assert stats[PER_LAYER_REUSE] == [0.75, 0.0] and stats["pairs touched"] == [0.875]
+    ranges = {name: (0.0, 1.0) for name in stats} | {"pairs touched": (0.2, 0.5), PER_LAYER_REUSE: (0.1, 0.8)}
+    ranges["hottest / uniform"] = (1.0, 3.0)
+    assert outside(loc, ranges) == [
+        "pairs touched: 0.875 outside the real range 0.2 .. 0.5",
+        "next-token reuse per layer: 0 outside the real range 0.1 .. 0.8",
+    ]
+
+
+def test_cli_prints_each_statistic_beside_the_range(tmp_path: Path) -> None:
+    real = tmp_path / "qwen.moetrace"
+    code, text = cli_import(FIXTURES / "qwen3-30b-a3b-q4_k_m.route.csv", real)
+    assert code == 0, text
+    inside = run_cli("trace", "calibration", str(real))
+    assert inside.returncode == 0, inside.stderr
+    lines = inside.stdout.splitlines()
+    assert lines[0].split() == ["statistic", "this", "trace", "real", "range"]
+    assert lines[1].split() == ["pairs", "touched", "49.8%", "28.0%", "..", "52.3%"]
+    assert lines[2].split() == ["hottest", "/", "uniform", "20.8", "20.2", "..", "53.0"]
+    assert lines[-1] == "all 19 statistics inside the real range"
+
+    hand = tmp_path / "hand.moetrace"
+    trace = hand_trace()
+    write_trace(hand, trace.header, trace.rows)
+    refused = run_cli("trace", "calibration", str(hand))
+    assert refused.returncode == 1
+    assert refused.stderr == "error: 16 of 19 statistics of hand.moetrace outside the real range\n"
+    assert "pairs touched                         87.5%  28.0% .. 52.3%  OUTSIDE" in refused.stdout
+
+
+def test_without_the_real_traces_the_range_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("trace", "calibration", str(tmp_path / "x"), env={"APPLIANCE_ROOT": str(tmp_path)})
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"error: {tmp_path}/tests/fixtures/real-routes/qwen3-30b-a3b-q4_k_m.route.csv: no such file; "
+        "the real range needs the repository's real traces (run from a checkout, or set "
+        "APPLIANCE_ROOT to one)\n"
+    )
