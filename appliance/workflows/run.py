@@ -162,13 +162,20 @@ def run_prepared(
     )
 
 
+def timeout_read_bps(probe: dict[str, Any] | None) -> float | None:
+    """The read rate a trial's timeout assumes: the disk probe's QD1 rate for page-size reads,
+    its slowest, since a demand-paged engine (MADV_RANDOM) reads one page per fault; None
+    without a probe."""
+    return probe_summary(probe)["page_qd1_bytes_per_s"] if probe is not None else None
+
+
 def derived_trial_timeout(prepared: PreparedRun, probe: dict[str, Any] | None, console: Console) -> float:
     """Every trial's timeout when --trial-timeout is not given: from the model's size and the
-    disk probe's QD1 rate for expert-size reads (appliance.runs.trial_time), said on the console."""
-    rate = probe_summary(probe)["expert_qd1_bytes_per_s"] if probe is not None else None
+    disk probe's QD1 rate for page-size reads (appliance.runs.trial_time), said on the console."""
+    rate = timeout_read_bps(probe)
     timeout = model_trial_timeout_s(prepared.model.path, prepared.profile.schedule, rate)
     basis = (
-        f"the disk probe's {rate / 2**20:.0f} MiB/s (QD1)"
+        f"the disk probe's {rate / 2**20:.0f} MiB/s (4 KiB reads, QD1)"
         if rate
         else f"an assumed {ASSUMED_READ_BPS >> 20} MiB/s (no disk probe)"
     )
