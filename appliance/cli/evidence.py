@@ -28,7 +28,8 @@ def evidence_group() -> None:
 @evidence_group.command("list")
 @json_option
 def evidence_list(as_json: bool) -> None:
-    """Every finding in evidence/, with its status and the profile that reproduces it."""
+    """Every finding in evidence/, with its status (and successor, when superseded) and the
+    profile that reproduces it."""
     findings = load_findings()
     if as_json:
         click.echo(
@@ -38,6 +39,7 @@ def evidence_list(as_json: bool) -> None:
                         "id": f.id,
                         "origin": f.raw["origin"],
                         "status": f.status,
+                        "superseded_by": f.superseded_by,
                         "profile": f.raw["profile"],
                         "title": f.raw["title"],
                     }
@@ -52,6 +54,7 @@ def evidence_list(as_json: bool) -> None:
         click.echo(
             f"{f.id:<{width}}  {f.raw['origin']:<12} {f.status:<15} "
             f"{f.raw['profile'] or '-':<14} {f.raw['title']}"
+            + (f" ({f.superseded_note})" if f.superseded_by else "")
         )
 
 
@@ -65,7 +68,10 @@ def evidence_show(finding_id: str, as_json: bool) -> None:
         click.echo(strict_json(finding.raw, indent=2))
         return
     raw, scope = finding.raw, finding.scope
-    click.echo(f"{raw['title']}\n{raw['origin']}, {raw['status']}\n\n{raw['summary']}\n")
+    click.echo(f"{raw['title']}\n{raw['origin']}, {raw['status']}")
+    if finding.superseded_by:
+        click.echo(finding.superseded_note)
+    click.echo(f"\n{raw['summary']}\n")
     for metric in raw["metrics"]:
         values = ", ".join(f"{k} {v}" for k, v in metric["values"].items())
         click.echo(f"{metric['name']} ({metric['unit']}): {values}")

@@ -11,7 +11,7 @@ from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core.errors import ApplianceError
 from appliance.core.strict_load import load_json, load_yaml
 from appliance.core.units import size_or_none
-from appliance.evidence.finding import load_findings
+from appliance.evidence.finding import current_ids, load_findings
 from appliance.runs.run_dir import MODEL_INPUT, PROFILE_INPUT, SCHEDULE_INPUT, RunDir
 
 UNTRUSTED_INPUT = "untrusted input"
@@ -107,14 +107,15 @@ class BundleFacts:
 
 
 def claimed_evidence(run_dir: Path, directory: Path | None = None) -> list[str]:
-    """The evidence ids a run's profile says it reproduces (key `evidence` or `reproduces`);
-    for a sweep, the findings with a `sweep` section drawn from the same profile."""
+    """The evidence ids a run's profile says it reproduces (key `evidence` or `reproduces`),
+    each superseded one replaced by its successor; for a sweep, the current (not superseded)
+    findings with a `sweep` section drawn from the same profile."""
     facts = BundleFacts.read(run_dir)
     if isinstance(facts.results.get("sweep"), dict):
         return [
             f.id
             for f in load_findings(directory)
-            if "sweep" in f.raw and f.raw["profile"] == facts.profile.get("name")
+            if "sweep" in f.raw and f.raw["profile"] == facts.profile.get("name") and f.superseded_by is None
         ]
     named = facts.profile.get("evidence", facts.profile.get("reproduces")) or []
-    return [named] if isinstance(named, str) else [str(n) for n in named]
+    return current_ids([named] if isinstance(named, str) else [str(n) for n in named], directory)

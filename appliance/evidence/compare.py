@@ -1,7 +1,8 @@
 """Whether a verified run bundle reproduces a finding (`compare`): the scope must match (model
 file, GPU, memory limit, tokens), then every claim must hold (same direction, ratio
 treatment/baseline within the stated tolerance) and byte identity must be what the finding
-says. The verdict is reproduced, not reproduced or not comparable, with the reasons.
+says. The verdict is reproduced, not reproduced or not comparable, with the reasons; a superseded
+finding is never reproduced (not comparable: superseded by its successor, with why).
 """
 
 from collections.abc import Iterable
@@ -150,6 +151,9 @@ def compare(bundle: Path, finding: Finding, verification: Verification) -> Compa
     result = Comparison(
         evidence=finding.id, verdict=NOT_COMPARABLE, untrusted_input=verification.untrusted_input
     )
+    if finding.superseded_by is not None:
+        result.reasons.append(finding.superseded_note)
+        return result
     if not verification.accepted:
         result.reasons.append(
             f"the bundle is {verification.verdict.label}: only a verified, "
@@ -190,7 +194,9 @@ def compare_with_evidence(
     run_dir: Path, verification: Verification, evidence: Iterable[str]
 ) -> list[dict[str, Any]]:
     """The bundle compared with each finding (`Comparison.as_dict()` plus the finding's
-    `title`); a finding missing from evidence/ is not comparable, with the reason."""
+    `title`); a finding missing from evidence/ is not comparable, with the reason, and so is
+    a superseded one named here (automatic lists come through `current_ids`, which names its
+    successor instead)."""
     comparisons: list[dict[str, Any]] = []
     for finding_id in evidence:
         try:

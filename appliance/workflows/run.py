@@ -33,6 +33,7 @@ from appliance.core.units import format_size, parse_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
 from appliance.evidence.compare import REPRODUCED, compare_with_evidence
+from appliance.evidence.finding import current_ids
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
 from appliance.images.build import build_image
@@ -343,14 +344,14 @@ def verify_and_compare(
     evidence: list[str] | None = None,
 ) -> PipelineReport:
     """Verify the bundle against the key that signed it, then compare it with `evidence`
-    (default: the profile's findings)."""
+    (default: the profile's findings, a superseded one replaced by its successor)."""
     pubkey = None
     if key is not None:
         pubkey = signing_public_key(key)
     verification = verify_bundle(outcome.run_dir, pubkey)
     console.print(f"bundle verification: {verification.summary()}", markup=False, soft_wrap=True)
     comparisons = compare_with_evidence(
-        outcome.run_dir, verification, profile.evidence if evidence is None else evidence
+        outcome.run_dir, verification, current_ids(profile.evidence) if evidence is None else evidence
     )
     return PipelineReport(outcome.run_dir, verification, comparisons)
 
