@@ -19,7 +19,9 @@ import numpy as np
 from appliance.analysis.capacity import ModelExperts, anon_bytes, budget_for, model_experts
 from appliance.analysis.contamination import comparable, flag_sweep_row
 from appliance.analysis.stats import model_read_bytes
+from appliance.core import strict_load
 from appliance.core.digests import sha256_bytes
+from appliance.core.errors import ConfigError
 from appliance.runs.status import TrialStatus
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, trace_events
@@ -310,9 +312,12 @@ def trace_equals_routes(trial: dict[str, Any], trace: Trace | None, models_dir: 
     trace, or the routes file beside the model is gone or no longer the one the trial used."""
     routes = trial["routes"]
     path = models_dir / str(routes.get("file"))
-    if trace is None or not path.is_file():
+    if trace is None:
         return None
-    data = path.read_bytes()
+    try:
+        data = strict_load.read_bytes(path)
+    except ConfigError:  # gone, not a regular file, or over strict_load's size bound
+        return None
     if sha256_bytes(data) != routes.get("sha256"):
         return None
     return follows_routes(trace, data, str(path))
