@@ -302,7 +302,9 @@ def simulate(
     _prepare(items.shape[0])
     if code in (FIFO, LRU, LEAST_STALE):
         return _simulate_list(code, ptr, items, ev_step, ev_layer, n_layers, n_obj, capacity)
-    return _simulate_heap(code, ptr, items, ev_step, n_obj, capacity, static_count, next_use)
+    if code == BELADY:
+        return _simulate_belady(ptr, items, n_obj, capacity, next_use)
+    return _simulate_heap(code, ptr, items, ev_step, n_obj, capacity, static_count)
 
 
 @kernel(inline="always")
@@ -449,9 +451,8 @@ def _simulate_heap(
     n_obj: int,
     capacity: int,
     static_count: np.ndarray,
-    next_use: np.ndarray,
 ) -> np.ndarray:
-    """LFU, LFRU, static-hot and Belady over an indexed min-heap of (key, tie) pairs."""
+    """LFU, LFRU and static-hot over an indexed min-heap of (key, tie) pairs."""
     n_events = ptr.shape[0] - 1
     hits = np.zeros(items.shape[0], dtype=np.uint8)
     resident = np.zeros(n_obj, dtype=np.uint8)
@@ -498,10 +499,130 @@ def _simulate_heap(
                 now = ev_step[e] / LFRU_HALF_LIFE_STEPS
                 decayed[x] = np.log2(np.exp2(decayed[x] - now) + 1.0) + now
                 size = _heap_set(hk1, hk2, hobj, where, x, decayed[x], tick, size)
-            elif code == STATIC_HOT:
+            else:  # STATIC_HOT
                 size = _heap_set(hk1, hk2, hobj, where, x, static_count[x], tick, size)
-            else:  # BELADY
-                size = _heap_set(hk1, hk2, hobj, where, x, -float(next_use[i]), x, size)
+    return hits
+
+
+# ---- Belady's heap: a 4-ary min-heap of one int64 key per entry, (furthest - next use) *
+# n_obj + id, so the smallest key is the expert needed furthest in the future, lowest id
+# first: the module doc's (-next event, object id) order, every next use past the trace (NEVER)
+# counted as the same furthest one. A request's next use lies after its event, so a touch only
+# lowers its key: it sifts up, never down.
+
+
+@kernel(inline="always")
+def _key_sift_up(hkey: np.ndarray, hobj: np.ndarray, where: np.ndarray, i: int) -> None:
+    key = hkey[i]
+    x = hobj[i]
+    while i > 0:
+        p = (i - 1) >> 2
+        if key >= hkey[p]:
+            break
+        hkey[i] = hkey[p]
+        hobj[i] = hobj[p]
+        where[hobj[i]] = i
+        i = p
+    hkey[i] = key
+    hobj[i] = x
+    where[x] = i
+
+
+@kernel(inline="always")
+def _key_pop(hkey: np.ndarray, hobj: np.ndarray, where: np.ndarray, size: int) -> int:
+    """Remove the root; return the new size."""
+    where[hobj[0]] = -1
+    size -= 1
+    if size == 0:
+        return 0
+    key = hkey[size]
+    x = hobj[size]
+    i = 0
+    while True:
+        c = 4 * i + 1
+        if c >= size:
+            break
+        for d in range(c + 1, min(c + 4, size)):
+            if hkey[d] < hkey[c]:
+                c = d
+        if hkey[c] >= key:
+            break
+        hkey[i] = hkey[c]
+        hobj[i] = hobj[c]
+        where[hobj[i]] = i
+        i = c
+    hkey[i] = key
+    hobj[i] = x
+    where[x] = i
+    return size
+
+
+@kernel()
+def _simulate_belady(
+    ptr: np.ndarray, items: np.ndarray, n_obj: int, capacity: int, next_use: np.ndarray
+) -> np.ndarray:
+    """Belady with `_simulate_heap`'s events and pins (a victim is the smallest key among
+    unpinned residents), on the single-key heap above."""
+    n_events = ptr.shape[0] - 1
+    hits = np.zeros(items.shape[0], dtype=np.uint8)
+    resident = np.zeros(n_obj, dtype=np.uint8)
+    pin = np.full(n_obj, -1, dtype=np.int64)
+    hkey = np.zeros(n_obj, dtype=np.int64)
+    hobj = np.zeros(n_obj, dtype=np.int64)
+    where = np.full(n_obj, -1, dtype=np.int64)
+    stash_key = np.zeros(n_obj, dtype=np.int64)
+    stash_obj = np.zeros(n_obj, dtype=np.int64)
+    size = 0
+    for e in range(n_events):
+        first = ptr[e]
+        if ptr[e + 1] - first == 1:
+            hits[first] = resident[items[first]]
+        else:
+            first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
+        if first != ptr[e]:
+            # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
+            kept = 0
+            for j in range(size):
+                if pin[hobj[j]] == e:
+                    stash_obj[kept] = hobj[j]
+                    stash_key[kept] = hkey[j]
+                    kept += 1
+                else:
+                    resident[hobj[j]] = 0
+                    where[hobj[j]] = -1
+            size = 0
+            for j in range(kept):
+                hkey[size] = stash_key[j]
+                hobj[size] = stash_obj[j]
+                where[stash_obj[j]] = size
+                _key_sift_up(hkey, hobj, where, size)
+                size += 1
+        for i in range(first, ptr[e + 1]):
+            x = items[i]
+            if not resident[x]:
+                if size == capacity:
+                    n_stash = 0
+                    while pin[hobj[0]] == e:
+                        stash_key[n_stash] = hkey[0]
+                        stash_obj[n_stash] = hobj[0]
+                        n_stash += 1
+                        size = _key_pop(hkey, hobj, where, size)
+                    resident[hobj[0]] = 0
+                    size = _key_pop(hkey, hobj, where, size)
+                    for j in range(n_stash):
+                        hkey[size] = stash_key[j]
+                        hobj[size] = stash_obj[j]
+                        _key_sift_up(hkey, hobj, where, size)
+                        size += 1
+                resident[x] = 1
+                hobj[size] = x
+                where[x] = size
+                size += 1
+            nu = next_use[i]
+            if nu > n_events:
+                nu = n_events
+            hkey[where[x]] = (n_events - nu) * n_obj + x
+            _key_sift_up(hkey, hobj, where, where[x])
     return hits
 
 

@@ -437,3 +437,38 @@ def test_a_moe_layer_without_rows_gets_an_empty_per_layer_pool() -> None:
     first, second = events.pools("per-layer")
     assert (first.ptr.tolist(), first.items.tolist()) == ([0, 2, 4], [0, 2, 1, 3])
     assert (second.ptr.tolist(), second.items.tolist(), second.n_events) == ([0], [], 0)
+
+
+def _hand_stream(events: list[list[int]], n_objects: int) -> EventStream:
+    ptr = np.concatenate(([0], np.cumsum([len(e) for e in events]))).astype(np.int64)
+    n = len(events)
+    return EventStream(
+        ptr=ptr,
+        items=np.array([x for e in events for x in e], dtype=np.int64),
+        step=np.arange(n, dtype=np.int64),
+        layer_index=np.zeros(n, dtype=np.int64),
+        n_objects=n_objects,
+        n_layers=1,
+    )
+
+
+def test_belady_passes_over_a_pinned_furthest_expert() -> None:
+    """Capacity 2. At event 1, expert 1 (hit, never needed again) is the furthest resident
+    but pinned by the event, so 2's miss evicts 0 (needed at event 2); at event 2 the cache
+    holds 1 (never again) and 2 (needed at event 3): 1 goes, and event 3 hits 2."""
+    stream = _hand_stream([[0, 1], [1, 2], [0], [2]], 4)
+    assert pool_hits(stream, kernels.BELADY, 2, None, None).tolist() == [0, 0, 1, 0, 0, 1]
+
+
+def test_belady_keeps_an_oversized_events_highest_ids_and_evicts_furthest_first() -> None:
+    """Capacity 2: event 0 streams 0, 1, 2 and keeps 1 and 2; 3's miss evicts 2 (never needed
+    again) over 1 (needed at event 2); at event 3, 1 (never again) goes before 3 (event 4)."""
+    stream = _hand_stream([[0, 1, 2], [3], [1], [0], [3]], 4)
+    assert pool_hits(stream, kernels.BELADY, 2, None, None).tolist() == [0, 0, 0, 0, 1, 0, 1]
+
+
+def test_belady_breaks_a_tie_in_next_use_by_the_lower_id() -> None:
+    """Capacity 2: 0 and 1 are both needed next at event 3, so 2's miss evicts 0, the lower
+    id, and event 3 misses 0 and hits 1."""
+    stream = _hand_stream([[0], [1], [2], [0, 1]], 3)
+    assert pool_hits(stream, kernels.BELADY, 2, None, None).tolist() == [0, 0, 0, 0, 1]
