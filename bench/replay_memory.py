@@ -1,8 +1,9 @@
 """Peak memory of one replay of a trace file, measured in a fresh process.
 
-`python -m bench.replay_memory TRACE POLICY CAPACITY [SCOPE]` imports the replay, compiles
-its kernels and records its resident set (the interpreter, numpy and numba: what any replay
-pays whatever the trace), then reads and replays the trace as `appliance trace replay` does
+`python -m bench.replay_memory TRACE POLICY CAPACITY [SCOPE]` imports the replay, replays a
+small synthetic trace with the same policy (loading the kernels' machine code) and records
+its resident set (the interpreter, numpy, numba and the kernels: what any replay pays
+whatever the trace), then reads and replays the trace as `appliance trace replay` does
 and prints one JSON line: the file's bytes, that baseline, the peak resident set (VmHWM) and
 the peak over the baseline, the memory the replay of this trace took.
 """
@@ -28,8 +29,11 @@ def main() -> None:
     from appliance.trace.events import trace_events
     from appliance.trace.format import read_trace
     from appliance.trace.replay import ReplaySetup, replay_report
+    from appliance.trace.synth import TraceSynthSpec, synth_trace
 
     kernels.compile_kernels()
+    small = synth_trace(TraceSynthSpec(n_decode=8))  # loads the kernels' machine code
+    replay_report(ReplaySetup(trace_events(small), small.k, None), small.header, [policy], [small.k], scope)
     baseline = _status_kib("VmRSS") * 1024
     trace = read_trace(path)
     setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=None)

@@ -135,17 +135,25 @@ LFRU_HALF_LIFE_STEPS = 8.0
 NEVER = np.iinfo(np.int64).max // 4
 
 
+NEVER32 = np.iinfo(np.int32).max
+
+
 def next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
-    """For each request, the index of the next event requesting the same object (or NEVER)."""
+    """For each request, the index of the next event requesting the same object, or past every
+    event: int32 and NEVER32 when the events' indices fit 32 bits (4 bytes a request), else
+    int64 and NEVER. Only the order of next uses matters to a policy, so both replay alike."""
     _prepare(items.shape[0])
-    return _next_use_events(ptr, items, n_obj)
+    narrow = ptr.shape[0] - 1 < NEVER32
+    out = np.empty(items.shape[0], dtype=np.int32 if narrow else np.int64)
+    return _next_use_events(ptr, items, n_obj, out, NEVER32 if narrow else NEVER)
 
 
 @kernel()
-def _next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
+def _next_use_events(
+    ptr: np.ndarray, items: np.ndarray, n_obj: int, out: np.ndarray, never: int
+) -> np.ndarray:
     n_events = ptr.shape[0] - 1
-    out = np.empty(items.shape[0], dtype=np.int64)
-    upcoming = np.full(n_obj, NEVER, dtype=np.int64)
+    upcoming = np.full(n_obj, never, dtype=np.int64)
     for e in range(n_events - 1, -1, -1):
         for i in range(ptr[e], ptr[e + 1]):
             x = items[i]
@@ -624,6 +632,41 @@ def _simulate_belady(
             hkey[where[x]] = (n_events - nu) * n_obj + x
             _key_sift_up(hkey, hobj, where, where[x])
     return hits
+
+
+def layer_tally(ptr: np.ndarray, hits: np.ndarray, *rest: Any) -> np.ndarray:
+    """Per layer index (columns): requests, hits, decode requests, decode hits (rows), from a
+    pool's per-request hit flags. `rest` is what `_layer_tally` takes after `hits`: the events'
+    layer indices and steps, each step's kind, the decode kind, the number of layers; a step
+    is a decode step when its kind is the decode kind (none is when the kinds are empty)."""
+    _prepare(hits.shape[0])
+    return _layer_tally(ptr, hits, *rest)
+
+
+@kernel()
+def _layer_tally(
+    ptr: np.ndarray,
+    hits: np.ndarray,
+    ev_layer: np.ndarray,
+    ev_step: np.ndarray,
+    step_kind: np.ndarray,
+    decode_kind: int,
+    n_layers: int,
+) -> np.ndarray:
+    out = np.zeros((4, n_layers), dtype=np.int64)
+    known = step_kind.shape[0] > 0
+    for e in range(ptr.shape[0] - 1):
+        j = ev_layer[e]
+        n = ptr[e + 1] - ptr[e]
+        h = 0
+        for i in range(ptr[e], ptr[e + 1]):
+            h += hits[i]
+        out[0, j] += n
+        out[1, j] += h
+        if known and step_kind[ev_step[e]] == decode_kind:
+            out[2, j] += n
+            out[3, j] += h
+    return out
 
 
 def lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
