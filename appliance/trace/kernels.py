@@ -55,9 +55,10 @@ above, with two event models:
   among residents the event did not touch, until the cache fits the budget again (or nothing
   evictable is left: the cache may then end an event over budget).
 
-A touch's tick is the caller's `touch` value of the request: its position in the event for
-`during-event` (ascending id, as above), the position of its last occurrence in the event's
-rows (token-major, slot order) for `after-event`, where a repeated expert is looked up once
+A touch's tick is, for `during-event`, the request's position in the pool's requests plus
+one (ascending id within an event, as above: no per-request array is passed); for
+`after-event`, the caller's `touch` value of the request, the position of its last occurrence
+in the event's rows (token-major, slot order), where a repeated expert is looked up once
 and its later occurrences only refresh it. FIFO's key is the tick at admission; Belady's tie
 among equally distant next uses is the earlier admission. With one size for every object and
 `budget = capacity x size`, `during-event` gives exactly `simulate`'s hits (ties in Belady
@@ -721,7 +722,8 @@ def _lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
 
 def simulate_bytes(code: int, ptr: np.ndarray, items: np.ndarray, *rest: Any) -> np.ndarray:
     """Replay one pool under a byte budget; 1 for every request that hit (see module doc).
-    `rest` is what `_simulate_bytes` takes after `items`: touch, event steps, event layers,
+    `rest` is what `_simulate_bytes` takes after `items`: touch (after-event ticks, read only
+    under after-event), event steps, event layers,
     number of layers, bytes per object, budget, after-event, static counts, next uses."""
     _prepare(items.shape[0])
     return _simulate_bytes(code, ptr, items, *rest)
@@ -842,6 +844,7 @@ def _simulate_bytes(
         order = np.argsort(touch[first:b]) + first if after_event else np.arange(first, b)
         for i in order:
             x = items[i]
+            tick = touch[i] if after_event else i + 1
             if not resident[x]:
                 if not after_event:
                     while used + obj_bytes[x] > budget:
@@ -855,7 +858,7 @@ def _simulate_bytes(
                         used -= obj_bytes[y]
                 resident[x] = 1
                 used += obj_bytes[x]
-                admitted[x] = touch[i]
+                admitted[x] = tick
                 freq[x] = 0
             elif stale:
                 _unlink(prv, nxt, x)
@@ -867,19 +870,19 @@ def _simulate_bytes(
                 k1 = float(admitted[x])
                 k2 = x
             elif code in (LRU, LEAST_STALE):
-                k1 = float(touch[i])
+                k1 = float(tick)
                 k2 = x
             elif code == LFU:
                 k1 = float(freq[x])
-                k2 = touch[i]
+                k2 = tick
             elif code == LFRU:
                 now = ev_step[e] / LFRU_HALF_LIFE_STEPS
                 decayed[x] = np.log2(np.exp2(decayed[x] - now) + 1.0) + now
                 k1 = decayed[x]
-                k2 = touch[i]
+                k2 = tick
             elif code == STATIC_HOT:
                 k1 = float(static_count[x])
-                k2 = touch[i]
+                k2 = tick
             else:  # BELADY
                 k1 = -float(next_use[i])
                 k2 = admitted[x]

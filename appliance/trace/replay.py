@@ -102,7 +102,7 @@ def pool_hits_bytes(
             raise ConfigError("after-event replay needs the events built with row_order=True")
         touch = pool.last_row_slot + 1
     else:
-        touch = np.arange(1, pool.n_requests + 1, dtype=np.int64)
+        touch = np.zeros(0, dtype=np.int64)  # during-event: the kernel's tick is the position + 1
     return kernels.simulate_bytes(
         code,
         pool.ptr,

@@ -15,7 +15,7 @@ import pytest
 from appliance.trace import kernels
 from appliance.trace.events import trace_events
 from appliance.trace.format import ROW_CHUNK, read_trace, write_trace
-from appliance.trace.replay import ReplaySetup, replay_one
+from appliance.trace.replay import ReplaySetup, replay_budget, replay_one
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 
 SPEC = TraceSynthSpec(n_layers=8, n_experts=64, k=8, n_prompt=64, n_ubatch=32, n_decode=40_000, seed=7)
@@ -70,3 +70,21 @@ def test_a_replay_allocates_its_hit_flags_and_belady_its_next_uses(
     assert result["total"]["requests"] == stream.n_requests
     assert peak < per_request * stream.n_requests + (1 << 20)
     assert np.dtype(kernels.next_use_events(stream.ptr, stream.items, stream.n_objects).dtype).itemsize == 4
+
+
+@pytest.mark.parametrize(("policy", "per_request"), [("lru", 1), ("belady", 5)])
+def test_a_byte_budget_replay_during_event_passes_no_tick_per_request(
+    trace_file: Path, policy: str, per_request: int
+) -> None:
+    """Under a byte budget (`during-event`) a request's tick is its position, computed in the
+    kernel: no 8-byte array of ticks a request."""
+    trace = read_trace(trace_file)
+    sizes = {layer: 1000 for layer in trace.moe_layers}
+    setup = ReplaySetup(events=trace_events(trace), k=trace.k, expert_bytes=sizes)
+    stream = setup.events.stream
+    kernels.compile_kernels()
+    replay_budget(setup, policy, 64_000, "global")  # compiles the kernels for these types
+    result, peak = _peak(lambda: replay_budget(setup, policy, 64_000, "global"))
+    assert result["total"]["requests"] == stream.n_requests
+    assert result["total"]["hits"] == replay_one(setup, policy, 64, "global")["total"]["hits"]
+    assert peak < per_request * stream.n_requests + (1 << 20)
