@@ -107,10 +107,11 @@ release-check: venv ## what git tracks may be published (history included)
 	$(APPLIANCE) release-check --history
 	$(APPLIANCE) evidence list
 
-# Route replay speed against libCacheSim on the same requests (one core), and the
-# one-pass LRU curve against 50 libCacheSim runs.
+# Route replay speed against libCacheSim on the same requests (one core), replay memory
+# against the trace file's size (100k tokens, 40 x 256 x 8; goals 2x and 2x,
+# docs/trace-format.md), and the one-pass LRU curve against 10 libCacheSim runs.
 .PHONY: bench-replay
-bench-replay: venv ## route replay speed against libCacheSim
+bench-replay: venv ## route replay speed and memory against libCacheSim
 	PYTHONPATH=. $(PY) -m bench.replay_bench
 
 # Wall time of --help, engine show and the trace verbs against `python -c pass`.

@@ -1,10 +1,14 @@
-"""`make bench-replay`: replay speed against libCacheSim on the same requests, one core.
+"""`make bench-replay`: replay speed and memory against libCacheSim on the same requests, one core.
 
-A synthetic trace (default 40 MoE layers, 256 experts, 8 per token, 20,000 tokens) is
+A synthetic trace (default 40 MoE layers, 256 experts, 8 per token, 100,000 tokens) is
 flattened into single-expert requests over one global pool; our engine and libCacheSim's
 `process_trace` replay exactly those requests at the same capacity. Printed: requests per
 second for each policy, ours / libCacheSim as a ratio, and whether the miss counts agree;
-then a 50-capacity LRU curve from one Mattson pass against 50 separate libCacheSim runs.
+for every policy both have, the goal (at least twice libCacheSim's rate) met or not. Then
+memory: the trace written as a `.moetrace` file and replayed as `appliance trace replay`
+does, once per shared policy in a fresh process (`bench.replay_memory`), its peak resident
+set over the process's own baseline against the file's size (goal: at most twice). Last, an
+LRU curve from one Mattson pass against separate libCacheSim runs.
 Our times include everything the engine needs (Belady's next-use pass included); the
 libCacheSim times cover `process_trace` on a prepared oracleGeneral trace.
 """
@@ -12,8 +16,11 @@ libCacheSim times cover `process_trace` on a prepared oracleGeneral trace.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +29,7 @@ import numpy as np
 
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, single_item_stream, trace_events
+from appliance.trace.format import write_trace
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from bench.lcs_oracle import LCS_POLICIES, lcs_misses, make_cache, open_reader, write_oracle_trace
 
@@ -56,6 +64,26 @@ def our_run(stream: EventStream, policy: str, capacity: int) -> tuple[int, float
     return int(len(flags) - flags.sum()), seconds
 
 
+SPEED_GOAL = 2.0  # ours / libCacheSim, requests per second, every shared policy
+MEMORY_GOAL = 2.0  # peak memory of a replay over the trace file's size
+
+
+def memory_run(path: Path, policy: str, capacity: int) -> dict[str, int]:
+    """`bench.replay_memory`'s figures for one replay of the file, in a fresh process."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.replay_memory", str(path), policy, str(capacity)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    figures: dict[str, int] = json.loads(result.stdout)
+    return figures
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
 def lcs_run(reader, policy: str, capacity: int, n: int) -> tuple[int, float]:  # type: ignore[no-untyped-def]
     start = time.perf_counter()
     misses = lcs_misses(reader, policy, capacity, n)
@@ -75,9 +103,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--experts", type=int, default=256)
     parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--tokens", type=int, default=20_000)
+    parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--capacity-fraction", type=float, default=0.25)
-    parser.add_argument("--curve-points", type=int, default=50)
+    parser.add_argument("--curve-points", type=int, default=10)
     args = parser.parse_args()
 
     warm_up()
@@ -93,7 +121,8 @@ def main() -> None:
         correlation=0.3,
         seed=2026,
     )
-    events = trace_events(synth_trace(spec))
+    trace = synth_trace(spec)
+    events = trace_events(trace)
     flat = single_item_stream(events.stream)
     n = flat.n_requests
     capacity = int(flat.n_objects * args.capacity_fraction)
@@ -112,7 +141,7 @@ def main() -> None:
         print()
         print(
             f"{'policy':<12} {'ours req/s':>12} {'libCacheSim req/s':>18} {'ratio':>7} "
-            f"{'misses':>10} {'equal':>6}"
+            f"{'misses':>10} {'equal':>6}  goal >= {SPEED_GOAL:g}x"
         )
         for policy in kernels.POLICIES:
             ours_misses, ours_s = our_run(flat, policy, capacity)
@@ -121,10 +150,29 @@ def main() -> None:
                 print(
                     f"{policy:<12} {n / ours_s:>12,.0f} {n / lcs_s:>18,.0f} "
                     f"{lcs_s / ours_s:>6.2f}x {ours_misses:>10} "
-                    f"{'yes' if lcs_m == ours_misses else 'NO':>6}"
+                    f"{'yes' if lcs_m == ours_misses else 'NO':>6}  {_met(lcs_s / ours_s >= SPEED_GOAL)}"
                 )
             else:
                 print(f"{policy:<12} {n / ours_s:>12,.0f} {'-':>18} {'-':>7} {ours_misses:>10} {'-':>6}")
+        path = write_trace(Path(tmp) / "bench.moetrace", trace.header, trace.rows)
+        size = path.stat().st_size
+        print()
+        print(
+            f"memory: {size:,} byte trace file, `trace replay --scope global --capacity {capacity}`, "
+            f"a fresh process per policy"
+        )
+        print(
+            f"{'policy':<12} {'baseline MiB':>12} {'peak MiB':>9} {'replay MiB':>11} "
+            f"{'replay/file':>12} {'peak/file':>10}  goal replay/file <= {MEMORY_GOAL:g}"
+        )
+        for policy in LCS_POLICIES:
+            fig = memory_run(path, policy, capacity)
+            over = fig["replay_bytes"] / size
+            print(
+                f"{policy:<12} {fig['baseline_bytes'] / 2**20:>12.0f} {fig['peak_bytes'] / 2**20:>9.0f} "
+                f"{fig['replay_bytes'] / 2**20:>11.0f} {over:>11.2f}x "
+                f"{fig['peak_bytes'] / size:>9.2f}x  {_met(over <= MEMORY_GOAL)}"
+            )
         pools = events.pools("per-layer")
         atomic_start = time.perf_counter()
         for pool in pools:

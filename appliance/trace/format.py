@@ -42,6 +42,8 @@ MAX_TRACE_EXPERTS = 4096
 MAX_EXPERT_USED = 256
 MAX_OBJECTS = 1 << 20  # MoE layers x experts
 HEADER_SCHEMA = "trace-header"  # appliance/schemas/trace-header.schema.json: the documented types
+# Rows a pass over a trace (checking it, building its events) holds at a time.
+ROW_CHUNK = 1 << 14
 
 
 def row_dtype(k: int, has_weights: bool) -> np.dtype:
@@ -176,22 +178,41 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
     return header
 
 
-def _check_rows(rows: np.ndarray, header: dict[str, Any], where: str) -> None:
-    """Refuse rows that break the spec's invariants (ids in range, layers known, order)."""
-    if not len(rows):
+def release_rows(rows: np.ndarray, start: int, stop: int) -> None:
+    """Rows [start, stop) of a mapped trace will not be read again soon: their pages leave this
+    process's resident set (a later read maps them again from the page cache), so a pass over
+    a trace holds one chunk of it at a time. Rows that do not view a mapping are left alone."""
+    base = rows.base.obj if isinstance(rows.base, memoryview) else rows.base
+    if not isinstance(base, mmap.mmap) or stop <= start:
         return
-    ids = rows["ids"]
-    if int(ids.min()) < 0 or int(ids.max()) >= header["n_experts"]:
-        raise ConfigError(f"{where}: expert id outside 0..{header['n_experts'] - 1}; the file is corrupt")
+    origin = np.frombuffer(base, dtype=np.uint8, count=1).ctypes.data
+    first = rows[start:stop].ctypes.data - origin
+    begin = first - first % mmap.PAGESIZE
+    base.madvise(mmap.MADV_DONTNEED, begin, first + (stop - start) * rows.dtype.itemsize - begin)
+
+
+def _check_rows(rows: np.ndarray, header: dict[str, Any], where: str) -> None:
+    """Refuse rows that break the spec's invariants (ids in range, layers known, order), a
+    chunk of rows at a time."""
     layer_set = np.asarray(header["moe_layers"], dtype=np.int64)
-    layers = rows["layer"].astype(np.int64)
-    if not np.isin(layers, layer_set).all():
-        raise ConfigError(f"{where}: a row names a layer not in the header's moe_layers; the file is corrupt")
-    key = rows["step"].astype(np.int64) * (1 << 16) + layers
-    if np.any(np.diff(key) < 0):
-        raise ConfigError(
-            f"{where}: rows are not in evaluation order (step, layer ascending); the file is corrupt"
-        )
+    before = -1  # the (step, layer) key of the previous chunk's last row
+    for start in range(0, len(rows), ROW_CHUNK):
+        chunk = rows[start : start + ROW_CHUNK]
+        ids = chunk["ids"]
+        if int(ids.min()) < 0 or int(ids.max()) >= header["n_experts"]:
+            raise ConfigError(f"{where}: expert id outside 0..{header['n_experts'] - 1}; the file is corrupt")
+        layers = chunk["layer"].astype(np.int64)
+        if not np.isin(layers, layer_set).all():
+            raise ConfigError(
+                f"{where}: a row names a layer not in the header's moe_layers; the file is corrupt"
+            )
+        key = chunk["step"].astype(np.int64) * (1 << 16) + layers
+        if key[0] < before or np.any(np.diff(key) < 0):
+            raise ConfigError(
+                f"{where}: rows are not in evaluation order (step, layer ascending); the file is corrupt"
+            )
+        before = int(key[-1])
+        release_rows(rows, start, start + len(chunk))
 
 
 def parse_trace(buffer: Any, where: str = "trace") -> tuple[dict[str, Any], np.ndarray]:

@@ -55,9 +55,10 @@ above, with two event models:
   among residents the event did not touch, until the cache fits the budget again (or nothing
   evictable is left: the cache may then end an event over budget).
 
-A touch's tick is the caller's `touch` value of the request: its position in the event for
-`during-event` (ascending id, as above), the position of its last occurrence in the event's
-rows (token-major, slot order) for `after-event`, where a repeated expert is looked up once
+A touch's tick is, for `during-event`, the request's position in the pool's requests plus
+one (ascending id within an event, as above: no per-request array is passed); for
+`after-event`, the caller's `touch` value of the request, the position of its last occurrence
+in the event's rows (token-major, slot order), where a repeated expert is looked up once
 and its later occurrences only refresh it. FIFO's key is the tick at admission; Belady's tie
 among equally distant next uses is the earlier admission. With one size for every object and
 `budget = capacity x size`, `during-event` gives exactly `simulate`'s hits (ties in Belady
@@ -135,17 +136,25 @@ LFRU_HALF_LIFE_STEPS = 8.0
 NEVER = np.iinfo(np.int64).max // 4
 
 
+NEVER32 = np.iinfo(np.int32).max
+
+
 def next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
-    """For each request, the index of the next event requesting the same object (or NEVER)."""
+    """For each request, the index of the next event requesting the same object, or past every
+    event: int32 and NEVER32 when the events' indices fit 32 bits (4 bytes a request), else
+    int64 and NEVER. Only the order of next uses matters to a policy, so both replay alike."""
     _prepare(items.shape[0])
-    return _next_use_events(ptr, items, n_obj)
+    narrow = ptr.shape[0] - 1 < NEVER32
+    out = np.empty(items.shape[0], dtype=np.int32 if narrow else np.int64)
+    return _next_use_events(ptr, items, n_obj, out, NEVER32 if narrow else NEVER)
 
 
 @kernel()
-def _next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
+def _next_use_events(
+    ptr: np.ndarray, items: np.ndarray, n_obj: int, out: np.ndarray, never: int
+) -> np.ndarray:
     n_events = ptr.shape[0] - 1
-    out = np.empty(items.shape[0], dtype=np.int64)
-    upcoming = np.full(n_obj, NEVER, dtype=np.int64)
+    upcoming = np.full(n_obj, never, dtype=np.int64)
     for e in range(n_events - 1, -1, -1):
         for i in range(ptr[e], ptr[e + 1]):
             x = items[i]
@@ -302,7 +311,9 @@ def simulate(
     _prepare(items.shape[0])
     if code in (FIFO, LRU, LEAST_STALE):
         return _simulate_list(code, ptr, items, ev_step, ev_layer, n_layers, n_obj, capacity)
-    return _simulate_heap(code, ptr, items, ev_step, n_obj, capacity, static_count, next_use)
+    if code == BELADY:
+        return _simulate_belady(ptr, items, n_obj, capacity, next_use)
+    return _simulate_heap(code, ptr, items, ev_step, n_obj, capacity, static_count)
 
 
 @kernel(inline="always")
@@ -449,9 +460,8 @@ def _simulate_heap(
     n_obj: int,
     capacity: int,
     static_count: np.ndarray,
-    next_use: np.ndarray,
 ) -> np.ndarray:
-    """LFU, LFRU, static-hot and Belady over an indexed min-heap of (key, tie) pairs."""
+    """LFU, LFRU and static-hot over an indexed min-heap of (key, tie) pairs."""
     n_events = ptr.shape[0] - 1
     hits = np.zeros(items.shape[0], dtype=np.uint8)
     resident = np.zeros(n_obj, dtype=np.uint8)
@@ -498,11 +508,166 @@ def _simulate_heap(
                 now = ev_step[e] / LFRU_HALF_LIFE_STEPS
                 decayed[x] = np.log2(np.exp2(decayed[x] - now) + 1.0) + now
                 size = _heap_set(hk1, hk2, hobj, where, x, decayed[x], tick, size)
-            elif code == STATIC_HOT:
+            else:  # STATIC_HOT
                 size = _heap_set(hk1, hk2, hobj, where, x, static_count[x], tick, size)
-            else:  # BELADY
-                size = _heap_set(hk1, hk2, hobj, where, x, -float(next_use[i]), x, size)
     return hits
+
+
+# ---- Belady's heap: a 4-ary min-heap of one int64 key per entry, (furthest - next use) *
+# n_obj + id, so the smallest key is the expert needed furthest in the future, lowest id
+# first: the module doc's (-next event, object id) order, every next use past the trace (NEVER)
+# counted as the same furthest one. A request's next use lies after its event, so a touch only
+# lowers its key: it sifts up, never down.
+
+
+@kernel(inline="always")
+def _key_sift_up(hkey: np.ndarray, hobj: np.ndarray, where: np.ndarray, i: int) -> None:
+    key = hkey[i]
+    x = hobj[i]
+    while i > 0:
+        p = (i - 1) >> 2
+        if key >= hkey[p]:
+            break
+        hkey[i] = hkey[p]
+        hobj[i] = hobj[p]
+        where[hobj[i]] = i
+        i = p
+    hkey[i] = key
+    hobj[i] = x
+    where[x] = i
+
+
+@kernel(inline="always")
+def _key_pop(hkey: np.ndarray, hobj: np.ndarray, where: np.ndarray, size: int) -> int:
+    """Remove the root; return the new size."""
+    where[hobj[0]] = -1
+    size -= 1
+    if size == 0:
+        return 0
+    key = hkey[size]
+    x = hobj[size]
+    i = 0
+    while True:
+        c = 4 * i + 1
+        if c >= size:
+            break
+        for d in range(c + 1, min(c + 4, size)):
+            if hkey[d] < hkey[c]:
+                c = d
+        if hkey[c] >= key:
+            break
+        hkey[i] = hkey[c]
+        hobj[i] = hobj[c]
+        where[hobj[i]] = i
+        i = c
+    hkey[i] = key
+    hobj[i] = x
+    where[x] = i
+    return size
+
+
+@kernel()
+def _simulate_belady(
+    ptr: np.ndarray, items: np.ndarray, n_obj: int, capacity: int, next_use: np.ndarray
+) -> np.ndarray:
+    """Belady with `_simulate_heap`'s events and pins (a victim is the smallest key among
+    unpinned residents), on the single-key heap above."""
+    n_events = ptr.shape[0] - 1
+    hits = np.zeros(items.shape[0], dtype=np.uint8)
+    resident = np.zeros(n_obj, dtype=np.uint8)
+    pin = np.full(n_obj, -1, dtype=np.int64)
+    hkey = np.zeros(n_obj, dtype=np.int64)
+    hobj = np.zeros(n_obj, dtype=np.int64)
+    where = np.full(n_obj, -1, dtype=np.int64)
+    stash_key = np.zeros(n_obj, dtype=np.int64)
+    stash_obj = np.zeros(n_obj, dtype=np.int64)
+    size = 0
+    for e in range(n_events):
+        first = ptr[e]
+        if ptr[e + 1] - first == 1:
+            hits[first] = resident[items[first]]
+        else:
+            first = _mark_hits_and_pins(ptr, items, e, capacity, resident, hits, pin)
+        if first != ptr[e]:
+            # Oversized event: keep exactly its `capacity` highest ids, evict everything else.
+            kept = 0
+            for j in range(size):
+                if pin[hobj[j]] == e:
+                    stash_obj[kept] = hobj[j]
+                    stash_key[kept] = hkey[j]
+                    kept += 1
+                else:
+                    resident[hobj[j]] = 0
+                    where[hobj[j]] = -1
+            size = 0
+            for j in range(kept):
+                hkey[size] = stash_key[j]
+                hobj[size] = stash_obj[j]
+                where[stash_obj[j]] = size
+                _key_sift_up(hkey, hobj, where, size)
+                size += 1
+        for i in range(first, ptr[e + 1]):
+            x = items[i]
+            if not resident[x]:
+                if size == capacity:
+                    n_stash = 0
+                    while pin[hobj[0]] == e:
+                        stash_key[n_stash] = hkey[0]
+                        stash_obj[n_stash] = hobj[0]
+                        n_stash += 1
+                        size = _key_pop(hkey, hobj, where, size)
+                    resident[hobj[0]] = 0
+                    size = _key_pop(hkey, hobj, where, size)
+                    for j in range(n_stash):
+                        hkey[size] = stash_key[j]
+                        hobj[size] = stash_obj[j]
+                        _key_sift_up(hkey, hobj, where, size)
+                        size += 1
+                resident[x] = 1
+                hobj[size] = x
+                where[x] = size
+                size += 1
+            nu = next_use[i]
+            if nu > n_events:
+                nu = n_events
+            hkey[where[x]] = (n_events - nu) * n_obj + x
+            _key_sift_up(hkey, hobj, where, where[x])
+    return hits
+
+
+def layer_tally(ptr: np.ndarray, hits: np.ndarray, *rest: Any) -> np.ndarray:
+    """Per layer index (columns): requests, hits, decode requests, decode hits (rows), from a
+    pool's per-request hit flags. `rest` is what `_layer_tally` takes after `hits`: the events'
+    layer indices and steps, each step's kind, the decode kind, the number of layers; a step
+    is a decode step when its kind is the decode kind (none is when the kinds are empty)."""
+    _prepare(hits.shape[0])
+    return _layer_tally(ptr, hits, *rest)
+
+
+@kernel()
+def _layer_tally(
+    ptr: np.ndarray,
+    hits: np.ndarray,
+    ev_layer: np.ndarray,
+    ev_step: np.ndarray,
+    step_kind: np.ndarray,
+    decode_kind: int,
+    n_layers: int,
+) -> np.ndarray:
+    out = np.zeros((4, n_layers), dtype=np.int64)
+    known = step_kind.shape[0] > 0
+    for e in range(ptr.shape[0] - 1):
+        j = ev_layer[e]
+        n = ptr[e + 1] - ptr[e]
+        h = 0
+        for i in range(ptr[e], ptr[e + 1]):
+            h += hits[i]
+        out[0, j] += n
+        out[1, j] += h
+        if known and step_kind[ev_step[e]] == decode_kind:
+            out[2, j] += n
+            out[3, j] += h
+    return out
 
 
 def lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
@@ -557,7 +722,8 @@ def _lru_depths(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
 
 def simulate_bytes(code: int, ptr: np.ndarray, items: np.ndarray, *rest: Any) -> np.ndarray:
     """Replay one pool under a byte budget; 1 for every request that hit (see module doc).
-    `rest` is what `_simulate_bytes` takes after `items`: touch, event steps, event layers,
+    `rest` is what `_simulate_bytes` takes after `items`: touch (after-event ticks, read only
+    under after-event), event steps, event layers,
     number of layers, bytes per object, budget, after-event, static counts, next uses."""
     _prepare(items.shape[0])
     return _simulate_bytes(code, ptr, items, *rest)
@@ -678,6 +844,7 @@ def _simulate_bytes(
         order = np.argsort(touch[first:b]) + first if after_event else np.arange(first, b)
         for i in order:
             x = items[i]
+            tick = touch[i] if after_event else i + 1
             if not resident[x]:
                 if not after_event:
                     while used + obj_bytes[x] > budget:
@@ -691,7 +858,7 @@ def _simulate_bytes(
                         used -= obj_bytes[y]
                 resident[x] = 1
                 used += obj_bytes[x]
-                admitted[x] = touch[i]
+                admitted[x] = tick
                 freq[x] = 0
             elif stale:
                 _unlink(prv, nxt, x)
@@ -703,19 +870,19 @@ def _simulate_bytes(
                 k1 = float(admitted[x])
                 k2 = x
             elif code in (LRU, LEAST_STALE):
-                k1 = float(touch[i])
+                k1 = float(tick)
                 k2 = x
             elif code == LFU:
                 k1 = float(freq[x])
-                k2 = touch[i]
+                k2 = tick
             elif code == LFRU:
                 now = ev_step[e] / LFRU_HALF_LIFE_STEPS
                 decayed[x] = np.log2(np.exp2(decayed[x] - now) + 1.0) + now
                 k1 = decayed[x]
-                k2 = touch[i]
+                k2 = tick
             elif code == STATIC_HOT:
                 k1 = float(static_count[x])
-                k2 = touch[i]
+                k2 = tick
             else:  # BELADY
                 k1 = -float(next_use[i])
                 k2 = admitted[x]

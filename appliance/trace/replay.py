@@ -15,6 +15,7 @@ import numpy as np
 from appliance.core.errors import ConfigError
 from appliance.trace import kernels
 from appliance.trace.events import SCOPES, EventStream, TraceEvents
+from appliance.trace.format import KIND_DECODE
 from appliance.trace.names import ADMISSIONS
 
 RATE_DIGITS = 6
@@ -101,7 +102,7 @@ def pool_hits_bytes(
             raise ConfigError("after-event replay needs the events built with row_order=True")
         touch = pool.last_row_slot + 1
     else:
-        touch = np.arange(1, pool.n_requests + 1, dtype=np.int64)
+        touch = np.zeros(0, dtype=np.int64)  # during-event: the kernel's tick is the position + 1
     return kernels.simulate_bytes(
         code,
         pool.ptr,
@@ -205,22 +206,16 @@ def _tally(
     setup: ReplaySetup, scope: str, flags_of: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(requests, hits, decode requests, decode hits) per MoE layer; flags_of(pool, index) is the
-    pool's per-request hit flags."""
+    pool's per-request hit flags. Pools are built and replayed one at a time."""
     n_layers = len(setup.events.moe_layers)
     counts = np.zeros((4, n_layers), dtype=np.int64)
-    for j, pool in enumerate(setup.events.pools(scope)):
-        flags = flags_of(pool, j).astype(np.int64)
-        item_layer = pool.item_layer_index()
-        decode = setup.events.decode_requests(pool)
-        for row, (layers, weights) in enumerate(
-            (
-                (item_layer, None),
-                (item_layer, flags),
-                (item_layer[decode], None),
-                (item_layer[decode], flags[decode]),
-            )
-        ):
-            counts[row] += np.bincount(layers, weights=weights, minlength=n_layers).astype(np.int64)
+    kinds = setup.events.step_kind
+    step_kind = np.zeros(0, dtype=np.int64) if kinds is None else kinds
+    for j, pool in enumerate(setup.events.iter_pools(scope)):
+        hits = flags_of(pool, j)
+        counts += kernels.layer_tally(
+            pool.ptr, hits, pool.layer_index, pool.step, step_kind, KIND_DECODE, n_layers
+        )
     return counts[0], counts[1], counts[2], counts[3]
 
 

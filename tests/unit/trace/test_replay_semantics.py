@@ -15,7 +15,13 @@ import pytest
 
 from appliance.core.errors import ConfigError
 from appliance.trace import kernels
-from appliance.trace.events import EventStream, single_item_stream, sorted_distinct, trace_events
+from appliance.trace.events import (
+    SMALL_OBJECTS,
+    EventStream,
+    single_item_stream,
+    sorted_distinct,
+    trace_events,
+)
 from appliance.trace.format import Trace, row_dtype
 from appliance.trace.replay import ReplaySetup, pool_hits, replay_one
 from appliance.trace.synth import TraceSynthSpec, synth_trace
@@ -300,11 +306,17 @@ def test_cache_stats_count_what_each_run_kernel_compiled_and_loaded(restored: py
     expected = [1, 2, 2, kernels.NEVER, kernels.NEVER]
     kernels.compile_kernels()
     assert kernels.cache_stats() == {}  # dispatchers compile lazily: nothing ran yet
-    assert kernels._next_use_events(ptr, items, 2).tolist() == expected
+    assert (
+        kernels._next_use_events(ptr, items, 2, np.empty(5, dtype=np.int64), kernels.NEVER).tolist()
+        == expected
+    )
     assert kernels.cache_stats() == {"_next_use_events": (0, 1)}
     _as_plain_python(restored)
     kernels.compile_kernels()
-    assert kernels._next_use_events(ptr, items, 2).tolist() == expected
+    assert (
+        kernels._next_use_events(ptr, items, 2, np.empty(5, dtype=np.int64), kernels.NEVER).tolist()
+        == expected
+    )
     assert kernels.cache_stats() == {"_next_use_events": (1, 0)}
 
 
@@ -419,16 +431,21 @@ def test_sorted_distinct_is_np_unique() -> None:
         assert sorted_distinct(array).tolist() == np.unique(array).tolist()
 
 
-def test_event_arrays_are_int64_whatever_the_row_types() -> None:
-    """The kernels are compiled for int64 arrays: a float lookup table would turn every id into
-    a float that compares equal and replays differently (or not at all)."""
+def test_event_arrays_have_their_types_whatever_the_row_types() -> None:
+    """The kernels are compiled for integer arrays of these types (a float lookup table would
+    turn every id into a float that compares equal and replays differently, or not at all):
+    2 bytes a request (up to SMALL_OBJECTS objects), 64-bit offsets, the rows' 32-bit steps,
+    16-bit layer indices."""
     for stream in [
         trace_events(_hand_trace(HAND_ROWS)).stream,
         *trace_events(_hand_trace(HAND_ROWS)).pools("per-layer"),
     ]:
-        assert {a.dtype for a in (stream.ptr, stream.items, stream.step, stream.layer_index)} == {
-            np.dtype(np.int64)
-        }
+        assert [a.dtype for a in (stream.ptr, stream.items, stream.step, stream.layer_index)] == [
+            np.dtype(np.int64),
+            np.dtype(np.uint16),
+            np.dtype(np.uint32),
+            np.dtype(np.int16),
+        ]
 
 
 def test_a_moe_layer_without_rows_gets_an_empty_per_layer_pool() -> None:
@@ -437,3 +454,52 @@ def test_a_moe_layer_without_rows_gets_an_empty_per_layer_pool() -> None:
     first, second = events.pools("per-layer")
     assert (first.ptr.tolist(), first.items.tolist()) == ([0, 2, 4], [0, 2, 1, 3])
     assert (second.ptr.tolist(), second.items.tolist(), second.n_events) == ([0], [], 0)
+
+
+def _hand_stream(events: list[list[int]], n_objects: int) -> EventStream:
+    ptr = np.concatenate(([0], np.cumsum([len(e) for e in events]))).astype(np.int64)
+    n = len(events)
+    return EventStream(
+        ptr=ptr,
+        items=np.array([x for e in events for x in e], dtype=np.int64),
+        step=np.arange(n, dtype=np.int64),
+        layer_index=np.zeros(n, dtype=np.int64),
+        n_objects=n_objects,
+        n_layers=1,
+    )
+
+
+def test_belady_passes_over_a_pinned_furthest_expert() -> None:
+    """Capacity 2. At event 1, expert 1 (hit, never needed again) is the furthest resident
+    but pinned by the event, so 2's miss evicts 0 (needed at event 2); at event 2 the cache
+    holds 1 (never again) and 2 (needed at event 3): 1 goes, and event 3 hits 2."""
+    stream = _hand_stream([[0, 1], [1, 2], [0], [2]], 4)
+    assert pool_hits(stream, kernels.BELADY, 2, None, None).tolist() == [0, 0, 1, 0, 0, 1]
+
+
+def test_belady_keeps_an_oversized_events_highest_ids_and_evicts_furthest_first() -> None:
+    """Capacity 2: event 0 streams 0, 1, 2 and keeps 1 and 2; 3's miss evicts 2 (never needed
+    again) over 1 (needed at event 2); at event 3, 1 (never again) goes before 3 (event 4)."""
+    stream = _hand_stream([[0, 1, 2], [3], [1], [0], [3]], 4)
+    assert pool_hits(stream, kernels.BELADY, 2, None, None).tolist() == [0, 0, 0, 0, 1, 0, 1]
+
+
+def test_belady_breaks_a_tie_in_next_use_by_the_lower_id() -> None:
+    """Capacity 2: 0 and 1 are both needed next at event 3, so 2's miss evicts 0, the lower
+    id, and event 3 misses 0 and hits 1."""
+    stream = _hand_stream([[0], [1], [2], [0, 1]], 3)
+    assert pool_hits(stream, kernels.BELADY, 2, None, None).tolist() == [0, 0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "belady"])
+def test_over_small_objects_ids_are_int32_and_replay_as_the_reference(policy: str) -> None:
+    """300 MoE layers x 256 experts is over SMALL_OBJECTS: ids take 4 bytes, and the engine
+    still replays exactly as the reference (the compiled path: above COMPILE_ABOVE_REQUESTS)."""
+    trace = synth_trace(
+        TraceSynthSpec(n_layers=300, n_experts=256, k=2, n_prompt=8, n_ubatch=8, n_decode=40, seed=5)
+    )
+    stream = trace_events(trace).stream
+    assert stream.n_objects == 300 * 256 > SMALL_OBJECTS
+    assert stream.items.dtype == np.dtype(np.int32) and stream.n_requests > kernels.COMPILE_ABOVE_REQUESTS
+    code = kernels.CODES[policy]
+    assert pool_hits(stream, code, 64, None, None).tolist() == reference_hits(policy, stream, 64)
