@@ -97,10 +97,10 @@ def test_evidence_compare_refuses_an_untrusted_resign(
     assert real_keys.untrusted.keyid in refused.stderr
     allowed = run_cli("evidence", "compare", str(bundle), "--allow-untrusted", env=store)
     lines = allowed.stdout.splitlines()
-    assert lines[0].startswith("[untrusted input] tiny-oversub-sweep-miniature: ")
+    assert lines[0].startswith("[untrusted input] tiny-oversub-sweep-calibrated: ")
     assert all(line.startswith("[untrusted input] ") for line in lines)
     as_json = run_cli("evidence", "compare", str(bundle), "--allow-untrusted", "--json", env=store)
     assert [r["input"] for r in json.loads(as_json.stdout)] == ["untrusted input"]
     assert run_cli("evidence", "compare", str(real_bundle), env=store).stdout.startswith(
-        "tiny-oversub-sweep-miniature: "
+        "tiny-oversub-sweep-calibrated: "
     )

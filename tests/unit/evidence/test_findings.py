@@ -385,15 +385,15 @@ def test_cli_compare_on_a_bundle_resigned_by_an_untrusted_key(tmp_path: Path, ke
     assert refused.returncode == Verdict.UNTRUSTED.exit_code and refused.stdout == ""
     assert "bundle untrusted: signature: valid signature by key" in refused.stderr
     allowed = run_cli(
-        "evidence", "compare", str(run), "--allow-untrusted", "--evidence", "tiny-oversub-miniature", env=env
+        "evidence", "compare", str(run), "--allow-untrusted", "--evidence", "tiny-oversub-miniature-calibrated", env=env
     )
     assert allowed.returncode == 1  # compared: the fake run's model is not the evidence's
     lines = allowed.stdout.splitlines()
     assert lines == [
-        "[untrusted input] tiny-oversub-miniature: NOT COMPARABLE",
+        "[untrusted input] tiny-oversub-miniature-calibrated: NOT COMPARABLE",
         "[untrusted input]   why: another model file: the run used "
         "'tiny-oversub-qwen3moe.gguf' (sha256 3b1d2e5c4a69), the evidence "
-        "tiny-oversub-qwen3moe (sha256 dcb7325e4f4f)",
+        "tiny-oversub-qwen3moe (sha256 6ef96b978890)",
     ]
     assert allowed.stderr.startswith("error: [untrusted input] 1 of 1 not reproduced")
     as_json = run_cli(
@@ -403,7 +403,7 @@ def test_cli_compare_on_a_bundle_resigned_by_an_untrusted_key(tmp_path: Path, ke
         "--allow-untrusted",
         "--json",
         "--evidence",
-        "tiny-oversub-miniature",
+        "tiny-oversub-miniature-calibrated",
         env=env,
     )
     report = json.loads(as_json.stdout)
