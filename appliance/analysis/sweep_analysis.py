@@ -19,9 +19,9 @@ import numpy as np
 from appliance.analysis.capacity import ModelExperts, anon_bytes, budget_for, model_experts
 from appliance.analysis.contamination import comparable, flag_sweep_row
 from appliance.analysis.stats import model_read_bytes
-from appliance.core import strict_load
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
+from appliance.core.strict_load import read_bytes
 from appliance.runs.status import TrialStatus
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, trace_events
@@ -315,7 +315,7 @@ def trace_equals_routes(trial: dict[str, Any], trace: Trace | None, models_dir: 
     if trace is None:
         return None
     try:
-        data = strict_load.read_bytes(path)
+        data = read_bytes(path)
     except ConfigError:  # gone, not a regular file, or over strict_load's size bound
         return None
     if sha256_bytes(data) != routes.get("sha256"):

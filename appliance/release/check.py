@@ -3,7 +3,7 @@
 Named checks over the blobs of a checkout's index and HEAD (read with git, never from the
 working tree; with history, every reachable commit): no model weights or GGUF files, no raw
 route traces, nothing over a size limit (but for the vendored third-party files listed by
-path and sha256 in `appliance.release.vendored`, exactly those versions), no private network
+path and sha256 in `appliance.core.vendored`, exactly those versions), no private network
 addresses or home-directory paths, no credentials or tokens (binary files included), and
 every evidence file valid against its schema. Each failure names the file, the line and the
 commit that introduced it.
@@ -18,9 +18,9 @@ from pathlib import Path
 from appliance.core.checks import Check, Status
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ApplianceError, ConfigError
+from appliance.core.vendored import vendored_sha256
 from appliance.evidence.finding import load_findings
 from appliance.models.gguf_header import GGUF_MAGIC
-from appliance.release.vendored import vendored_sha256
 from appliance.trace.format import MAGIC as TRACE_MAGIC
 from appliance.trace.route_csv import MAGIC_LINE as ROUTE_CSV_MAGIC_LINE
 

@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 
 from appliance.core import atomic
 from appliance.core.paths import repo_root
-from appliance.release.vendored import VENDORED
+from appliance.core.vendored import VENDORED
 
 LLAMA_CPP_NOTICE = """\
 MIT License
@@ -142,7 +142,7 @@ def render(root: Path) -> str:
 
 
 def vendored_lines() -> list[str]:
-    """The section on third-party data files the repository carries (`appliance.release.vendored`)."""
+    """The section on third-party data files the repository carries (`appliance.core.vendored`)."""
     lines = [
         "",
         "## Vendored data",

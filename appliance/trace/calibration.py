@@ -1,6 +1,6 @@
 """The range of real routing: each locality statistic's least and greatest value over the
 public traces of real models the repository carries (`tests/fixtures/real-routes/`, listed in
-appliance/release/vendored.py), and which statistics of a trace fall outside it.
+appliance/core/vendored.py), and which statistics of a trace fall outside it.
 
 The synthetic routers are calibrated against this range (docs/trace-format.md, "Synthetic
 routing against real routing"); it is computed from the traces every time, never typed in.
@@ -14,7 +14,7 @@ from typing import Any
 
 from appliance.core.errors import ConfigError
 from appliance.core.paths import repo_root
-from appliance.release.vendored import VENDORED
+from appliance.core.vendored import VENDORED
 from appliance.trace.format import Trace
 from appliance.trace.interchange import import_trace
 from appliance.trace.locality import locality

@@ -122,6 +122,8 @@ def test_make_repro_cpu_signs_verifies_and_gives_a_verdict(engine_image_cpu: str
     assert {c.name: c.status for c in verification.checks}["signature"] is Status.PASS
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     # the verdict cell of the finding's row, exactly: "not reproduced" must not pass
-    row = re.search(r"^\W*tiny-oversub-miniature-calibrated\s*[│|┃]\s*([a-z ]+?)\s*[│|┃]", result.stdout, re.M)
+    row = re.search(
+        r"^\W*tiny-oversub-miniature-calibrated\s*[│|┃]\s*([a-z ]+?)\s*[│|┃]", result.stdout, re.M
+    )
     assert row is not None, result.stdout[-4000:]
     assert row.group(1) == REPRODUCED, row.group(0)

@@ -55,8 +55,8 @@ PLANTS = (
     Plant(
         "paging capacity off by one",
         "appliance/analysis/paging.py",
-        '    lru = replay_one(setup, "lru", int(capacity), "global")',
-        '    lru = replay_one(setup, "lru", int(capacity) + 1, "global")',
+        '    lru = replay_budget(setup, "lru", budget, "global")',
+        '    lru = replay_budget(setup, "lru", budget + one_expert, "global")',
         ("tests/unit/analysis/test_paging.py",),
     ),
     Plant(

@@ -97,5 +97,5 @@ def test_the_derived_schema_keeps_the_project_rules_and_agrees_with_from_json() 
     jsonschema.Draft7Validator(schema).validate(good)
     for bad in ({**good, "lid": 1}, {"colour": "red"}, {**good, "colour": "green"}, {**good, "parts": [{}]}):
         assert not jsonschema.Draft7Validator(schema).is_valid(bad)
-        with pytest.raises(ConfigError):
+        with pytest.raises(ConfigError, match=r"^b\.json: "):
             Box.from_json(bad, "b.json")

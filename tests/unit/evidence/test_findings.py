@@ -385,7 +385,13 @@ def test_cli_compare_on_a_bundle_resigned_by_an_untrusted_key(tmp_path: Path, ke
     assert refused.returncode == Verdict.UNTRUSTED.exit_code and refused.stdout == ""
     assert "bundle untrusted: signature: valid signature by key" in refused.stderr
     allowed = run_cli(
-        "evidence", "compare", str(run), "--allow-untrusted", "--evidence", "tiny-oversub-miniature-calibrated", env=env
+        "evidence",
+        "compare",
+        str(run),
+        "--allow-untrusted",
+        "--evidence",
+        "tiny-oversub-miniature-calibrated",
+        env=env,
     )
     assert allowed.returncode == 1  # compared: the fake run's model is not the evidence's
     lines = allowed.stdout.splitlines()

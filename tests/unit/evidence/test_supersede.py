@@ -106,7 +106,7 @@ def test_the_directory_refuses_a_successor_that_is_not_current(
     tmp_path: Path, findings: list[dict[str, Any]], message: str
 ) -> None:
     directory = write(tmp_path / "ev", *findings)
-    with pytest.raises(ConfigError) as raised:
+    with pytest.raises(ConfigError, match="/superseded_by: ") as raised:
         load_findings(directory)
     assert str(raised.value) == f"{directory / OLD}.json: /superseded_by: " + message.format(
         directory=directory

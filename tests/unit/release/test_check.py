@@ -170,8 +170,8 @@ def test_traces_size_and_private_addresses(tmp_path: Path) -> None:
 
 def test_route_trace_csvs_are_raw_traces_but_the_vendored_versions(tmp_path: Path) -> None:
     """A route_trace CSV is a raw trace wherever it lies; the vendored fixtures pass the trace
-    and size rules only byte for byte (path and sha256 in appliance/release/vendored.py)."""
-    from appliance.release.vendored import VENDORED
+    and size rules only byte for byte (path and sha256 in appliance/core/vendored.py)."""
+    from appliance.core.vendored import VENDORED
 
     vendored = VENDORED[0]  # the Qwen3 trace: over 1 MiB
     data = (REPO / vendored.path).read_bytes()

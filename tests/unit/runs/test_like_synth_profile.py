@@ -58,7 +58,7 @@ def test_a_missing_input_is_named_when_the_model_is_to_be_made(tmp_path: Path) -
         (
             "    like: qwen3-30b-a3b-q4_k_m\n    experts: 8\n",
             "/model/synth/experts: not an option of a full-shape synthetic "
-            "(`like` takes like, seed, skew, layers)",
+            "(`like` takes like, seed, skew, layers, used)",
         ),
         (LIKE_30B + "    seed: '1'\n", "/model/synth/seed: '1' has the wrong type"),
         (LIKE_30B + "    layers: true\n", "/model/synth/layers: True has the wrong type"),

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from appliance.core.errors import ConfigError
-from appliance.release.vendored import REAL_ROUTES, VENDORED
+from appliance.core.vendored import REAL_ROUTES, VENDORED
 from appliance.trace.expert_bytes import expert_bytes_from_header
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, read_trace
 from appliance.trace.interchange import import_trace
