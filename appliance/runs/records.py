@@ -45,6 +45,7 @@ class TrialRecord(Record):
     container: dict[str, Any] | None = None  # name, command, environment, limits, network, read-only
     image: str | None = None
     model_device: str | None = None  # MAJ:MIN of the block device holding the model
+    model_device_read_ahead_kb: int | None = None  # that device's read-ahead (a fault's window)
     future: dict[str, Any] | None = None  # the trial whose route trace this one replays, its sha256
     routes: dict[str, Any] | None = None  # the routes file the engine forced its routing from
     residency_before_evict: dict[str, Any] | None = None  # the model's page-cache residency

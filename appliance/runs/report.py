@@ -98,6 +98,7 @@ def print_header(console: Console, prepared: PreparedRun) -> None:
         "block reads "
         + (
             f"counted on {device.node} ({device.key})"
+            + (f", read-ahead {device.read_ahead_kb} KiB" if device.read_ahead_kb is not None else "")
             if device
             else "not countable (the model is not on a block device)"
         )

@@ -304,6 +304,8 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         "image": ctx.engine.image,
         "model_device": ctx.settings.block_device.key if ctx.settings.block_device else None,
     }
+    if ctx.settings.block_device is not None and ctx.settings.block_device.read_ahead_kb is not None:
+        record["model_device_read_ahead_kb"] = ctx.settings.block_device.read_ahead_kb
     if future is not None:
         if not future.is_file():
             record |= {

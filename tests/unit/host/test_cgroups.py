@@ -89,3 +89,6 @@ def test_the_model_device_is_a_whole_disk_node(tmp_path: Path) -> None:
         return
     assert Path(device.node).exists()
     assert not Path(f"/sys/dev/block/{device.key}/partition").exists()
+    # the disk's read-ahead, as the kernel reports it (a page fault's window in a plain mmap)
+    queue = Path(f"/sys/dev/block/{device.key}/queue/read_ahead_kb")
+    assert device.read_ahead_kb == int(queue.read_text())

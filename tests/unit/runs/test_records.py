@@ -55,6 +55,17 @@ def test_the_minimal_records_of_older_runs_read(tmp_path: Path) -> None:
         }
 
 
+def test_the_read_ahead_field_is_optional_and_typed() -> None:
+    """A field added after bundles were sealed: absent there, an integer when written."""
+    base = {"index": 1, "variant": "baseline", "repeat": 1, "status": "ok"}
+    assert TrialRecord.from_json(base, "t.json").model_device_read_ahead_kb is None
+    record = TrialRecord.from_json({**base, "model_device_read_ahead_kb": 8192}, "t.json")
+    assert record.model_device_read_ahead_kb == 8192
+    assert record.to_json()["model_device_read_ahead_kb"] == 8192
+    with pytest.raises(ConfigError, match="model_device_read_ahead_kb"):
+        TrialRecord.from_json({**base, "model_device_read_ahead_kb": "8 MiB"}, "t.json")
+
+
 def test_the_schema_is_derived_from_the_class() -> None:
     schema = TrialRecord.json_schema()
     assert schema_problems(schema) == []
