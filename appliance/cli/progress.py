@@ -1,5 +1,6 @@
 """Draws the library's Progress records: a rich bar on a terminal, a line every few percent
-elsewhere (CI logs, pipes), always on stderr so that --json output stays clean."""
+and at most one every LINE_EVERY_SECONDS elsewhere (CI logs, pipes), always on stderr so
+that --json output stays clean."""
 
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from appliance.core.progress import BYTES, Progress, ProgressFn
 from appliance.core.units import format_size
 
 LINE_EVERY_PERCENT = 5
+LINE_EVERY_SECONDS = 10.0  # without a terminal, at most one line of a task this often
 LINE_EVERY_SECONDS_UNKNOWN_TOTAL = 30.0
 LINE_MIN_SECONDS = 2.0
 
@@ -22,7 +24,7 @@ def _amount(value: int, unit: str) -> str:
 
 class LinePrinter:
     """Lines for a task once it has run `min_seconds` (quick work prints nothing): then one
-    line each time it crosses another LINE_EVERY_PERCENT, at most one every `min_seconds`,
+    line each time it crosses another LINE_EVERY_PERCENT, at most one every `every_seconds`,
     and its last step; without a total, one line every LINE_EVERY_SECONDS_UNKNOWN_TOTAL.
     `finish` prints the last record of a task that printed a line and has advanced since,
     so a log ends with where each long task stopped, however many records it was sent."""
@@ -32,8 +34,10 @@ class LinePrinter:
         min_seconds: float = LINE_MIN_SECONDS,
         file: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
+        every_seconds: float = LINE_EVERY_SECONDS,
     ) -> None:
         self.min_seconds = min_seconds
+        self.every_seconds = every_seconds
         self.file = file  # None: stderr
         self.clock = clock
         self.started: dict[str, float] = {}
@@ -50,7 +54,7 @@ class LinePrinter:
             mark = min(100, p.done * 100 // p.total) // LINE_EVERY_PERCENT
             if last is not None and mark <= self.last_mark.get(p.task, -1):
                 return False
-            if last is not None and now - last < self.min_seconds and p.done < p.total:
+            if last is not None and now - last < self.every_seconds and p.done < p.total:
                 return False
             self.last_mark[p.task] = mark
             return True

@@ -6,13 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from appliance.cli.progress import LINE_EVERY_PERCENT, LinePrinter, progress_display
+from appliance.cli.progress import (
+    LINE_EVERY_PERCENT,
+    LINE_EVERY_SECONDS,
+    LINE_MIN_SECONDS,
+    LinePrinter,
+    progress_display,
+)
 from appliance.core.progress import BYTES, Progress, byte_counter
 from appliance.planner.remote import HEADER_TASK
 
 
 def test_a_line_every_few_percent_with_the_log(capsys: pytest.CaptureFixture[str]) -> None:
-    show = LinePrinter(min_seconds=0)
+    show = LinePrinter(min_seconds=0, every_seconds=0)
     log = Path("/var/log/build.log")
     show(Progress("compiling cpu", 0, None, log=log))
     for step in range(1, 151):
@@ -91,3 +97,43 @@ def test_finish_is_silent_for_quick_work_and_for_a_task_already_shown_at_its_end
     show.finish()
     show.finish()
     assert out.getvalue() == "slow: 7, 2 s\n"
+
+
+def _steady(seconds: float, updates: int, out: io.StringIO) -> list[str]:
+    """`updates` records of one task with a total, evenly over `seconds` of a fake clock,
+    into a stream that is not a terminal; the lines it got, finish included."""
+    clock = FakeClock()
+    show = LinePrinter(file=out, clock=clock)
+    for step in range(1, updates + 1):
+        clock.now = seconds * step / updates
+        show(Progress("sha256 model.gguf", step, updates))
+    show.finish()
+    assert not out.isatty()
+    return out.getvalue().splitlines()
+
+
+def test_a_thousand_updates_in_five_seconds_are_at_most_two_lines_the_last_the_end() -> None:
+    lines = _steady(5.0, 1000, io.StringIO())  # the clock starts at the first record, 0.005 s
+    assert lines == ["sha256 model.gguf: 401/1000 (40%), 2 s", "sha256 model.gguf: 1000/1000 (100%), 5 s"]
+
+
+def test_a_minute_of_updates_is_a_line_every_ten_seconds_and_the_end() -> None:
+    lines = _steady(60.0, 6000, io.StringIO())
+    seconds = [int(line.rsplit(", ", 1)[1].removesuffix(" s")) for line in lines]
+    # the first once the task has run LINE_MIN_SECONDS, then one per LINE_EVERY_SECONDS
+    assert seconds == [2, 12, 22, 32, 42, 52, 60], lines
+    assert all(b - a >= LINE_EVERY_SECONDS for a, b in zip(seconds[1:-2], seconds[2:-1], strict=True))
+    assert seconds[0] == LINE_MIN_SECONDS
+    assert lines[-1] == "sha256 model.gguf: 6000/6000 (100%), 60 s"
+
+
+def test_the_last_line_is_written_even_when_it_comes_within_the_interval() -> None:
+    """A task that stops short of its total, a second after its last line: finish writes where
+    it stopped."""
+    out, clock = io.StringIO(), FakeClock()
+    show = LinePrinter(file=out, clock=clock)
+    for step in range(0, 31):
+        clock.now = step / 10
+        show(Progress("fetching x", step, 100))
+    show.finish()
+    assert out.getvalue().splitlines() == ["fetching x: 20/100 (20%), 2 s", "fetching x: 30/100 (30%), 3 s"]
