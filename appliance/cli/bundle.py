@@ -9,7 +9,13 @@ from appliance.analysis.placement import placement_digest
 from appliance.attest.bundle import finalize_bundle, sealed_digests_match
 from appliance.attest.dsse import default_key_dir, existing_default_key, public_key_from_dict
 from appliance.attest.verify import MAX_SEAL_BYTES, Verdict, Verification, verify_bundle
-from appliance.cli.options import json_option, refuse_key_with_unsigned, strict_json
+from appliance.cli.options import (
+    json_option,
+    refuse_key_with_unsigned,
+    signing_key_option,
+    strict_json,
+    verify_key_option,
+)
 from appliance.core.checks import check_lines
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.strict_load import load_json
@@ -25,13 +31,7 @@ def bundle_group() -> None:
 
 @bundle_group.command("sign")
 @bundle_dir
-@click.option(
-    "--key",
-    "key",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Private key file or key directory (default ~/.config/appliance/keys).",
-)
+@signing_key_option("the bundle")
 @click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature, on purpose.")
 @click.option("--force", is_flag=True, help="Re-seal even though files changed since sealing.")
 def bundle_sign(directory: Path, key: Path | None, unsigned: bool, force: bool) -> None:
@@ -73,14 +73,7 @@ def print_verification(result: Verification) -> None:
     ),
 )
 @bundle_dir
-@click.option(
-    "--key",
-    "key",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Public key (file or key directory) the bundle must be signed with; "
-    "default: any key in the trust store (`appliance keys list`).",
-)
+@verify_key_option("the bundle")
 @click.option(
     "--allow-untrusted",
     is_flag=True,

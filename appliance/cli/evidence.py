@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from appliance.cli.options import OutputPath, finite, json_option, strict_json
+from appliance.cli.options import OutputPath, finite, json_option, strict_json, verify_key_option
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
 from appliance.evidence.bundle_facts import UNTRUSTED_INPUT, claimed_evidence, verified_input
@@ -116,13 +116,7 @@ def print_comparison(result: Comparison) -> None:
     multiple=True,
     help="Evidence id to compare with (default: those the run's profile names).",
 )
-@click.option(
-    "--key",
-    "key",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Public key the bundle must be signed with (default: any trusted key).",
-)
+@verify_key_option("the bundle")
 @allow_untrusted_option
 @json_option
 def evidence_compare(
@@ -165,13 +159,7 @@ def evidence_compare(
     show_default=True,
     help="Relative tolerance a later reproduction's ratios must hold.",
 )
-@click.option(
-    "--key",
-    "key",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Public key the bundle must be signed with (default: any trusted key).",
-)
+@verify_key_option("the bundle")
 @allow_untrusted_option
 @click.option("--out", type=OutputPath(), default=None, help="Write the finding here (default: print it).")
 def evidence_draft(

@@ -7,7 +7,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from appliance.cli.options import json_option, lock_option, strict_json
+from appliance.cli.options import (
+    DEFAULT_SIGNING_KEY,
+    json_option,
+    lock_option,
+    signing_key_option,
+    strict_json,
+    verify_key_option,
+)
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.engine.lock import load_lock, write_lock
@@ -298,13 +305,7 @@ def push(target: str, registry: str, image_ref: str | None, lock_path: Path | No
     default=None,
     help="Local image to export (default: the newest one built from this lock without experimental patches).",
 )
-@click.option(
-    "--key",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Private key (or key directory) to sign the sidecar with "
-    "(default: the key from `appliance keys init`).",
-)
+@signing_key_option("the sidecar")
 @click.option("--force", is_flag=True, help="Replace FILE and its sidecar if they exist.")
 @lock_option
 @json_option
@@ -377,13 +378,8 @@ def _pull_from(
     help="Load from a docker archive written by `appliance image "
     "export` (with its FILE.sidecar.json) instead of the registry.",
 )
-@click.option(
-    "--key",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="With --from: the exporting key's public key file or directory "
-    "(default: the key from `appliance keys init`).",
-)
+# not must_exist: a --key without --from is refused by name first, as before
+@verify_key_option("the sidecar of --from", default=DEFAULT_SIGNING_KEY, must_exist=False)
 @click.option(
     "--tag", default=None, help="With --from: tag the loaded image REF instead of the tag in the sidecar."
 )

@@ -76,6 +76,38 @@ lock_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
+DEFAULT_SIGNING_KEY = "the key from `appliance keys init`"
+TRUST_STORE = "any key in the trust store, as `appliance keys list` shows"
+
+
+def signing_key_option(signs: str, *, made_on_first_use: bool = False) -> Callable[[F], F]:
+    """`--key` of a verb that signs `signs` (e.g. "the bundle"): a private key file or key
+    directory that exists; without it the verb takes the user's default key, which run-like
+    verbs make and trust when there is none yet (`made_on_first_use`)."""
+    first_use = ", made and trusted on first use" if made_on_first_use else ""
+    return click.option(
+        "--key",
+        "key",
+        type=click.Path(path_type=Path, exists=True),
+        default=None,
+        help=f"Private key file or key directory to sign {signs} with "
+        f"(default: {DEFAULT_SIGNING_KEY}{first_use}).",
+    )
+
+
+def verify_key_option(
+    signed: str, *, default: str = TRUST_STORE, must_exist: bool = True
+) -> Callable[[F], F]:
+    """`--key` of a verb that checks a signature on `signed`: the public key file or key
+    directory it must be signed with; `default` says which keys count without it."""
+    return click.option(
+        "--key",
+        "key",
+        type=click.Path(path_type=Path, exists=must_exist),
+        default=None,
+        help=f"Public key file or key directory {signed} must be signed with (default: {default}).",
+    )
+
 
 def strict_json(data: Any, **dumps: Any) -> str:
     """`--json` text: standard JSON that any parser reads, so a number that cannot be computed
@@ -155,13 +187,7 @@ def trial_options(what: str) -> Callable[[F], F]:
             help="Stop a trial's engine after this long and record it as timed out.",
         ),
         json_option,
-        click.option(
-            "--key",
-            type=click.Path(path_type=Path, exists=True),
-            default=None,
-            help="Private key (or key directory) to sign the bundle with (default: the "
-            "key from `appliance keys init`, made and trusted on first use).",
-        ),
+        signing_key_option("the bundle", made_on_first_use=True),
         click.option("--unsigned", is_flag=True, help="Seal the bundle without a signature (it says so)."),
         click.option(
             "--cluster",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from appliance.cli.options import json_option, strict_json
+from appliance.cli.options import json_option, strict_json, verify_key_option
 from appliance.core.errors import ApplianceError
 from appliance.runs.run_dir import REPORT_FILE
 from appliance.workflows.report import make_report
@@ -20,12 +20,7 @@ from appliance.workflows.report import make_report
     help=f"Where to write the page (default: RUN/{REPORT_FILE}).",
 )
 @click.option("--open", "open_page", is_flag=True, help="Open the page in the default browser afterwards.")
-@click.option(
-    "--key",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Public key the bundle must be signed with (default: any key in the trust store).",
-)
+@verify_key_option("the bundle")
 @click.option(
     "--allow-untrusted",
     is_flag=True,

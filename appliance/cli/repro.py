@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from appliance.cli.options import REPEATS, OutputPath, lock_option
+from appliance.cli.options import REPEATS, OutputPath, lock_option, signing_key_option
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
@@ -62,12 +62,7 @@ def repro_preflight(target: str, models_dir: Path | None, lock_path: Path | None
     default=None,
     help="Directory for the run bundles, one per profile (default: runs/).",
 )
-@click.option(
-    "--key",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Signing key (default: the key from `appliance keys init`).",
-)
+@signing_key_option("the bundles", made_on_first_use=True)
 @click.option("--repeats", type=REPEATS, default=None, help="Override the profiles' repeats.")
 @lock_option
 def repro_run(
