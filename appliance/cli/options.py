@@ -1,10 +1,12 @@
 """Options and argument types shared by several verb groups: every number a user types is
 checked here, at the edge, against the range the code behind it can handle."""
 
+import functools
 import json
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,6 +17,8 @@ from appliance.core.errors import ConfigError
 from appliance.core.limits import MAX_REPEATS, MAX_SEED
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from appliance.workflows.run import RunOptions
 
 MAX_COUNT = 1 << 31
@@ -131,31 +135,70 @@ def refuse_key_with_unsigned(key: Path | None, unsigned: bool) -> None:
         raise ConfigError("--key and --unsigned contradict each other: choose one")
 
 
-def run_options(
-    key: Path | None,
-    unsigned: bool,
-    trial_timeout: float | None,
-    cluster_address: str | None,
-    max_attempts: int,
-    resume: bool,
-) -> "RunOptions":
-    """The trial options `run` and `sweep` take, as the one value their workflows share (a
-    cluster address becomes the Ray executor; ray loads only for cluster runs)."""
-    from appliance.workflows.run import RunOptions
-
-    executor = None
-    if cluster_address is not None:
-        from appliance.cluster.run import cluster_executor
-
-        executor = cluster_executor(cluster_address, max_attempts)
-    return RunOptions(key, unsigned, trial_timeout, executor, resume)
+DRY_RUN_HELP = {
+    "run": "Print the trial plan and docker parameters only.",
+    "sweep": "Print the grid and the predicted time only.",
+}
 
 
-def trial_options(what: str) -> Callable[[F], F]:
-    """The options `run` and `sweep` share: where the model is, where the run goes, how each
-    trial runs, how the bundle is signed and where the trials execute. `what` is "run" or
-    "sweep", for the help texts."""
+@dataclass(frozen=True)
+class TrialArgs:
+    """The options `run` and `sweep` share, parsed: one value built once (by trial_options),
+    which checks the rules between them when it is made."""
+
+    dry_run: bool
+    models_dir: Path
+    out: Path | None
+    repeats: int | None
+    skip_digest_check: bool
+    image: str | None
+    gpu_index: int | None
+    trial_timeout: float | None
+    as_json: bool
+    key: Path | None
+    unsigned: bool
+    cluster_address: str | None
+    max_attempts: int
+    resume: bool
+    lock_path: Path | None
+    assume_gpu: Any  # a host.gpu.Gpu, or None
+    skeleton: bool
+
+    def __post_init__(self) -> None:
+        refuse_key_with_unsigned(self.key, self.unsigned)
+        refuse_dry_run_only(self.dry_run, self.assume_gpu, self.skeleton)
+
+    def run_options(self) -> "RunOptions":
+        """How the trials run and the bundle is sealed, as the workflows take it (a cluster
+        address becomes the Ray executor; ray loads only for cluster runs)."""
+        from appliance.workflows.run import RunOptions
+
+        executor = None
+        if self.cluster_address is not None:
+            from appliance.cluster.run import cluster_executor
+
+            executor = cluster_executor(self.cluster_address, self.max_attempts)
+        return RunOptions(self.key, self.unsigned, self.trial_timeout, executor, self.resume)
+
+    def console(self) -> "Console":
+        """Where the verb prints: stderr when --json owns stdout; 160 columns into a pipe."""
+        import sys
+
+        from rich.console import Console
+
+        return Console(stderr=self.as_json, width=None if sys.stdout.isatty() else 160)
+
+
+TRIAL_ARGS = tuple(field.name for field in fields(TrialArgs))
+
+
+def trial_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options `run` and `sweep` share: a dry run, where the model is, where the run goes,
+    how each trial runs, how the bundle is signed, where the trials execute and what a dry run
+    may assume. `what` is "run" or "sweep", for the help texts. The command gets them as one
+    `trial: TrialArgs` keyword instead of one parameter each."""
     options = [
+        click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP[what]),
         click.option(
             "--models",
             "models_dir",
@@ -210,12 +253,19 @@ def trial_options(what: str) -> Callable[[F], F]:
             help=f"--out names an incomplete {what} of this profile: run only its missing trials.",
         ),
         lock_option,
+        assume_gpu_option,
+        skeleton_option,
     ]
 
-    def apply(command: F) -> F:
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def with_trial_args(**kwargs: Any) -> Any:
+            trial = TrialArgs(**{name: kwargs.pop(name) for name in TRIAL_ARGS})
+            return command(trial=trial, **kwargs)
+
         for option in reversed(options):
-            command = option(command)
-        return command
+            with_trial_args = option(with_trial_args)
+        return with_trial_args
 
     return apply
 

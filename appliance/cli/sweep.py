@@ -1,22 +1,8 @@
 """CLI: `appliance sweep PROFILE --memory LIST --models DIR`: parse, then delegate."""
 
-import sys
-from pathlib import Path
-from typing import Any
-
 import click
-from rich.console import Console
 
-from appliance.cli.options import (
-    assume_gpu_option,
-    finite,
-    refuse_dry_run_only,
-    refuse_key_with_unsigned,
-    run_options,
-    skeleton_option,
-    strict_json,
-    trial_options,
-)
+from appliance.cli.options import TrialArgs, finite, strict_json, trial_options
 from appliance.cli.progress import progress_display
 
 
@@ -36,32 +22,8 @@ from appliance.cli.progress import progress_display
     show_default=True,
     help="Refuse a sweep whose predicted time is longer.",
 )
-@click.option("--dry-run", is_flag=True, help="Print the grid and the predicted time only.")
 @trial_options("sweep")
-@assume_gpu_option
-@skeleton_option
-def sweep_command(
-    profile_name: str,
-    models_dir: Path,
-    memory: str | None,
-    out: Path | None,
-    repeats: int | None,
-    max_hours: float,
-    dry_run: bool,
-    skip_digest_check: bool,
-    image: str | None,
-    gpu_index: int | None,
-    trial_timeout: float | None,
-    as_json: bool,
-    key: Path | None,
-    unsigned: bool,
-    cluster_address: str | None,
-    max_attempts: int,
-    resume: bool,
-    lock_path: Path | None,
-    assume_gpu: Any,
-    skeleton: bool,
-) -> None:
+def sweep_command(profile_name: str, memory: str | None, max_hours: float, trial: TrialArgs) -> None:
     """Run PROFILE's variants at several memory limits (interleaved, cold cache each trial),
     measure the disk once, and set each trial's reads beside LRU and Belady replays of its own
     route trace. One run directory, one bundle."""
@@ -73,34 +35,32 @@ def sweep_command(
     from appliance.runs.sweep import plan_sweep, print_grid
     from appliance.workflows.sweep import execute_sweep
 
-    refuse_key_with_unsigned(key, unsigned)
-    refuse_dry_run_only(dry_run, assume_gpu, skeleton)
-    console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
+    console = trial.console()
     profile = load_profile(profile_name)
-    lock = load_lock(lock_path)
-    with progress_display(quiet=as_json) as progress:
+    lock = load_lock(trial.lock_path)
+    with progress_display(quiet=trial.as_json) as progress:
         plan, client = plan_sweep(
             profile,
-            models_dir,
+            trial.models_dir,
             lock,
             memory=memory,
-            repeats=repeats,
-            out=out,
-            dry_run=dry_run,
+            repeats=trial.repeats,
+            out=trial.out,
+            dry_run=trial.dry_run,
             max_hours=max_hours,
-            skip_digest=skip_digest_check,
-            image=image,
-            gpu_index=gpu_index,
+            skip_digest=trial.skip_digest_check,
+            image=trial.image,
+            gpu_index=trial.gpu_index,
             progress=progress,
-            assume_gpu=assume_gpu,
-            skeleton=skeleton,
-            resume=resume,
+            assume_gpu=trial.assume_gpu,
+            skeleton=trial.skeleton,
+            resume=trial.resume,
         )
-    if dry_run:
+    if trial.dry_run:
         console.print("[bold]dry run[/bold]: nothing is started")
         print_header(console, plan.prepared)
         print_grid(console, plan)
-        if as_json:
+        if trial.as_json:
             click.echo(
                 strict_json(
                     {
@@ -114,15 +74,14 @@ def sweep_command(
                 )
             )
         return
-    options = run_options(key, unsigned, trial_timeout, cluster_address, max_attempts, resume)
     outcome, sweep = execute_sweep(
         plan,
         client,
         lock,
         console,
-        options,
+        trial.run_options(),
     )
-    if as_json:
+    if trial.as_json:
         click.echo(
             strict_json(
                 {

@@ -2,14 +2,18 @@
 both verbs still accept and list every option they had, and the rules between the options
 refuse the same way in both."""
 
+import dataclasses
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
+from appliance.cli.options import TrialArgs, trial_options
 from appliance.cli.run import run_command
 from appliance.cli.sweep import sweep_command
+from appliance.core.errors import ConfigError
+from appliance.workflows.run import RunOptions
 
 SHARED = {
     "--assume-gpu",
@@ -65,3 +69,50 @@ def test_dry_run_only_options_are_refused_alike(
     result = CliRunner().invoke(COMMANDS[verb], ["tiny-oversub", "--models", str(tmp_path), *flags])
     assert result.exit_code == 2
     assert result.output.splitlines()[-1] == f"Error: {message}"
+
+
+def _parsed(args: list[str]) -> TrialArgs:
+    got: list[TrialArgs] = []
+
+    @click.command()
+    @trial_options("run")
+    def command(trial: TrialArgs) -> None:
+        got.append(trial)
+
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 0, result.output
+    return got[0]
+
+
+def test_the_command_gets_one_value_holding_what_was_typed(tmp_path: Path) -> None:
+    typed = ["--models", str(tmp_path), "--repeats", "3", "--unsigned", "--trial-timeout", "60"]
+    trial = _parsed([*typed, "--resume", "--gpu", "1", "--dry-run", "--skeleton", "--json"])
+    assert trial == TrialArgs(
+        dry_run=True,
+        models_dir=tmp_path,
+        out=None,
+        repeats=3,
+        skip_digest_check=False,
+        image=None,
+        gpu_index=1,
+        trial_timeout=60.0,
+        as_json=True,
+        key=None,
+        unsigned=True,
+        cluster_address=None,
+        max_attempts=3,
+        resume=True,
+        lock_path=None,
+        assume_gpu=None,
+        skeleton=True,
+    )
+    # without --cluster the trials run here: no executor
+    assert trial.run_options() == RunOptions(key=None, unsigned=True, trial_timeout=60.0, resume=True)
+
+
+def test_the_rules_hold_for_the_value_itself(tmp_path: Path) -> None:
+    trial = _parsed(["--models", str(tmp_path), "--key", str(tmp_path)])
+    with pytest.raises(ConfigError, match=r"^--key and --unsigned contradict each other: choose one$"):
+        dataclasses.replace(trial, unsigned=True)
+    with pytest.raises(click.UsageError, match=r"^--skeleton needs --dry-run: "):
+        dataclasses.replace(trial, skeleton=True)
