@@ -24,6 +24,8 @@ REPLAY_TOLERANCE = 0.05  # measured reads within 5% of the policy's replay
 BELADY_OVER_DEMAND_GOAL = 0.65
 DECODE_OVER_PREFETCH_GOAL = 1.5
 BANDWIDTH_OVER_QD8_GOAL = 0.5
+WAITING_BANDWIDTH_OVER_QD8_GOAL = 0.6  # issue 35: reads at the disk's speed while a step waits
+EXPOSED_WAIT_GOAL = 0.3  # at most this share of decode time waiting for expert reads
 DEMAND_MMAP = "demand-mmap"
 DEMAND_PREFETCH = "demand-prefetch"
 
@@ -64,7 +66,10 @@ def cache_row(
     cache = timing.get("expert_cache")
     if not cache:
         return row
-    replay = predicted_reads(trace, int(cache["capacity"]), experts)["policies"][cache["policy"]]
+    replays = predicted_reads(trace, int(cache["capacity"]), experts)["policies"]
+    replay = replays[cache["policy"]]
+    wait_s = cache["decode"]["wait_s"]
+    waited_bandwidth = _ratio(cache["decode"]["device_read_bytes"], wait_s)
     row |= {
         "policy": cache["policy"],
         "capacity_experts": cache["capacity"],
@@ -77,7 +82,14 @@ def cache_row(
         "tool_decode_device_read_bytes": cache["decode"]["device_read_bytes"],
         "replayed_decode_read_bytes": replay["decode_read_bytes"],
         "measured_over_replay": _ratio(measured, replay["decode_read_bytes"]),
-        "cache_wait_s_per_token": _ratio(cache["decode"]["wait_s"], tokens),
+        "measured_over_belady": _ratio(measured, replays["belady"]["decode_read_bytes"]),
+        "lookahead": cache.get("lookahead", 0),
+        "decode_ahead_bytes": cache["decode"].get("ahead_bytes", 0),
+        "cache_wait_s_per_token": _ratio(wait_s, tokens),
+        "exposed_wait_share": _ratio(wait_s, decode_s),
+        "waiting_read_bytes_per_s": waited_bandwidth,
+        "waiting_fraction_qd1": _ratio(waited_bandwidth, (probe or {}).get("expert_qd1_bytes_per_s")),
+        "waiting_fraction_qd8": _ratio(waited_bandwidth, (probe or {}).get("expert_qd8_bytes_per_s")),
         "cache_dropped_bytes": cache["decode"]["bytes_dropped"],
     }
     return row
@@ -113,6 +125,11 @@ SUMMARY_KEYS = (
     "disk_fraction_qd8",
     "capacity_experts",
     "cache_wait_s_per_token",
+    "measured_over_belady",
+    "exposed_wait_share",
+    "waiting_fraction_qd1",
+    "waiting_fraction_qd8",
+    "lookahead",
 )
 
 
@@ -149,6 +166,8 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     best = max(cached, key=lambda v: get(v, "decode_tps") or 0.0, default=None)
     best_speedup = get(best, "decode_over_demand_prefetch") if best else None
     best_qd8 = get(best, "disk_fraction_qd8") if best else None
+    best_wait = get(best, "exposed_wait_share") if best else None
+    best_waiting_qd8 = get(best, "waiting_fraction_qd8") if best else None
     return {
         "memory_limit": smallest,
         "lru_measured_over_replay": {
@@ -167,6 +186,14 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "best_bandwidth_over_probe_qd8": {
             "value": best_qd8,
             "met": best_qd8 is not None and best_qd8 >= BANDWIDTH_OVER_QD8_GOAL,
+        },
+        "best_waiting_bandwidth_over_probe_qd8": {
+            "value": best_waiting_qd8,
+            "met": best_waiting_qd8 is not None and best_waiting_qd8 >= WAITING_BANDWIDTH_OVER_QD8_GOAL,
+        },
+        "best_exposed_wait_share": {
+            "value": best_wait,
+            "met": best_wait is not None and best_wait <= EXPOSED_WAIT_GOAL,
         },
     }
 

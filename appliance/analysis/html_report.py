@@ -31,10 +31,13 @@ from appliance.analysis.report import (
 )
 from appliance.analysis.sweep_report import (
     CACHE_COLUMNS,
+    CACHE_WAIT_COLUMNS,
+    CACHE_WAIT_TITLE,
     READS_COLUMNS,
     SPEED_COLUMNS,
     cache_rows,
     cache_title,
+    cache_wait_rows,
     reads_title,
     speed_title,
     sweep_notes,
@@ -251,6 +254,20 @@ def _results(results: dict[str, Any]) -> str:
                 ]
                 parts.append(
                     _table(CACHE_COLUMNS, cache_rows(cache), cache_title(cache), cache_attrs, "expert-cache")
+                )
+                wait_attrs = [
+                    a
+                    for a, row in zip(cache_attrs, cache["summary"], strict=True)
+                    if row["capacity_experts"] is not None
+                ]
+                parts.append(
+                    _table(
+                        CACHE_WAIT_COLUMNS,
+                        cache_wait_rows(cache),
+                        CACHE_WAIT_TITLE,
+                        wait_attrs,
+                        "expert-cache-wait",
+                    )
                 )
             parts.extend(f'<p class="{esc(sev)}">{esc(text)}</p>' for sev, text in sweep_notes(sweep))
         else:

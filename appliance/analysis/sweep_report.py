@@ -88,6 +88,7 @@ def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
     cache = sweep.get("expert_cache")
     if cache:
         tables.append(_rich_table(cache_title(cache), CACHE_COLUMNS, cache_rows(cache)))
+        tables.append(_rich_table(CACHE_WAIT_TITLE, CACHE_WAIT_COLUMNS, cache_wait_rows(cache)))
     return tables
 
 
@@ -153,6 +154,36 @@ def cache_rows(cache: dict[str, Any]) -> list[list[str]]:
                 _num(row["decode_over_demand_prefetch"], ".2f"),
                 _num(row["disk_fraction_qd1"], ".3f"),
                 _num(row["disk_fraction_qd8"], ".3f"),
+            ]
+        )
+    return rows
+
+
+CACHE_WAIT_COLUMNS = ("limit", "variant", "meas/Belady", "ahead", "wait", "waiting/QD1", "waiting/QD8")
+CACHE_WAIT_TITLE = (
+    "expert cache reads: medians; decode reads over Belady's replay at the same capacity, layers read "
+    "ahead, share of decode time waiting for reads, bandwidth while waiting over the probe's"
+)
+
+
+def cache_wait_rows(cache: dict[str, Any]) -> list[list[str]]:
+    """Where the cache trials' decode time went (CACHE_WAIT_COLUMNS, medians per limit and
+    variant): reads over Belady's replay at the tool's capacity, --expert-lookahead, the share of
+    decode time a step waited for expert reads, and the device bytes read during those waits
+    over the waits, as fractions of the probe's expert-size bandwidth at queue depth 1 and 8."""
+    rows = []
+    for row in cache["summary"]:
+        if row["capacity_experts"] is None:
+            continue
+        rows.append(
+            [
+                limit_label(row["memory_limit"]),
+                row["variant"],
+                _num(row["measured_over_belady"], ".3f"),
+                _num(row["lookahead"], ".0f"),
+                _num(row["exposed_wait_share"], ".2f"),
+                _num(row["waiting_fraction_qd1"], ".2f"),
+                _num(row["waiting_fraction_qd8"], ".2f"),
             ]
         )
     return rows

@@ -584,4 +584,49 @@ def calibration_cmd(trace_path: Path, as_json: bool) -> None:
         click.echo(f"all {len(rows)} statistics inside the real range")
 
 
+@trace_group.command("lookahead")
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option(
+    "--capacity",
+    "capacity_share",
+    type=finite(min=0, max=1, min_open=True),
+    default=0.25,
+    show_default=True,
+    help="The lru cache's capacity as a share of the trace's (layer, expert) pairs.",
+)
+@click.option(
+    "--predict",
+    type=POSITIVE,
+    default=None,
+    help="Experts of the next layer each predictor names per event (default: the trace's k).",
+)
+@json_option
+def lookahead_cmd(trace_path: Path, capacity_share: float, predict: int | None, as_json: bool) -> None:
+    """How much of an lru expert cache's decode misses earlier routing predicts one layer
+    ahead: per predictor (oracle, previous-token, popularity, co-occurrence) the share of
+    misses it would have read ahead and the experts it would have read for nothing."""
+    from appliance.trace.format import read_trace
+    from appliance.trace.lookahead import score_predictors
+
+    trace = read_trace(trace_path)
+    pairs = len(trace.moe_layers) * trace.n_experts
+    capacity = max(trace.k, int(pairs * capacity_share))
+    scores = score_predictors(trace, capacity, predict or trace.k)
+    if as_json:
+        _emit({"trace": trace_path.name, "pairs": pairs, "scores": [s.to_json() for s in scores]})
+        return
+    first = scores[0]
+    click.echo(
+        f"{trace_path.name}: lru at {capacity} of {pairs} pairs, {first.decode_misses} decode misses "
+        f"in {first.decode_tokens} tokens; {first.predicted} experts predicted per layer"
+    )
+    click.echo(f"{'predictor':<15} {'misses read ahead':>18} {'wasted / token':>15}")
+    for s in scores:
+        click.echo(f"{s.predictor:<15} {_pct(s.recall):>18} {_num(s.wasted_per_token):>15}")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 COMMANDS: list[click.Command] = [trace_group]

@@ -206,6 +206,42 @@ def test_cache_keeps_routing_and_text_and_misses_what_the_replay_predicts(
         )
 
 
+@pytest.mark.engine
+def test_reading_ahead_changes_no_decision_and_reads_each_later_miss_once(
+    cache_bin: Path, tmp_path: Path
+) -> None:
+    model = tiny_model("qwen3moe")
+    evict(model)
+    plain = run_tracer(cache_bin, model, tmp_path / "plain", *tracer_args(24), prompt=PROMPT, env=DEMAND)
+    trace = read_trace(plain.trace)
+    capacity = 3 * trace.k
+    lookahead = (
+        len(trace.moe_layers) - 2
+    )  # no layer twice in a window: each expert read ahead is a miss to come
+    evict(model)
+    run = run_tracer(
+        cache_bin,
+        model,
+        tmp_path / "ahead",
+        *tracer_args(24),
+        *cache_args("lru", capacity, plain.trace),
+        "--expert-lookahead",
+        str(lookahead),
+        prompt=PROMPT,
+        env=DEMAND,
+    )
+    assert run.trace.read_bytes() == plain.trace.read_bytes()
+    assert run.text == plain.text and run.text
+    cache = run.timings["expert_cache"]
+    assert (cache["lookahead"], cache["future"]) == (lookahead, plain.trace.name)
+    got = {s["step"]: (s["hits"], s["misses"]) for s in cache["steps"]}
+    assert got == per_step(trace, python_hits(trace, "lru", capacity)), "reading ahead changed a decision"
+    # every decode miss was queued once, by an earlier event (the last prompt event or a decode one)
+    ahead = cache["prefill"]["ahead_bytes"] + cache["decode"]["ahead_bytes"]
+    assert cache["decode"]["misses"] > 0
+    assert ahead == cache["decode"]["bytes_read"]
+
+
 def bad(
     cache_bin: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None, model: Path | None = None
 ) -> str:
@@ -232,8 +268,23 @@ def test_bad_cache_input_is_refused_in_one_line(cache_bin: Path, tmp_path: Path)
     assert "unknown --expert-cache policy 'nope'; choose from lru, fifo, least-stale, belady" in bad(
         cache_bin, tmp_path, *cache_args("nope", 8), model=missing
     )
-    assert "--expert-io-depth must be at least 1 (got 0)" in bad(
+    assert "--expert-io-depth must be 1 to 64 (got 0)" in bad(
         cache_bin, tmp_path, *cache_args("lru", 8), "--expert-io-depth", "0", model=missing
+    )
+    assert "--expert-io-depth must be 1 to 64 (got 65)" in bad(
+        cache_bin, tmp_path, *cache_args("lru", 8), "--expert-io-depth", "65", model=missing
+    )
+    assert "--expert-lookahead must be 0 to 8 MoE layers (got 9)" in bad(
+        cache_bin, tmp_path, *cache_args("lru", 8), "--expert-lookahead", "9", model=missing
+    )
+    assert "--expert-lookahead reads ahead from --future TRACE" in bad(
+        cache_bin, tmp_path, *cache_args("lru", 8), "--expert-lookahead", "1", model=missing
+    )
+    assert "--expert-lookahead needs --expert-cache POLICY" in bad(
+        cache_bin, tmp_path, "--expert-lookahead", "1", model=missing
+    )
+    assert "--future is only used by --expert-cache belady and --expert-lookahead" in bad(
+        cache_bin, tmp_path, *cache_args("lru", 8), "--future", str(missing), model=missing
     )
     assert "--expert-cache works only under demand mmap: set LLAMA_MMAP_DEMAND=1" in bad(
         cache_bin, tmp_path, *cache_args("lru", 8), env={"LLAMA_MMAP_DEMAND": ""}, model=missing

@@ -30,7 +30,11 @@ def timing(decode_reads: int, tps: float, cache: dict[str, Any] | None = None) -
 
 
 def cache_record(policy: str, decode_misses: int) -> dict[str, Any]:
-    counters = {"misses": decode_misses, "bytes_read": decode_misses * EXPERT, "device_read_bytes": 0}
+    counters = {
+        "misses": decode_misses,
+        "bytes_read": decode_misses * EXPERT,
+        "device_read_bytes": decode_misses * EXPERT,
+    }
     return {
         "policy": policy,
         "capacity": CAPACITY,
@@ -78,6 +82,19 @@ def test_a_cache_trial_is_set_beside_its_own_policys_replay() -> None:
     assert "policy" not in by["demand-mmap"] and by["demand-mmap"]["reads_over_demand_mmap"] == 1.0
 
 
+def test_a_cache_trial_says_how_long_it_waited_and_how_fast_it_read_while_waiting() -> None:
+    replay = predicted_reads(TRACE, CAPACITY, EXPERTS)["policies"]
+    lru = {r["variant"]: r for r in rows()}["expert-lru"]
+    assert lru["exposed_wait_share"] == pytest.approx(0.4 / (40 / 25.0))
+    waiting = replay["lru"]["decode_misses"] * EXPERT / 0.4
+    assert lru["waiting_read_bytes_per_s"] == pytest.approx(waiting)
+    assert lru["waiting_fraction_qd1"] == pytest.approx(waiting / 100e6)
+    assert lru["waiting_fraction_qd8"] == pytest.approx(waiting / 400e6)
+    measured = replay["lru"]["decode_read_bytes"] * 102 // 100
+    assert lru["measured_over_belady"] == pytest.approx(measured / replay["belady"]["decode_read_bytes"])
+    assert lru["lookahead"] == 0 and lru["decode_ahead_bytes"] == 0
+
+
 def test_goals_at_the_smallest_limit_say_what_was_met() -> None:
     goals = cache_analysis.goals(rows())
     assert goals["lru_measured_over_replay"]["met"] is True
@@ -88,3 +105,7 @@ def test_goals_at_the_smallest_limit_say_what_was_met() -> None:
     assert goals["best_bandwidth_over_probe_qd8"]["met"] is (
         goals["best_bandwidth_over_probe_qd8"]["value"] >= 0.5
     )
+    # belady waits 0.4 s of its 1.0 s decode: more than the 30% goal
+    assert goals["best_exposed_wait_share"] == {"value": pytest.approx(0.4), "met": False}
+    waiting = goals["best_waiting_bandwidth_over_probe_qd8"]
+    assert waiting["met"] is (waiting["value"] >= cache_analysis.WAITING_BANDWIDTH_OVER_QD8_GOAL)

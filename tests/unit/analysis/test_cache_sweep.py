@@ -16,6 +16,7 @@ from rich.console import Console
 
 from appliance.analysis.cache_analysis import sweep_section
 from appliance.analysis.capacity import ModelExperts
+from appliance.analysis.sweep_analysis import predicted_reads
 from appliance.analysis.sweep_report import print_sweep
 from appliance.trace.format import write_trace
 from tests.unit.runs.independent_traces import hand_trace
@@ -163,5 +164,20 @@ def test_the_printed_cache_table_shows_the_columns_within_100_columns(tmp_path: 
     belady = next(line for line in lines if " expert-belady " in line)
     assert " DIFFER " in belady and " 0.133 " in belady and " 2.00 " in belady
     mmap = next(line for line in lines if " demand-mmap " in line)
+    # the second cache table: only cache trials; lru waited 0.5 s of its 10/15 s decode (0.75),
+    # reading 40 MiB in it: 80 MiB/s over the probe's 100 and 400 MiB/s
+    belady_at_6 = predicted_reads(HAND.trace, 6, EXPERTS)["policies"]["belady"]["decode_read_bytes"]
+    waits = [line for line in lines if " expert-lru " in line][1]
+    cells = [cell.strip() for cell in waits.split("│")[1:-1]]
+    assert cells == [
+        "100MiB",
+        "expert-lru",
+        format(41 * MIB / belady_at_6, ".3f"),
+        "0",
+        "0.75",
+        "0.80",
+        "0.20",
+    ]
+    assert sum(" demand-mmap " in line for line in lines) == 1
     assert [cell.strip() for cell in mmap.split("│")[3:6]] == ["-", "-", "-"]
     assert "a trace differs from the baseline's; the tool's misses differ from the replay's" in out.getvalue()
