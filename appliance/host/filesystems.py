@@ -71,6 +71,6 @@ def refuse_unfit_target(path: Path, need: int, what: str) -> None:
     free = free_bytes(directory)
     if free < need:
         raise ApplianceError(
-            f"{directory} has {format_size(free)} ({free} bytes) free, {what} needs "
+            f"{directory} has {format_size(free)} ({free} bytes) free; writing {what} takes "
             f"{format_size(need)} ({need} bytes): free space or choose another directory"
         )

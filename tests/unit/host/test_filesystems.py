@@ -29,7 +29,7 @@ def test_free_space_is_statvfs_available_blocks_and_the_refusal_names_both_sizes
         pytest.skip("the test directory is itself on tmpfs")
     filesystems.refuse_unfit_target(tmp_path / "m.gguf", 1, "the model")
     with pytest.raises(
-        ApplianceError, match=r" free, the model needs 1024\.00 TiB \(1125899906842624 bytes\)"
+        ApplianceError, match=r" free; writing the model takes 1024\.00 TiB \(1125899906842624 bytes\)"
     ):
         filesystems.refuse_unfit_target(tmp_path / "m.gguf", 1 << 50, "the model")
 

@@ -44,7 +44,7 @@ def test_the_dry_run_says_time_and_disk_first_and_writes_nothing(tmp_path: Path)
         assert result.returncode != 0
         assert result.stderr.startswith(f"error: {tmp_path} has ")
         assert result.stderr.rstrip().endswith(
-            f"the missing models needs 33.99 GiB ({QWEN35 + QWEN3} bytes): free space or choose "
+            f"writing the missing models takes 33.99 GiB ({QWEN35 + QWEN3} bytes): free space or choose "
             "another directory"
         )
 
