@@ -6,7 +6,8 @@ results.json `sweep.summary` (medians per limit and variant) at every limit, at 
 at the largest; a missing bound (null) is not checked. Quantities whose magnitude depends on
 the host (the fraction of disk bandwidth) are drafted as directions only: below the probe.
 The expert cache's quantities (measured reads over the same policy's replay, reads over demand
-mmap's) are medians of `sweep.expert_cache.summary`.
+mmap's, decode tokens/s over demand prefetch's) are medians of `sweep.expert_cache.summary`; the
+decode-rate ratio is drafted only from medians of RATE_CLAIM_REPEATS trials or more.
 """
 
 from typing import Any
@@ -20,7 +21,9 @@ QUANTITIES = (
     "disk_fraction",
     "capacity_miss_share_lru",
 )
-CACHE_QUANTITIES = ("measured_over_replay", "reads_over_demand_mmap")  # sweep.expert_cache.summary
+# sweep.expert_cache.summary
+CACHE_QUANTITIES = ("measured_over_replay", "reads_over_demand_mmap", "decode_over_demand_prefetch")
+RATE_CLAIM_REPEATS = 3  # a decode-rate ratio is drafted only from medians of at least this many trials
 PLACES = ("every", "smallest", "largest")
 
 
@@ -127,8 +130,9 @@ def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[
 
 def _draft_cache(cache: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
     """Per expert-cache variant: measured reads within the replay's tolerance of its own replay
-    at every limit (when they were), and its reads over demand mmap's below the largest seen,
-    widened by the tolerance."""
+    at every limit (when they were), its reads over demand mmap's below the largest seen, widened
+    by the tolerance, and, from medians of enough repeats, its decode rate over demand prefetch's
+    above the smallest seen, narrowed by the tolerance."""
     from appliance.analysis.cache_analysis import REPLAY_TOLERANCE  # numpy and numba load only here
 
     summary = cache.get("summary") or []
@@ -157,6 +161,17 @@ def _draft_cache(cache: dict[str, Any], tolerance: float) -> list[dict[str, Any]
                     "at": "every",
                     "min": None,
                     "max": _round(max(mmap) * (1 + tolerance)),
+                }
+            )
+        rates = [v for r in rows if isinstance(v := r.get("decode_over_demand_prefetch"), int | float)]
+        if rates and len(rates) == len(rows) and all(r.get("n", 0) >= RATE_CLAIM_REPEATS for r in rows):
+            claims.append(
+                {
+                    "quantity": "decode_over_demand_prefetch",
+                    "variant": variant,
+                    "at": "every",
+                    "min": _round(min(rates) / (1 + tolerance)),
+                    "max": None,
                 }
             )
     return claims

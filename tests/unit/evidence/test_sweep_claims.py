@@ -180,3 +180,41 @@ def test_a_draft_bounds_each_cache_policy_by_its_replay_and_demand_mmap() -> Non
         },
     ]
     assert all(check_claim(sweep, c)[0] is True for c in claims)
+
+
+def test_a_decode_rate_ratio_is_drafted_only_from_medians_of_three_repeats() -> None:
+    def cache_rows(n: int) -> dict[str, object]:
+        rows = [
+            {"memory_limit": 100, "variant": "expert-belady", "n": n, "measured_over_replay": 1.0},
+            {"memory_limit": 200, "variant": "expert-belady", "n": n, "measured_over_replay": 1.0},
+        ]
+        for row, rate in zip(rows, (2.5, 1.8), strict=True):
+            row |= {"reads_over_demand_mmap": 0.6, "decode_over_demand_prefetch": rate}
+        return _summary(1.0) | {"expert_cache": {"summary": rows}}
+
+    three = cache_rows(3)
+    rates = [
+        c
+        for c in draft_sweep(three, "baseline", 0.25)["claims"]
+        if c["quantity"] == "decode_over_demand_prefetch"
+    ]
+    # the smallest median seen (1.8) narrowed by the tolerance: 1.8 / 1.25
+    assert rates == [
+        {
+            "quantity": "decode_over_demand_prefetch",
+            "variant": "expert-belady",
+            "at": "every",
+            "min": 1.44,
+            "max": None,
+        }
+    ]
+    assert check_claim(three, rates[0]) == (True, "observed 2.5, 1.8: within the claimed bounds")
+    slower = cache_rows(3)
+    slower["expert_cache"]["summary"][1]["decode_over_demand_prefetch"] = 1.2  # type: ignore[index]
+    assert check_claim(slower, rates[0]) == (False, "observed 1.2 at 200 bytes: outside the claimed bounds")
+    two = cache_rows(2)
+    assert not [
+        c
+        for c in draft_sweep(two, "baseline", 0.25)["claims"]
+        if c["quantity"] == "decode_over_demand_prefetch"
+    ]
