@@ -162,7 +162,8 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     lru = get("expert-lru", "measured_over_replay")
     belady = get("expert-belady", "reads_over_demand_mmap")
-    cached = [v for v in at if v.startswith("expert-")]
+    # reading ahead from the future (--expert-lookahead) is an oracle bound, not a policy to pick
+    cached = [v for v in at if v.startswith("expert-") and not get(v, "lookahead")]
     best = max(cached, key=lambda v: get(v, "decode_tps") or 0.0, default=None)
     best_speedup = get(best, "decode_over_demand_prefetch") if best else None
     best_qd8 = get(best, "disk_fraction_qd8") if best else None

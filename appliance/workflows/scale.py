@@ -27,10 +27,11 @@ SCALE_REPEATS = 3
 # 17.9 GB Qwen3.5 shape in 134 s and the 18.6 GB Qwen3-30B shape in 117 s.
 SYNTH_BPS = 130e6
 HASH_BPS = 400e6  # the first sha256 of a new file (assumed; cached afterwards)
-# One trial at 8 GiB, 64 decode tokens, measured at the Qwen3.5 shape (`appliance sweep
-# qwen35-shape-8g --memory 8GiB --repeats 1` on this 2-core machine under a load of 6 to 10):
-# baseline 1,351 s, demand mmap 1,013 s, demand prefetch 562 s; their mean. Idle: unmeasured.
-EXPECTED_TRIAL_S = 975.0
+# One trial's mean wall time at 8 GiB, 64 decode tokens, per profile. qwen35-shape-8g: `appliance
+# sweep qwen35-shape-8g --memory 8GiB --repeats 1` on this 2-core machine under a load of 6 to
+# 10 (baseline 1,351 s, demand mmap 1,013 s, demand prefetch 562 s; idle: unmeasured).
+# qwen3-30b-shape: its 3-repeat sweep on the idle machine, 24 trials in 59 min (docs/sweeps.md).
+EXPECTED_TRIAL_S = {"qwen35-shape-8g": 975.0, "qwen3-30b-shape": 148.0}
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class ScaleStep:
 
     def expected_s(self) -> float:
         made = self.model_bytes / SYNTH_BPS + self.model_bytes / HASH_BPS if self.missing else 0.0
-        return made + self.trials * EXPECTED_TRIAL_S
+        return made + self.trials * EXPECTED_TRIAL_S[self.profile]
 
 
 def default_models_dir() -> Path:
@@ -75,8 +76,8 @@ def print_scale_plan(steps: list[ScaleStep], console: Console) -> None:
         )
     total = sum(step.expected_s() for step in steps)
     console.print(
-        f"make scale expects about {total / 60:.0f} min (trials priced as measured on 2 loaded "
-        f"cores) and needs "
+        f"make scale expects about {total / 60:.0f} min (trials priced as measured on this 2-core "
+        f"machine, docs/sweeps.md) and needs "
         f"{format_size(disk_needed(steps))} ({disk_needed(steps)} bytes) of disk for the missing "
         f"models; the trials' own timeouts are derived from the model and the disk probe"
     )

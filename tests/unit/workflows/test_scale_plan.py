@@ -21,12 +21,12 @@ def test_the_plan_counts_trials_and_prices_the_missing_models(tmp_path: Path) ->
         ("qwen3-30b-shape", "qwen3-30b-shape.gguf", QWEN3, True, 24),  # 1 limit x 8 variants x 3
     ]
     assert steps[1].expected_s() == pytest.approx(
-        QWEN3 / SYNTH_BPS + QWEN3 / HASH_BPS + 24 * EXPECTED_TRIAL_S
+        QWEN3 / SYNTH_BPS + QWEN3 / HASH_BPS + 24 * EXPECTED_TRIAL_S["qwen3-30b-shape"]
     )
     with open(tmp_path / "qwen3-30b-shape.gguf", "wb") as handle:  # present: nothing to make
         handle.truncate(QWEN3)
     present = scale_plan(tmp_path)[1]
-    assert not present.missing and present.expected_s() == 24 * EXPECTED_TRIAL_S
+    assert not present.missing and present.expected_s() == 24 * EXPECTED_TRIAL_S["qwen3-30b-shape"]
 
 
 def test_the_dry_run_says_time_and_disk_first_and_writes_nothing(tmp_path: Path) -> None:
