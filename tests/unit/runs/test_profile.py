@@ -90,7 +90,12 @@ def test_qwen3_30b_shape_is_the_gate_driven_by_the_public_trace(
             "expert-lru",
             "expert-least-stale",
             "expert-belady",
+            "expert-lru-ahead4",
+            "expert-belady-ahead4",
         ]
+        # the oracle lookahead variants read the demand-mmap trial's trace as their future
+        ahead = [v for v in p.variants if v.name.endswith("-ahead4")]
+        assert all(v.future == "demand-mmap" and "--expert-lookahead" in v.args for v in ahead)
 
 
 def test_a_routes_file_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> None:
