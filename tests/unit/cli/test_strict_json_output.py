@@ -85,6 +85,7 @@ PRODUCE: dict[str, list[str]] = {
     "report": ["{bundle}", "--key", "{public}", "--out", "{root}/report.html"],
     "trace compare": ["{trace}", "{trace}"],
     "trace info": ["{trace}"],
+    "trace lookahead": ["{trace}", "--capacity", "0.5"],
     "trace replay": ["{trace}", "--capacity", "2,4,8", "--policy", "lru,belady"],
 }
 # verb -> arguments for a run that is refused before Docker, a network, a cluster or a build
