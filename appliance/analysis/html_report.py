@@ -37,6 +37,7 @@ from appliance.analysis.sweep_report import (
     SPEED_COLUMNS,
     cache_rows,
     cache_title,
+    cache_trial_summary,
     cache_wait_rows,
     reads_title,
     speed_title,
@@ -256,9 +257,8 @@ def _results(results: dict[str, Any]) -> str:
                     _table(CACHE_COLUMNS, cache_rows(cache), cache_title(cache), cache_attrs, "expert-cache")
                 )
                 wait_attrs = [
-                    a
-                    for a, row in zip(cache_attrs, cache["summary"], strict=True)
-                    if row["capacity_experts"] is not None
+                    {"limit": row["memory_limit"], "variant": row["variant"]}
+                    for row in cache_trial_summary(cache)
                 ]
                 parts.append(
                     _table(

@@ -171,22 +171,23 @@ def cache_wait_rows(cache: dict[str, Any]) -> list[list[str]]:
     variant): reads over Belady's replay at the tool's capacity, --expert-lookahead, the share of
     decode time a step waited for expert reads, and the device bytes read during those waits
     over the waits, as fractions of the probe's expert-size bandwidth at queue depth 1 and 8."""
-    rows = []
-    for row in cache["summary"]:
-        if row["capacity_experts"] is None:
-            continue
-        rows.append(
-            [
-                limit_label(row["memory_limit"]),
-                row["variant"],
-                _num(row["measured_over_belady"], ".3f"),
-                _num(row["lookahead"], ".0f"),
-                _num(row["exposed_wait_share"], ".2f"),
-                _num(row["waiting_fraction_qd1"], ".2f"),
-                _num(row["waiting_fraction_qd8"], ".2f"),
-            ]
-        )
-    return rows
+    return [
+        [
+            limit_label(row["memory_limit"]),
+            row["variant"],
+            _num(row["measured_over_belady"], ".3f"),
+            _num(row["lookahead"], ".0f"),
+            _num(row["exposed_wait_share"], ".2f"),
+            _num(row["waiting_fraction_qd1"], ".2f"),
+            _num(row["waiting_fraction_qd8"], ".2f"),
+        ]
+        for row in cache_trial_summary(cache)
+    ]
+
+
+def cache_trial_summary(cache: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary rows of variants that ran the engine's expert cache (they have a capacity)."""
+    return [row for row in cache["summary"] if row["capacity_experts"] is not None]
 
 
 def print_sweep(console: Console, sweep: dict[str, Any]) -> None:

@@ -215,9 +215,8 @@ def test_reading_ahead_changes_no_decision_and_reads_each_later_miss_once(
     plain = run_tracer(cache_bin, model, tmp_path / "plain", *tracer_args(24), prompt=PROMPT, env=DEMAND)
     trace = read_trace(plain.trace)
     capacity = 3 * trace.k
-    lookahead = (
-        len(trace.moe_layers) - 2
-    )  # no layer twice in a window: each expert read ahead is a miss to come
+    # no layer twice in a window: each expert read ahead is a miss to come
+    lookahead = len(trace.moe_layers) - 2
     evict(model)
     run = run_tracer(
         cache_bin,
