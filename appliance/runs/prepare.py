@@ -27,6 +27,7 @@ from appliance.images.labels import (
     stand_in_of_labels,
 )
 from appliance.planner.accounting import account_file
+from appliance.runs.cache_capacity import check_cache_capacity
 from appliance.runs.model_files import CheckedModel, check_model, check_routes, locate_model, routes_path
 from appliance.runs.placement import AUTO, PLAN, planned_args
 from appliance.runs.plan import ContainerSettings, Trial
@@ -266,6 +267,7 @@ def prepare_run(
         located=located,
         skeleton=skeleton,
     )
+    check_cache_capacity(profile, trials, model.path, profile.model.bytes or model.bytes)
     settings = ContainerSettings(
         models_dir=models_dir,
         block_device=block_device_for(model.path),
