@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -239,6 +240,61 @@ def test_reading_ahead_changes_no_decision_and_reads_each_later_miss_once(
     ahead = cache["prefill"]["ahead_bytes"] + cache["decode"]["ahead_bytes"]
     assert cache["decode"]["misses"] > 0
     assert ahead == cache["decode"]["bytes_read"]
+
+
+READ_CHUNK = 256 * 1024  # the tool reads an expert's three tensor slices in pieces of this size
+FAULT = "MOE_TRACE_READ_FAULT"
+
+
+@pytest.mark.engine
+def test_short_reads_change_nothing_and_a_read_error_stops_the_run_in_one_line(
+    cache_bin: Path, tmp_path: Path
+) -> None:
+    model = tiny_model("qwen3moe")
+    evict(model)
+    plain = run_tracer(cache_bin, model, tmp_path / "plain", *tracer_args(24), prompt=PROMPT, env=DEMAND)
+    trace = read_trace(plain.trace)
+    capacity = 3 * trace.k
+    # every pread reports half of what it read: each read is finished by further calls
+    evict(model)
+    short = run_tracer(
+        cache_bin,
+        model,
+        tmp_path / "short",
+        *tracer_args(24),
+        *cache_args("lru", capacity),
+        prompt=PROMPT,
+        env={**DEMAND, FAULT: "short"},
+    )
+    assert short.trace.read_bytes() == plain.trace.read_bytes()
+    assert short.text == plain.text and short.text
+    cache = short.timings["expert_cache"]
+    assert {s["step"]: (s["hits"], s["misses"]) for s in cache["steps"]} == per_step(
+        trace, python_hits(trace, "lru", capacity)
+    )
+    misses = cache["prefill"]["misses"] + cache["decode"]["misses"]
+    assert cache["prefill"]["bytes_read"] + cache["decode"]["bytes_read"] == misses * cache["expert_bytes"]
+    # a read error after the prompt's reads: one line with the error and the offset, exit 1,
+    # no trace and no timing record presented as whole
+    preads_per_expert = 3 * -(-cache["expert_bytes"] // 3 // READ_CHUNK)
+    after_prompt = cache["prefill"]["misses"] * preads_per_expert + 1
+    evict(model)
+    line = bad(
+        cache_bin,
+        tmp_path,
+        *tracer_args(24),
+        *cache_args("lru", capacity),
+        env={**DEMAND, FAULT: f"fail-after:{after_prompt}"},
+    )
+    assert re.search(
+        r"expert cache: a read of the model failed \(Input/output error at byte \d+ of the model\); "
+        r"the run stops here$",
+        line,
+    ), line
+    assert not (tmp_path / "bad" / "timings.json").exists()
+    assert "MOE_TRACE_READ_FAULT must be short or fail-after:N, got sometimes" in bad(
+        cache_bin, tmp_path, *tracer_args(4), *cache_args("lru", capacity), env={**DEMAND, FAULT: "sometimes"}
+    )
 
 
 def bad(
