@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TARGETS = {"--help": 0.3, "engine show": 0.3, "trace info": 0.6, "trace replay": 0.6}
+GOAL_SECONDS = {"--help": 0.3, "engine show": 0.3, "trace info": 0.6, "trace replay": 0.6}
 
 
 def timed(argv: list[str], repeats: int) -> list[float]:
@@ -67,7 +67,7 @@ def main() -> None:
             samples = timed(argv, args.repeats)
             median = statistics.median(samples)
             baseline = median if baseline is None else baseline
-            target = f"{TARGETS[name]:.1f}" if name in TARGETS else "-"
+            target = f"{GOAL_SECONDS[name]:.1f}" if name in GOAL_SECONDS else "-"
             print(
                 f"{name:<16} {median:7.3f} {min(samples):7.3f} {max(samples):7.3f} "
                 f"{median - baseline:8.3f} {target:>7}"
