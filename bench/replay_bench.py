@@ -30,6 +30,7 @@ import numpy as np
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, single_item_stream, trace_events
 from appliance.trace.format import write_trace
+from appliance.trace.replay import pool_hits
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from bench.lcs_oracle import LCS_POLICIES, lcs_misses, make_cache, open_reader, write_oracle_trace
 
@@ -43,23 +44,7 @@ def our_run(stream: EventStream, policy: str, capacity: int) -> tuple[int, float
         if code == kernels.STATIC_HOT
         else np.zeros(stream.n_objects)
     )
-    next_use = (
-        kernels.next_use_events(stream.ptr, stream.items, stream.n_objects)
-        if code == kernels.BELADY
-        else np.zeros(0, dtype=np.int64)
-    )
-    flags = kernels.simulate(
-        code,
-        stream.ptr,
-        stream.items,
-        stream.step,
-        stream.layer_index,
-        stream.n_layers,
-        stream.n_objects,
-        capacity,
-        counts,
-        next_use,
-    )
+    flags = pool_hits(stream, code, capacity, counts, None)
     seconds = time.perf_counter() - start
     return int(len(flags) - flags.sum()), seconds
 
@@ -176,18 +161,7 @@ def main() -> None:
         pools = events.pools("per-layer")
         atomic_start = time.perf_counter()
         for pool in pools:
-            kernels.simulate(
-                kernels.LRU,
-                pool.ptr,
-                pool.items,
-                pool.step,
-                pool.layer_index,
-                pool.n_layers,
-                pool.n_objects,
-                args.experts // 4,
-                np.zeros(pool.n_objects),
-                np.zeros(0, dtype=np.int64),
-            )
+            pool_hits(pool, kernels.LRU, args.experts // 4, None, None)
         atomic_s = time.perf_counter() - atomic_start
         print(
             f"(MoE atomic events, per-layer LRU at {args.experts // 4}: "

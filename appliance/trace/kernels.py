@@ -69,7 +69,7 @@ not the optimum (docs/sweeps.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -295,25 +295,36 @@ def _heap_state(
     )
 
 
+class EventPool(Protocol):
+    """One pool's events in CSR form (`appliance.trace.events.EventStream` is one): event i's
+    requests are items[ptr[i]:ptr[i + 1]], object ids (layer index) * experts + expert; each
+    event's step and layer (an index into the pool's n_layers)."""
+
+    @property
+    def ptr(self) -> np.ndarray: ...
+    @property
+    def items(self) -> np.ndarray: ...
+    @property
+    def step(self) -> np.ndarray: ...
+    @property
+    def layer_index(self) -> np.ndarray: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def n_objects(self) -> int: ...
+
+
 def simulate(
-    code: int,
-    ptr: np.ndarray,
-    items: np.ndarray,
-    ev_step: np.ndarray,
-    ev_layer: np.ndarray,
-    n_layers: int,
-    n_obj: int,
-    capacity: int,
-    static_count: np.ndarray,
-    next_use: np.ndarray,
+    code: int, pool: EventPool, capacity: int, static_count: np.ndarray, next_use: np.ndarray
 ) -> np.ndarray:
     """Replay one pool; return 1 for every request that hit, 0 for a miss (see module doc)."""
+    ptr, items, n_obj = pool.ptr, pool.items, pool.n_objects
     _prepare(items.shape[0])
     if code in (FIFO, LRU, LEAST_STALE):
-        return _simulate_list(code, ptr, items, ev_step, ev_layer, n_layers, n_obj, capacity)
+        return _simulate_list(code, ptr, items, pool.step, pool.layer_index, pool.n_layers, n_obj, capacity)
     if code == BELADY:
         return _simulate_belady(ptr, items, n_obj, capacity, next_use)
-    return _simulate_heap(code, ptr, items, ev_step, n_obj, capacity, static_count)
+    return _simulate_heap(code, ptr, items, pool.step, n_obj, capacity, static_count)
 
 
 @kernel(inline="always")

@@ -67,18 +67,7 @@ def pool_hits(
         counts = np.zeros(pool.n_objects)
     if next_use is None:
         next_use = _next_use(pool, code)
-    return kernels.simulate(
-        code,
-        pool.ptr,
-        pool.items,
-        pool.step,
-        pool.layer_index,
-        pool.n_layers,
-        pool.n_objects,
-        capacity,
-        counts,
-        next_use,
-    )
+    return kernels.simulate(code, pool, capacity, counts, next_use)
 
 
 def _next_use(pool: EventStream, code: int) -> np.ndarray:
