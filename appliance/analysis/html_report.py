@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.analysis.report import (
+from appliance.analysis.run_summary import (
     PLACEMENT_COLUMNS,
     PLACEMENT_TITLE,
     SUMMARY_COLUMNS,

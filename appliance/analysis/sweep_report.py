@@ -6,7 +6,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from appliance.analysis.report import placement_lines, print_outcome
+from appliance.analysis.run_summary import placement_lines, print_outcome
 from appliance.runs.memory_points import limit_label
 from appliance.runs.run_dir import RunDir
 

@@ -1,4 +1,6 @@
-"""Sealing a run directory into a signed bundle and verifying one: DSSE, in-toto, provenance.
+"""Sealing a run directory into a signed bundle and verifying one: provenance (`provenance`),
+the in-toto statement in a DSSE envelope (`dsse`), manifest.json as a typed record
+(`manifest`), sealing (`bundle`), offline verification (`verify`) and the trust store (`trust`).
 
-May import: core, engine, host, images, runs.
+May import: core .. analysis.
 """

@@ -20,18 +20,13 @@ from appliance.core.errors import ApplianceError, IntegrityError
 from appliance.engine.lock import load_lock, write_lock
 from appliance.images import labels as L
 from appliance.images.base import DEFAULT_EPOCH, make_base, record_in_lock
-from appliance.images.build import (
-    BUILDERS,
-    DEFAULT_JOBS,
-    InspectReport,
-    build_image,
-    compile_check,
-    drift_message,
-    inspect_image,
-    selftest,
-)
+from appliance.images.build import build_image
+from appliance.images.builders import BUILDERS, DEFAULT_JOBS
+from appliance.images.compile_check import compile_check
 from appliance.images.cuda_base import make_cuda_bases
+from appliance.images.inspection import InspectReport, drift_message, inspect_image
 from appliance.images.registry import pull_image, push_image
+from appliance.images.selftest import selftest
 
 source_option = click.option(
     "--source",

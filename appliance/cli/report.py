@@ -8,7 +8,7 @@ import click
 from appliance.cli.options import json_option, strict_json, verify_key_option
 from appliance.core.errors import ApplianceError
 from appliance.runs.run_dir import REPORT_FILE
-from appliance.workflows.report import make_report
+from appliance.workflows.report_page import make_report
 
 
 @click.command("report")

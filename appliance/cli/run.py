@@ -13,8 +13,8 @@ from appliance.engine.lock import load_lock
 from appliance.host.docker import docker_client
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import prepare_run
+from appliance.runs.preview import planned_specs, print_header, print_plan
 from appliance.runs.profile import load_profile
-from appliance.runs.report import planned_specs, print_header, print_plan
 from appliance.runs.status import RunStatus
 from appliance.workflows.run import execute_profile
 

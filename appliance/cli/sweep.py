@@ -29,8 +29,8 @@ def sweep_command(profile_name: str, memory: str | None, max_hours: float, trial
     route trace. One run directory, one bundle."""
     from appliance.core.errors import ApplianceError
     from appliance.engine.lock import load_lock
+    from appliance.runs.preview import print_header
     from appliance.runs.profile import load_profile
-    from appliance.runs.report import print_header
     from appliance.runs.status import RunStatus
     from appliance.runs.sweep import plan_sweep, print_grid
     from appliance.workflows.sweep import execute_sweep

@@ -1,5 +1,6 @@
-"""The engine's inputs: the lock, verified llama.cpp sources (git pin or PyPI stand-in), the patch
-series, the bracket check and local builds.
+"""The engine's inputs: the lock, verified llama.cpp sources (git pin or PyPI stand-in, through
+the package index), the patch series and its editing tree (`patch_dev`), the bracket check,
+local builds and the list of engine programs (`tools`).
 
 May import: core.
 """

@@ -1,4 +1,7 @@
-"""Published findings in evidence/ and the comparison of a verified bundle with them.
+"""Published findings in evidence/ (`finding`) and what is done with a verified bundle against
+them: what the bundle says (`bundle_facts`), the comparison (`compare`, trials flagged not
+comparable by `contamination`, a sweep's claims by `sweep_claims`) and a finding drafted from a
+bundle (`draft`).
 
-May import: every stage before it (core .. attest).
+May import: core .. attest.
 """

@@ -5,7 +5,7 @@
   be declared here, with why (none is).
 - Each `Kind` has a configure hook in its own module that adds only what that kind needs:
   `runs.plan.container_spec` (trial: engine command, memory limits, mounts, env),
-  `images.build.selftest_spec` (image self-test), `attest.provenance.probe_spec` (provenance
+  `images.selftest.selftest_spec` (image self-test), `attest.provenance.probe_spec` (provenance
   probe). `hardened` merges the hardening in and refuses a spec that would weaken it.
 - One cleanup rule: a `Lifecycle` creates and starts the container and removes it by id when its
   `with` block ends, after success, an error or Ctrl-C alike (by name when Docker never answered

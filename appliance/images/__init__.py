@@ -1,5 +1,7 @@
-"""Engine images: registry-free bases, labels, build, inspect and self-test, registries, and
-signed archives for machines without one.
+"""Engine images: registry-free bases (`base`, `cuda_base`), the build (`build`, on the builders
+of `builders`), a compile check on another build base (`compile_check`), the labels (`labels`)
+and their check against the lock (`inspection`), the self-test (`selftest`), registries
+(`registry`), and signed archives for machines without one (`archive`).
 
-May import: core, engine, host.
+May import: core .. trace.
 """

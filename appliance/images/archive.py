@@ -33,7 +33,7 @@ from appliance.core.strict_load import open_regular, parse_json, parse_json_byte
 from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
-from appliance.images.build import InspectReport, drift_message, inspect_labels
+from appliance.images.inspection import InspectReport, drift_message, inspect_labels
 from appliance.images.registry import matching_local_image
 
 SIDECAR_SUFFIX = ".sidecar.json"

@@ -15,7 +15,8 @@ from appliance.core.strict_load import parse_json
 from appliance.engine.lock import Lock, write_lock
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
-from appliance.images.build import InspectReport, drift_message, inspect_image, local_image
+from appliance.images.base import local_image
+from appliance.images.inspection import InspectReport, drift_message, inspect_image
 
 DIGEST_REF_RE = re.compile(r"^(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 

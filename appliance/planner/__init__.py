@@ -2,5 +2,5 @@
 plan, its rendering and reference plans. The header reader itself is
 `appliance.models.gguf_header`.
 
-May import: core, engine, host, models, trace.
+May import: core .. images.
 """

@@ -1,5 +1,7 @@
-"""MoE route traces: the binary format, synthetic traces, other tools' formats in and out,
-and expert-cache replay (kernels, policies, miss curves).
+"""MoE route traces: the binary format, synthetic traces, other tools' formats in and out
+(`interchange`, `route_csv`, `route_jsonl`, `routes`), summaries and locality, and expert-cache
+replay (kernels, policies, libCacheSim, miss curves, lookahead), with the bytes of one routed
+expert (`expert_bytes`) and the range of real routing (`calibration`).
 
-May import: core, engine, host, models.
+May import: core .. models.
 """

@@ -12,7 +12,7 @@ from appliance.evidence.bundle_facts import claimed_evidence
 from appliance.runs.profile import load_profile
 from appliance.runs.status import RunStatus
 from appliance.runs.sweep import DEFAULT_MAX_HOURS, plan_sweep
-from appliance.workflows.report import make_report
+from appliance.workflows.report_page import make_report
 from appliance.workflows.resume_check import signing_public_key
 from appliance.workflows.run import (
     PipelineReport,

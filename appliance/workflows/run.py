@@ -19,9 +19,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from appliance.analysis.report import print_summary
 from appliance.analysis.results import analyze_run
 from appliance.analysis.run_analyses import write_paging_analysis
+from appliance.analysis.run_summary import print_summary
 from appliance.analysis.sweep_analysis import probe_summary
 from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import existing_default_key
@@ -46,8 +46,8 @@ from appliance.runs.executor import ExecutorFactory
 from appliance.runs.model_files import make_routes
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
+from appliance.runs.preview import print_header, print_stand_in
 from appliance.runs.profile import Profile
-from appliance.runs.report import print_header, print_stand_in
 from appliance.runs.run_dir import RunDir
 from appliance.runs.trial import RunContext
 from appliance.runs.trial_time import ASSUMED_READ_BPS, SAFETY_FACTOR, model_trial_timeout_s

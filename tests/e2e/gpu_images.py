@@ -26,7 +26,8 @@ from typing import Any
 from appliance.engine.lock import load_lock
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
-from appliance.images.build import build_image, selftest
+from appliance.images.build import build_image
+from appliance.images.selftest import selftest
 from tests.models import tiny_model
 
 FALLBACK_LINE = "fell back to the CPU backend"

@@ -11,7 +11,7 @@ import pytest
 
 from appliance.attest.provenance import collect_image_provenance, probe_spec
 from appliance.host.containers import Kind, Lifecycle
-from appliance.images.build import selftest, selftest_spec
+from appliance.images.selftest import selftest, selftest_spec
 from appliance.runs.memory_points import SweepLimit
 from appliance.runs.plan import ContainerSettings, LlamaMoeTraceEngine, container_spec, sweep_plan
 from appliance.runs.profile import load_profile

@@ -162,7 +162,7 @@ NO_DOCKER = [
     "appliance.attest.verify",
     "appliance.cli.bundle",
     "appliance.cli.report",
-    "appliance.workflows.report",
+    "appliance.workflows.report_page",
     "appliance.cli.evidence",
     "appliance.evidence.compare",
     "appliance.trace.replay",

@@ -18,7 +18,7 @@ from appliance.attest.dsse import KeyPair, init_keys
 from appliance.attest.trust import trust_key
 from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Check, Status
-from appliance.workflows.report import make_report
+from appliance.workflows.report_page import make_report
 from tests.fake_run import make_run
 
 HOSTILE = "<img src=x onerror=alert(1)>\"'&"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from appliance.analysis.placement import placement_digest, placement_summary
-from appliance.analysis.report import placement_lines
+from appliance.analysis.run_summary import placement_lines
 from appliance.planner.accounting import account_file
 from appliance.planner.plan import predicted_peak_bytes
 from tests.models import tiny_model

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance.attest.verify import CheckName, Verdict, verify_bundle
-from appliance.workflows.report import make_report
+from appliance.workflows.report_page import make_report
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "sealed-main-daca34b"

@@ -64,7 +64,7 @@ PLAIN_WRITES = {
     "appliance/engine/patches.py": 1,
     "appliance/engine/patch_dev.py": 2,
     "appliance/cluster/executor.py": 1,  # a trial directory unpacked in staging, renamed whole
-    "appliance/images/build.py": 1,  # the classic builder's Dockerfile, in a scratch context
+    "appliance/images/builders.py": 1,  # the classic builder's Dockerfile, in a scratch context
 }
 
 

@@ -46,9 +46,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("appliance/images/cuda_base.py", "open"): "a member of a CUDA wheel verified by its pinned sha256 "
     "first (zipfile.open), copied to a file the appliance writes",
     ("appliance/images/base.py", "json.loads"): "a deep copy of data in memory (json.loads(json.dumps))",
-    ("appliance/images/build.py", "read_text"): CHECKOUT + " (Dockerfile), build logs and the iidfile "
-    "docker wrote",
     ("appliance/images/build.py", "open"): WRITES + " (build logs)",
+    ("appliance/images/builders.py", "read_text"): CHECKOUT + " (Dockerfile) and build logs",
+    ("appliance/images/compile_check.py", "read_text"): "the iidfile docker wrote",
+    ("appliance/images/compile_check.py", "open"): WRITES + " (build logs)",
     ("appliance/models/synth.py", "read_bytes"): "the header the synthesizer wrote a moment before",
     ("appliance/release/notices.py", "read_text"): CHECKOUT + " (pyproject.toml)",
     ("appliance/release/notices.py", "tomllib.loads"): CHECKOUT + " (pyproject.toml)",

@@ -10,7 +10,7 @@ from appliance.engine.lock import load_lock
 from appliance.engine.tools import IMAGE_TOOL_PATHS, IMAGE_TOOLS, LOCAL_TOOLS
 from appliance.host.cgroups import cgroup_version
 from appliance.images import labels
-from appliance.images.build import build_args
+from appliance.images.builders import build_args
 from tests.conftest import REPO
 
 PACKAGE = REPO / "appliance"

@@ -23,7 +23,7 @@ from appliance.release.check import release_check
 from appliance.runs.execute import RunOutcome
 from appliance.runs.profile import load_profile
 from appliance.runs.status import RunStatus
-from appliance.workflows.report import make_report
+from appliance.workflows.report_page import make_report
 from appliance.workflows.run import print_report, verify_and_compare
 from tests.conftest import run_cli
 from tests.fake_run import make_run, results

@@ -10,7 +10,7 @@ import pytest
 from appliance.attest.provenance import probe_spec
 from appliance.core.errors import ApplianceError
 from appliance.host.containers import HARDENING, WEAKENING, Kind, hardened, hardening_cli_args
-from appliance.images.build import selftest_spec
+from appliance.images.selftest import selftest_spec
 from appliance.runs.memory_points import SweepLimit
 from appliance.runs.plan import (
     ContainerSettings,
@@ -73,7 +73,7 @@ def test_every_kind_is_started_by_a_module_of_its_own() -> None:
                 users[kind].append(str(path.relative_to(REPO)))
     assert users == {
         Kind.TRIAL: ["appliance/runs/plan.py", "appliance/runs/trial.py"],
-        Kind.SELFTEST: ["appliance/images/build.py"],
+        Kind.SELFTEST: ["appliance/images/selftest.py"],
         Kind.PROBE: ["appliance/attest/provenance.py"],
     }
 

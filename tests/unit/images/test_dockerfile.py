@@ -2,7 +2,7 @@
 classic builder's copy of the file drops."""
 
 from appliance.images.base import PACKAGES
-from appliance.images.build import classic_dockerfile, dockerfile_path
+from appliance.images.builders import classic_dockerfile, dockerfile_path
 
 
 def test_one_cache_mount_for_ccache_in_the_build_stage() -> None:

@@ -1,5 +1,5 @@
 """What a run prints after its trials: the statistics table, the ratios, byte identity and
-the trials that did not finish."""
+the trials that did not finish. What is printed before the trials: `appliance.runs.preview`."""
 
 from pathlib import Path
 from typing import Any

@@ -1,5 +1,5 @@
 """What `appliance run` and `appliance sweep` print before the trials: the header, the stand-in
-warning and the trial plan (dry run). The results after a run: `appliance.analysis.report`."""
+warning and the trial plan (dry run). The results after a run: `appliance.analysis.run_summary`."""
 
 from typing import Any
 
