@@ -14,6 +14,7 @@ from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.paths import default_lock_path
+from appliance.core.records import Record
 from appliance.core.strict_load import load_json
 from appliance.core.validation import validate
 
@@ -22,7 +23,7 @@ PATCH_STATUSES = ("active", "experimental", "rejected")
 
 
 @dataclass(frozen=True)
-class Upstream:
+class Upstream(Record):
     name: str
     repository: str
     commit: str
@@ -30,7 +31,7 @@ class Upstream:
 
 
 @dataclass(frozen=True)
-class StandIn:
+class StandIn(Record):
     name: str
     package: str
     version: str
@@ -41,14 +42,14 @@ class StandIn:
 
 
 @dataclass(frozen=True)
-class PatchEntry:
+class PatchEntry(Record):
     file: str
     sha256: str
     status: str
 
 
 @dataclass(frozen=True)
-class Wheel:
+class Wheel(Record):
     """One PyPI wheel of a CUDA toolkit, pinned by file name and sha256."""
 
     package: str
@@ -63,7 +64,7 @@ class Wheel:
 
 
 @dataclass(frozen=True)
-class CudaToolkit:
+class CudaToolkit(Record):
     """Where a GPU target's bases come from: `pypi-wheels` (registry-free bases that
     `appliance image base` makes from `wheels`) or `nvidia-cuda` (images pinned by digest)."""
 
@@ -165,38 +166,12 @@ def lock_digest(raw: dict[str, Any]) -> str:
     return sha256_bytes(canonical_json({k: v for k, v in raw.items() if k != "published_images"}))
 
 
-def _upstream(raw: dict[str, Any]) -> Upstream:
-    return Upstream(
-        name=raw["name"], repository=raw["repository"], commit=raw["commit"], release=raw["release"]
-    )
-
-
-def _stand_in(name: str, raw: dict[str, Any]) -> StandIn:
-    return StandIn(
-        name=name,
-        package=raw["package"],
-        version=raw["version"],
-        release=raw["release"],
-        relation=raw["relation"],
-        sdist_sha256=raw["sdist_sha256"],
-        tree=raw["tree"],
-    )
-
-
 def _toolkit(version: str, raw: dict[str, Any], path: Path) -> CudaToolkit:
     if (raw["kind"] == "pypi-wheels") != bool(raw.get("wheels")):
         need = "needs" if raw["kind"] == "pypi-wheels" else "takes no"
         raise ConfigError(f"{path}: /cuda_toolkits/{version}: kind {raw['kind']} {need} wheels")
-    return CudaToolkit(
-        version=version,
-        kind=raw["kind"],
-        min_driver=raw["min_driver"],
-        build_base=raw["build_base"],
-        runtime_base=raw["runtime_base"],
-        wheels=tuple(
-            Wheel(w["package"], w["version"], w["file"], w["sha256"], tuple(w["parts"]))
-            for w in raw.get("wheels", ())
-        ),
+    return CudaToolkit.from_json(
+        {"wheels": [], **raw, "version": version}, f"{path}: /cuda_toolkits/{version}"
     )
 
 
@@ -258,11 +233,15 @@ def parse_lock(raw: Any, path: Path) -> Lock:
     return Lock(
         path=path,
         raw=raw,
-        upstream=_upstream(raw["upstream"]),
-        stand_ins={name: _stand_in(name, item) for name, item in raw["stand_ins"].items()},
+        upstream=Upstream.from_json(raw["upstream"], f"{path}: /upstream"),
+        stand_ins={
+            name: StandIn.from_json({**item, "name": name}, f"{path}: /stand_ins/{name}")
+            for name, item in raw["stand_ins"].items()
+        },
         patches={
             status: tuple(
-                PatchEntry(file=p["file"], sha256=p["sha256"], status=status) for p in raw["patches"][status]
+                PatchEntry.from_json({**p, "status": status}, f"{path}: /patches/{status}")
+                for p in raw["patches"][status]
             )
             for status in PATCH_STATUSES
         },
