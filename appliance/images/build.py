@@ -26,6 +26,7 @@ from appliance.images import labels as L
 from appliance.images.base import ensure_base, local_image
 from appliance.images.builders import (
     DEFAULT_JOBS,
+    BuildRequest,
     OnLine,
     build_args,
     build_lines,
@@ -158,11 +159,12 @@ def build_image(
         lines = build_lines(task, log_path, progress, on_line)
         with open(log_path, "w", buffering=1) as log:
             log.write(f"# appliance image build {target_name} -> {tag} ({kind} builder)\n")
+            build = BuildRequest(context, tag, args, labels, log, lines)
             if kind == "buildkit":
                 assert client_path is not None
-                status = run_buildkit(client_path, context, tag, args, labels, log, lines)
+                status = run_buildkit(client_path, build)
             else:
-                status = run_classic(client, context, tag, args, labels, log, lines)
+                status = run_classic(client, build)
     finally:
         shutil.rmtree(context, ignore_errors=True)
     if status != 0:

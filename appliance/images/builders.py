@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,33 +99,37 @@ def choose_builder(requested: str) -> tuple[str, str | None]:
     return "classic", None
 
 
-def run_buildkit(
-    client_path: str,
-    context: Path,
-    tag: str,
-    args: dict[str, str],
-    labels: dict[str, str],
-    log: Any,
-    on_line: OnLine | None,
-    extra: Sequence[str] = (),
-) -> int:
+@dataclass(frozen=True)
+class BuildRequest:
+    """What either builder builds: the patched source tree, the tag ("" for none), the build
+    arguments and labels, the open log and the callback that sees each line of it."""
+
+    context: Path
+    tag: str
+    args: dict[str, str]
+    labels: dict[str, str]
+    log: Any
+    on_line: OnLine | None
+
+
+def run_buildkit(client_path: str, build: BuildRequest, extra: Sequence[str] = ()) -> int:
     cmd = [client_path, "build", "--progress=plain", "-f", str(dockerfile_path()), *extra]
-    if tag:
-        cmd += ["-t", tag]
-    for key, value in args.items():
+    if build.tag:
+        cmd += ["-t", build.tag]
+    for key, value in build.args.items():
         cmd += ["--build-arg", f"{key}={value}"]
-    for key, value in labels.items():
+    for key, value in build.labels.items():
         cmd += ["--label", f"{key}={value}"]
-    cmd.append(str(context))
+    cmd.append(str(build.context))
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, errors="replace"
     )
     assert proc.stdout is not None
     for line in proc.stdout:
-        log.write(line)
-        if on_line:
-            on_line(line.rstrip("\n"))
+        build.log.write(line)
+        if build.on_line:
+            build.on_line(line.rstrip("\n"))
     return proc.wait()
 
 
@@ -133,29 +138,21 @@ def classic_dockerfile(text: str) -> str:
     return CACHE_MOUNT_RE.sub("RUN ", text)
 
 
-def run_classic(
-    client: Any,
-    context: Path,
-    tag: str,
-    args: dict[str, str],
-    labels: dict[str, str],
-    log: Any,
-    on_line: OnLine | None,
-) -> int:
-    dockerfile = context.parent / f"{context.name}.classic.Dockerfile"
+def run_classic(client: Any, build: BuildRequest) -> int:
+    dockerfile = build.context.parent / f"{build.context.name}.classic.Dockerfile"
     dockerfile.write_text(classic_dockerfile(dockerfile_path().read_text()))
     try:
         stream = client.api.build(
-            path=str(context),
+            path=str(build.context),
             dockerfile=str(dockerfile),
-            tag=tag,
-            buildargs=args,
-            labels=labels,
+            tag=build.tag,
+            buildargs=build.args,
+            labels=build.labels,
             rm=True,
             forcerm=True,
             decode=True,
         )
-        failed = _follow_classic(stream, log, on_line)
+        failed = _follow_classic(stream, build.log, build.on_line)
     finally:
         dockerfile.unlink(missing_ok=True)
     return failed

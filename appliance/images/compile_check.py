@@ -16,6 +16,7 @@ from appliance.engine.source import fetch_source
 from appliance.host.docker import docker_client
 from appliance.images.builders import (
     DEFAULT_JOBS,
+    BuildRequest,
     OnLine,
     build_args,
     build_lines,
@@ -72,12 +73,7 @@ def compile_check(
             lines = build_lines(task, log_path, progress, on_line)
             status = run_buildkit(
                 client_path,
-                context,
-                "",
-                args,
-                {},
-                log,
-                lines,
+                BuildRequest(context, "", args, {}, log, lines),
                 ["--target", "build", "--iidfile", str(iidfile)],
             )
     finally:
