@@ -47,7 +47,7 @@ EDGE_TESTS = {
     "appliance.core.strict_load.MAX_DEPTH": STRICT + "test_json_depth_at_the_limit_and_one_past",
     "appliance.core.strict_load.MAX_NODES": STRICT + "test_yaml_alias_expansion_at_the_limit_and_one_past",
     "appliance.core.strict_load.MAX_INT_DIGITS": STRICT + "test_integer_digits_at_the_limit_and_one_past",
-    "appliance.core.validation.MAX_ERRORS": "tests/unit/core/test_schemas.py::"
+    "appliance.core.validation.MAX_ERRORS": "tests/unit/core/test_validation.py::"
     "test_validate_raises_one_line_naming_the_file_and_counting_the_rest",
     "appliance.engine.lock.MAX_LOCK_BYTES": STRICT + "test_lock_budget_at_the_limit_and_one_past",
     "appliance.evidence.finding.MAX_FINDING_BYTES": STRICT + "test_finding_budget_at_the_limit_and_one_past",
