@@ -21,8 +21,8 @@ import numpy as np
 from appliance.trace.events import EventStream, trace_events
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, Trace, row_dtype
 from appliance.trace.synth import TraceSynthSpec, synth_header
+from tests.unit.trace.test_kernels import reference_hits
 from tests.unit.trace.test_replay_bytes import reference_bytes
-from tests.unit.trace.test_replay_semantics import reference_hits
 
 
 @dataclass(frozen=True)
