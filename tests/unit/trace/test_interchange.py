@@ -25,7 +25,7 @@ from appliance.trace.format import read_trace
 from appliance.trace.interchange import import_trace, request_stream
 from appliance.trace.replay import pool_hits
 from tests.conftest import run_cli
-from tests.unit.trace.test_cli import SYNTH, write_gguf
+from tests.unit.cli.test_trace import SYNTH, write_gguf
 
 # 3 MoE blocks (0, 1, 2), 16 experts, k = 2: a prompt micro-batch of 2 tokens, then 2 decode
 # tokens, the last layer routing only the prompt's last token (as llama.cpp does).

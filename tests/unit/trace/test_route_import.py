@@ -20,7 +20,7 @@ from appliance.trace.expert_bytes import expert_bytes_from_header
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, read_trace
 from appliance.trace.interchange import import_trace
 from tests.conftest import REPO, run_cli
-from tests.unit.trace.test_cli import write_gguf
+from tests.unit.cli.test_trace import write_gguf
 
 FIXTURES = REPO / REAL_ROUTES
 REAL = {  # file: (arch, n_layers, k, prompt tokens, decode tokens)
