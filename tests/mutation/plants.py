@@ -87,7 +87,7 @@ PLANTS = (
         "appliance/models/gguf_header.py",
         "        if end > self.budget:",
         "        if False:",
-        ("tests/unit/planner/test_hostile_headers.py",),
+        ("tests/unit/models/test_gguf_header.py",),
     ),
     Plant(
         "a regression refusal's wording changed",
