@@ -1,6 +1,8 @@
 """The interrupt path is bounded: after Ctrl-C a trial's container is stopped and removed within
 a deadline whatever Docker does (here: a Docker socket that accepts and never answers, what a
-daemon stuck under load looks like to its client), and a second Ctrl-C exits at once."""
+daemon stuck under load looks like to its client), and a second Ctrl-C exits at once.
+
+The trial record names the backend the engine ran on, from the engine's own timing record."""
 
 import json
 import os
@@ -11,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from appliance.runs.trial import within
+from appliance.runs.trial import engine_backend, within
 from tests.conftest import REPO, sigint_default
 
 HUNG_DOCKER = textwrap.dedent("""
@@ -79,3 +81,12 @@ def test_within_tells_a_finished_step_from_one_still_running() -> None:
     assert time.monotonic() - started < 2.0
     assert within(lambda: None, 5.0) is True
     assert within(lambda: 1 / 0 and None, 5.0) is True  # a failing stop has ended too
+
+
+def test_the_trial_record_takes_the_backend_from_the_engine_timing_record(tmp_path: Path) -> None:
+    timing = tmp_path / "timing.json"
+    assert engine_backend(timing) is None  # the engine wrote none
+    timing.write_text(json.dumps({"tool": "llama-moe-trace", "backend": "CPU", "devices": "CPU"}))
+    assert engine_backend(timing) == "CPU"
+    timing.write_text("[1, 2]")
+    assert engine_backend(timing) is None
