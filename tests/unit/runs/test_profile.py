@@ -309,3 +309,35 @@ def test_a_future_needs_traces(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=re.escape("/variants/1/future: needs trace: true")):
         load_profile(str(_write(tmp_path, edit)))
+
+
+def _profile_with(tmp_path: Path, sweep: object) -> Path:
+    raw = yaml.safe_load((PROFILES_DIR / "tiny-oversub.yaml").read_text())
+    raw["sweep"] = sweep
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_builtin_profiles_declare_their_sweeps() -> None:
+    tiny = load_profile("tiny-oversub").sweep
+    assert tiny is not None and [p.text for p in tiny.memory] == ["0.25", "0.5", "1.2"]
+    assert tiny.n_predict == 64
+    qwen = load_profile("qwen35-8g").sweep
+    assert qwen is not None and [p.size for p in qwen.memory] == [6 << 30, 8 << 30, 12 << 30, 16 << 30]
+
+
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        ({"memory": []}, "/sweep/memory: needs at least 1 items"),
+        ({"memory": ["lots"]}, "/sweep/memory/0: memory 'lots'"),
+        ({"memory": [0.5], "limits": 1}, "/sweep/limits: unknown field"),
+        ({"memory": [0.5], "n_predict": 0}, "/sweep/n_predict: must be at least 1"),
+        ({"memory": "0.5"}, "/sweep/memory: expected array"),
+    ],
+)
+def test_bad_sweep_keys_are_refused_naming_the_field(tmp_path: Path, sweep: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        load_profile(str(_profile_with(tmp_path, sweep)))
+    assert message in str(info.value)

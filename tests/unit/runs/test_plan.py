@@ -1,119 +1,16 @@
-"""Sweep limits, the sweep key of profiles, the sweep's trial order and its containers."""
+"""A sweep's plan (`appliance.runs.plan`): its trial order and its containers. (Its limits:
+test_memory_points.py; the sweep key of profiles: test_profile.py.)"""
 
 import dataclasses
-import re
 from pathlib import Path
 
-import pytest
-import yaml
-
-from appliance.core.errors import ConfigError
 from appliance.host.cgroups import BlockDevice
 from appliance.runs.memory_points import (
     SweepLimit,
-    limit_label,
-    parse_memory_list,
-    parse_memory_point,
-    resolve_limits,
 )
 from appliance.runs.plan import ContainerSettings, LlamaMoeTraceEngine, container_spec, sweep_plan
-from appliance.runs.profile import PROFILES_DIR, load_profile
+from appliance.runs.profile import load_profile
 from appliance.runs.record import schedule_record
-
-MODEL = 417_356_704
-
-
-def test_fractions_become_whole_pages_of_the_model_file() -> None:
-    points = parse_memory_list("0.25, 0.5,1.2")
-    resolved = resolve_limits(points, MODEL, 64 << 20, "tiny")
-    assert [limit.point for limit in resolved] == ["0.25", "0.5", "1.2"]
-    limits = [limit.bytes for limit in resolved]
-    assert limits == [104_337_408, 208_674_816, 500_826_112]
-    assert all(limit % 4096 == 0 for limit in limits)
-    assert limits[0] <= 0.25 * MODEL < limits[0] + 4096
-
-
-def test_sizes_keep_their_bytes_and_come_back_ascending() -> None:
-    resolved = resolve_limits(parse_memory_list("600MiB,150MiB,0.5"), MODEL, 64 << 20, "tiny")
-    assert resolved == [
-        SweepLimit(150 << 20, "150MiB"),
-        SweepLimit(208_674_816, "0.5"),
-        SweepLimit(600 << 20, "600MiB"),
-    ]
-    limits = [limit.bytes for limit in resolved]
-    assert [limit_label(m) for m in limits] == ["150MiB", "199MiB", "600MiB"]
-    assert limit_label(6 << 30) == "6GiB"
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("0.000000001", "rounds to zero bytes"),
-        ("32MiB", "below profile tiny's engine minimum of 67108864 bytes"),
-        ("0.5,0.5", "are the same limit"),
-        ("200MiB,209715200B", "are the same limit"),
-    ],
-)
-def test_bad_limits_are_refused_before_anything_starts(text: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=re.escape(message)) as info:
-        resolve_limits(parse_memory_list(text), MODEL, 64 << 20, "tiny")
-    assert message in str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("0", "must be above 0"),
-        ("-0.5", "must be above 0"),
-        ("8589934592", "write sizes with a unit"),
-        ("lots", "expected a fraction of the model"),
-        ("0.3,,0.5", "comma-separated list"),
-        ("", "comma-separated list"),
-    ],
-)
-def test_unreadable_points_say_what_is_expected(text: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=re.escape(message)) as info:
-        parse_memory_list(text)
-    assert message in str(info.value)
-
-
-def test_a_point_is_a_fraction_or_a_size() -> None:
-    assert parse_memory_point(0.3).fraction == 0.3
-    assert parse_memory_point("6GiB").size == 6 << 30
-    with pytest.raises(ConfigError, match=r"^memory True: expected a fraction of the model \(0.5\)"):
-        parse_memory_point(True)
-
-
-def _profile_with(tmp_path: Path, sweep: object) -> Path:
-    raw = yaml.safe_load((PROFILES_DIR / "tiny-oversub.yaml").read_text())
-    raw["sweep"] = sweep
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
-def test_builtin_profiles_declare_their_sweeps() -> None:
-    tiny = load_profile("tiny-oversub").sweep
-    assert tiny is not None and [p.text for p in tiny.memory] == ["0.25", "0.5", "1.2"]
-    assert tiny.n_predict == 64
-    qwen = load_profile("qwen35-8g").sweep
-    assert qwen is not None and [p.size for p in qwen.memory] == [6 << 30, 8 << 30, 12 << 30, 16 << 30]
-
-
-@pytest.mark.parametrize(
-    ("sweep", "message"),
-    [
-        ({"memory": []}, "/sweep/memory: needs at least 1 items"),
-        ({"memory": ["lots"]}, "/sweep/memory/0: memory 'lots'"),
-        ({"memory": [0.5], "limits": 1}, "/sweep/limits: unknown field"),
-        ({"memory": [0.5], "n_predict": 0}, "/sweep/n_predict: must be at least 1"),
-        ({"memory": "0.5"}, "/sweep/memory: expected array"),
-    ],
-)
-def test_bad_sweep_keys_are_refused_naming_the_field(tmp_path: Path, sweep: object, message: str) -> None:
-    with pytest.raises(ConfigError, match=re.escape(message)) as info:
-        load_profile(str(_profile_with(tmp_path, sweep)))
-    assert message in str(info.value)
 
 
 def test_interleaved_sweep_visits_every_limit_and_variant_in_each_repeat() -> None:
