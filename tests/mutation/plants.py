@@ -101,7 +101,7 @@ PLANTS = (
         "appliance/evidence/compare.py",
         "        result.verdict = REPRODUCED",
         "        result.verdict = NOT_REPRODUCED",
-        ("tests/unit/evidence/test_findings.py",),
+        ("tests/unit/evidence/test_compare.py",),
     ),
     Plant(
         "a ConfigError message changed",

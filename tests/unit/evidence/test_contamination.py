@@ -9,7 +9,7 @@ from appliance.attest.bundle import finalize_bundle
 from appliance.evidence.compare import NOT_COMPARABLE, REPRODUCED
 from appliance.runs.run_dir import RunDir
 from tests.fake_run import make_run
-from tests.unit.evidence.test_findings import as_finding, compared, key, miniature_finding, pair
+from tests.unit.evidence.test_compare import as_finding, compared, key, miniature_finding, pair
 
 __all__ = ["key", "pair"]  # fixtures
 

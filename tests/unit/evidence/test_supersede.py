@@ -27,7 +27,7 @@ from appliance.workflows.report_page import make_report
 from appliance.workflows.run import print_report, verify_and_compare
 from tests.conftest import run_cli
 from tests.fake_run import make_run, results
-from tests.unit.evidence.test_findings import compared, key, miniature_finding, pair, sealed_run
+from tests.unit.evidence.test_compare import compared, key, miniature_finding, pair, sealed_run
 from tests.unit.release.test_check import git_tree
 
 __all__ = ["key", "pair"]  # fixtures

@@ -1,4 +1,5 @@
-"""Evidence files: the published numbers exactly, schema rules, and bundle comparisons."""
+"""Comparing a bundle with a finding (`appliance.evidence.compare`); the helpers the other
+evidence tests share (a miniature finding, a sealed run, a trusted key)."""
 
 import copy
 import json
@@ -12,15 +13,13 @@ from appliance.attest.bundle import finalize_bundle
 from appliance.attest.dsse import KeyPair, init_keys
 from appliance.attest.trust import trust_key
 from appliance.attest.verify import Verdict
-from appliance.core.errors import ApplianceError, ConfigError
-from appliance.core.validation import schema_problems
+from appliance.core.errors import ApplianceError
 from appliance.evidence.bundle_facts import claimed_evidence, verified_input
 from appliance.evidence.compare import NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, Comparison, compare
 from appliance.evidence.draft import draft_finding
 from appliance.evidence.finding import (
     Finding,
     find_finding,
-    load_finding,
     load_findings,
     load_schema,
     validate_finding,
@@ -143,80 +142,6 @@ def sealed_run(root: Path, key: Path, **kwargs: Any) -> Path:
     run = make_run(root, **kwargs)
     finalize_bundle(run, key)
     return run
-
-
-def test_published_findings_carry_the_exact_numbers() -> None:
-    findings = {f.id: f for f in load_findings() if f.raw["origin"] == "published"}
-    assert set(findings) == set(PUBLISHED)
-    for finding_id, metrics in PUBLISHED.items():
-        raw = findings[finding_id].raw
-        assert raw["origin"] == "published"
-        assert {m["name"]: m["values"] for m in raw["metrics"]} == metrics
-
-
-def test_published_scope() -> None:
-    qwen35 = find_finding("qwen35-35b-a3b-8g-demand-mmap").raw
-    assert qwen35["scope"]["model"]["sha256"] == (
-        "6aec31ed654fbf12f9950c98bab0a09faea433ffdc4b3acfeb55a1f050e3e444"
-    )
-    assert qwen35["scope"]["model"]["bytes"] == 17821719168
-    assert qwen35["scope"]["memory_limit_bytes"] == 8 * 1024**3
-    assert qwen35["scope"]["n_predict"] == 128
-    assert qwen35["byte_identity"]["claimed"] is True
-    prefill = [c for c in qwen35["claims"] if c["metric"] == "prefill_tps"]
-    assert prefill == [
-        {
-            "metric": "prefill_tps",
-            "baseline": "baseline",
-            "treatment": "demand-mmap",
-            "direction": "lower",
-            "ratio": None,
-            "tolerance": 0,
-        }
-    ]
-    assert find_finding("qwen3-30b-a3b-16-oversubscription-gate").scope["n_predict"] == 16
-    cache = find_finding("gpu-hot-cpu-miss-expert-cache-rejected").raw
-    assert cache["status"] == "rejected" and len(cache["rejected_because"]) == 2
-    assert cache["byte_identity"]["claimed"] is False
-    plan = find_finding("qwen35-122b-a10b-64g-5090d-plan").raw
-    assert plan["status"] == "plan-unverified" and plan["claims"] == []
-    assert plan["scope"]["hardware"]["ram_bytes"] == 64 * 1024**3
-
-
-@pytest.mark.parametrize(
-    "edit, message",
-    [
-        (lambda r: r.pop("scope"), "/scope: missing field"),
-        (lambda r: r.update(extra=1), "/extra: unknown field"),
-        (lambda r: r.update(bundle_digest=None), "a reproduction must name the bundle"),
-        (lambda r: r.update(bundle_digest="xyz"), "does not match"),
-        (lambda r: r["claims"][0].update(ratio=0.5), "disagrees with the metric values"),
-        (lambda r: r["claims"][0].update(direction="higher"), "contradicts direction"),
-        (lambda r: r["claims"][1].update(treatment="nope"), "variant 'nope' is not in variants"),
-        (
-            lambda r: r["scope"].update(n_predict=True),
-            "/scope/n_predict: expected integer or null, got boolean",
-        ),
-        (lambda r: r.update(status="rejected"), "must say why"),
-    ],
-)
-def test_invalid_findings_are_refused_with_the_field(edit: Any, message: str) -> None:
-    raw = miniature_finding()
-    edit(raw)
-    errors = validate_finding(raw, load_schema())
-    assert any(message in e for e in errors), errors
-
-
-def test_finding_file_must_be_named_by_its_id(tmp_path: Path) -> None:
-    (tmp_path / "other-name.json").write_text(json.dumps(miniature_finding()))
-    with pytest.raises(ConfigError, match="must equal the file name"):
-        load_finding(tmp_path / "other-name.json")
-
-
-def test_schema_check_refuses_keywords_it_does_not_check() -> None:
-    schema = load_schema()
-    schema["definitions"]["claim"]["oneOf"] = [{"type": "object"}]
-    assert schema_problems(schema) == ["/definitions/claim: keywords this project does not check: oneOf"]
 
 
 def test_matching_run_reproduces(tmp_path: Path, key: Path) -> None:
@@ -429,68 +354,3 @@ def test_run_without_recorded_limit_is_not_comparable(tmp_path: Path, key: Path)
         "the run does not record memory_limit_bytes (the evidence used 209715200)",
         "the run does not record swap_bytes (the evidence used 0)",
     ]
-
-
-def test_draft_from_a_bundle_reproduces_itself(tmp_path: Path, key: Path) -> None:
-    run = sealed_run(tmp_path, key)
-    raw = draft_finding(run, "tiny-oversub-demand-mmap", "tiny oversub", "miniature")
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert raw["bundle_digest"] == manifest["bundle_digest"]
-    assert raw["scope"]["model"]["sha256"] == MODEL["sha256"]
-    assert raw["scope"]["engine"]["source"] == "stand-in b10229"
-    assert raw["scope"]["memory_limit_bytes"] == 209715200
-    assert raw["scope"]["swap_bytes"] == 0 and raw["scope"]["repeats"] == 3
-    assert raw["scope"]["unknown"] == []
-    assert [(c["metric"], c["direction"], c["ratio"]) for c in raw["claims"]] == [
-        ("wall_s", "lower", 0.25),
-        ("decode_tps", "higher", 4.0),
-        ("prefill_tps", "lower", 0.8),
-    ]
-    assert raw["byte_identity"]["claimed"] is True
-    assert compared(run, as_finding(raw)).verdict == REPRODUCED
-
-
-def test_draft_refuses_an_incomplete_run(tmp_path: Path, key: Path) -> None:
-    run = sealed_run(tmp_path, key, status="incomplete")
-    with pytest.raises(ConfigError, match="the bundle is incomplete"):
-        draft_finding(run, "x", "x", "x")
-
-
-def test_cli_draft_writes_a_loadable_finding(tmp_path: Path, key: Path) -> None:
-    run = sealed_run(tmp_path / "run", key)
-    out = tmp_path / "ev" / "tiny-oversub-demand-mmap.json"
-    out.parent.mkdir()
-    env = {"APPLIANCE_TRUSTED_KEYS": os.environ["APPLIANCE_TRUSTED_KEYS"]}
-    run_cli(
-        "evidence",
-        "draft",
-        str(run),
-        "--id",
-        out.stem,
-        "--title",
-        "tiny",
-        "--out",
-        str(out),
-        env=env,
-        check=True,
-    )
-    assert load_finding(out).raw["origin"] == "reproduction"
-    again = run_cli(
-        "evidence", "draft", str(run), "--id", out.stem, "--title", "tiny", "--out", str(out), env=env
-    )
-    assert again.returncode == 1 and "exists" in again.stderr
-
-
-def test_curves_need_two_numbers_per_point() -> None:
-    raw = miniature_finding()
-    raw["curves"] = [
-        {
-            "name": "replay",
-            "x": "capacity (experts)",
-            "y": "hit rate",
-            "series": {"lru": [[8, 0.4], [16, 0.7, 1]]},
-        }
-    ]
-    assert validate_finding(raw, load_schema()) == ["/curves/0/series/lru/1: allows at most 2 items"]
-    raw["curves"][0]["series"]["lru"][1] = [16, 0.7]
-    assert validate_finding(raw, load_schema()) == []
