@@ -1,18 +1,11 @@
 """What run.json, trial.json, the console and trial_resources.png record of a run's limits
 and trial names: a sweep's own limits, never the profile's."""
 
-from pathlib import Path
-
-from PIL import Image
-
-from appliance.analysis.plots import trial_limits, trial_resources_plot
-from appliance.core import atomic
 from appliance.runs.execute import _trial_line
 from appliance.runs.memory_points import SweepLimit
 from appliance.runs.plan import sweep_plan, trial_plan
 from appliance.runs.profile import load_profile
 from appliance.runs.record import limits_record
-from appliance.runs.run_dir import RunDir
 from appliance.runs.trial import base_record
 
 MIB = 1 << 20
@@ -50,23 +43,3 @@ def test_the_console_names_each_trial_as_its_directory() -> None:
     assert record["name"] == trial.name == "001-99.5MiB-baseline-r1"
     assert record["memory_limit"] == SWEEP[0].bytes
     assert _trial_line(record).startswith("  trial 001-99.5MiB-baseline-r1: [green]ok[/green] exit 0")
-
-
-def _trial(run: Path, name: str, limit: int, peak: int) -> None:
-    trial = RunDir(run).trial(name)
-    atomic.write_json(trial.record_file, {"name": name, "status": "ok", "memory_limit": limit})
-    atomic.write_json(trial.cgroup, {"peak_bytes": peak, "block_read_bytes": {"8:0": 3 * MIB}})
-
-
-def test_trial_resources_draws_each_trials_own_limit(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    profile_limit = 200 * MIB
-    _trial(run, "001-99.5MiB-baseline-r1", SWEEP[0].bytes, 90 * MIB)
-    _trial(run, "002-477.6MiB-baseline-r1", SWEEP[2].bytes, 400 * MIB)
-    atomic.write_json(RunDir(run).trial("003-baseline-r1").record_file, {"status": "ok"})  # older record
-    trials = RunDir(run).load_trials()
-    assert trial_limits(trials, profile_limit) == [SWEEP[0].bytes, SWEEP[2].bytes, profile_limit]
-    png = tmp_path / "trial_resources.png"
-    assert trial_resources_plot(run, png, profile_limit)
-    with Image.open(png) as image:
-        assert image.format == "PNG" and image.size[0] >= 600
