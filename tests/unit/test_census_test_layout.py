@@ -61,10 +61,8 @@ EXEMPT = {
     "tests/unit/cli/test_progress.py",
     "core/vendored": "the list of vendored files, checked in tests/unit/release/test_check.py "
     "and tests/unit/trace/test_route_import.py",
-    "engine/bracket": "checked on the real patch series beside it in tests/unit/engine/test_patches.py",
     "engine/package_index": "downloads from a package index: used by engine/source.py's "
     "fetch, run in tests/unit/engine/test_source.py",
-    "engine/patch_dev": "the dev tree and export round trip, in tests/unit/engine/test_patches.py",
     "engine/tools": "the list of engine programs, no behaviour; its one home is held by "
     "tests/unit/core/test_single_homes.py",
     "host/docker": "needs a Docker engine: tests/integration/test_doctor.py and every "
