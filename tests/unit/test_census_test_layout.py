@@ -100,8 +100,6 @@ EXEMPT = {
     "tests/unit/trace/test_interchange.py, its limits in tests/unit/test_limit_edges_all.py",
     "trace/names": "policy and scope names, no behaviour; every name is replayed in "
     "tests/unit/trace/test_kernels.py",
-    "trace/replay": "the replay around the kernels, asserted in tests/unit/trace/test_kernels.py, "
-    "tests/unit/trace/test_replay_bytes.py and tests/unit/trace/test_replay_memory.py",
     "workflows/demo": "`make demo` needs Docker and a built engine: tests/e2e/test_demo.py",
     "workflows/report": "renamed by issue 36's concurrent change (its tests move with it): "
     "tests/unit/analysis/test_html_report.py and tests/unit/attest/test_sealed_before_records.py",
