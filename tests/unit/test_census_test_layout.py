@@ -91,11 +91,8 @@ EXEMPT = {
     "runs/status": "the status enums, no behaviour; compared by member: tests/unit/core/test_verdicts.py",
     "runs/sweep": "a sweep's plan and estimate: tests/unit/runs/test_prepare.py, "
     "tests/unit/runs/test_trial_time.py and tests/unit/cli/test_sweep.py",
-    "trace/curves": "`appliance trace curves`, asserted in tests/unit/cli/test_trace.py",
     "trace/events": "the replay's events, asserted with the kernels in "
     "tests/unit/trace/test_kernels.py and tests/unit/trace/test_replay_bytes.py",
-    "trace/info": "`appliance trace info`, asserted in tests/unit/cli/test_trace.py and "
-    "tests/unit/trace/test_locality.py",
     "trace/lcs_replay": "`trace replay --engine libcachesim`: its refusals in "
     "tests/unit/trace/test_interchange.py, its limits in tests/unit/test_limit_edges_all.py",
     "trace/names": "policy and scope names, no behaviour; every name is replayed in "

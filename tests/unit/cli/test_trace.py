@@ -65,18 +65,6 @@ def test_synth_is_deterministic(tmp_path: Path, trace_path: Path) -> None:
     assert other.read_bytes() != trace_path.read_bytes()
 
 
-def test_info_json(trace_path: Path) -> None:
-    info = json.loads(run_cli("trace", "info", str(trace_path), "--json", check=True).stdout)
-    assert info["n_experts"] == 16 and info["n_expert_used"] == 2
-    assert info["steps"] == 2 + 40
-    assert info["prompt_tokens"] == 12 and info["decode_tokens"] == 40
-    assert info["rows"] == 52 * 3
-    assert [row["layer"] for row in info["layers"]] == [0, 1, 2]
-    assert all(row["first_touches"] == row["distinct_experts"] for row in info["layers"])
-    text = run_cli("trace", "info", str(trace_path), check=True).stdout
-    assert "16 per layer, 2 per token" in text
-
-
 def test_replay_json_is_byte_identical(trace_path: Path) -> None:
     args = (
         "trace",
@@ -160,26 +148,3 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, trace_path: Path) -> Non
     assert bad_policy.returncode == 2 and "unknown policy 'mru'" in bad_policy.stderr
     no_model = run_cli("trace", "replay", str(trace_path), "--capacity", "4", "--expert-bytes", "auto")
     assert no_model.returncode == 2 and "--model" in no_model.stderr
-
-
-def test_curves_writes_json_and_plots(tmp_path: Path, trace_path: Path) -> None:
-    out = tmp_path / "curves"
-    run_cli(
-        "trace",
-        "curves",
-        str(trace_path),
-        "--out",
-        str(out),
-        "--policy",
-        "lru,belady,fifo",
-        "--capacity",
-        "2,4,8,16",
-        check=True,
-    )
-    report = json.loads((out / "curves.json").read_text())
-    assert report["capacities"] == [2, 4, 8, 16]
-    lru, belady = report["policies"]["lru"]["hit_rate"], report["policies"]["belady"]["hit_rate"]
-    assert lru == sorted(lru) and all(b >= r for b, r in zip(belady, lru, strict=True))
-    assert len(report["policies"]["fifo"]["layer_hit_rate"]) == 3
-    for name in ("curves.png", "heatmap-lru.png", "heatmap-belady.png", "heatmap-fifo.png"):
-        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
