@@ -79,8 +79,8 @@ EXEMPT = {
     "models/shapes": "the shapes synth writes, asserted in tests/unit/models/test_synth.py",
     "models/skeleton": "header-only skeletons, asserted in tests/unit/models/test_full_synth.py",
     "models/vocab": "the synthesized vocabulary, asserted in tests/unit/models/test_synth.py",
-    "planner/reference_plans": "the recorded plans, compared in tests/unit/planner/test_plan.py",
-    "planner/render": "what `appliance plan` prints, asserted in tests/unit/planner/test_plan.py",
+    "planner/render": "what `appliance plan` prints, asserted on the committed plans in "
+    "tests/unit/planner/test_reference_plans.py",
     "runs/execute": "the run loop over real containers: tests/integration/test_runner.py; "
     "its trial line in tests/unit/runs/test_record.py",
     "runs/report": "renamed by issue 36's concurrent change (its tests move with it): "
