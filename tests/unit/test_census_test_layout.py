@@ -89,8 +89,6 @@ EXEMPT = {
     "runs/run_dir": "the run directory's layout, used by every run test, e.g. "
     "tests/unit/runs/test_record.py and tests/unit/attest/test_bundle.py",
     "runs/status": "the status enums, no behaviour; compared by member: tests/unit/core/test_verdicts.py",
-    "runs/sweep": "a sweep's plan and estimate: tests/unit/runs/test_prepare.py, "
-    "tests/unit/runs/test_trial_time.py and tests/unit/cli/test_sweep.py",
     "trace/events": "the replay's events, asserted with the kernels in "
     "tests/unit/trace/test_kernels.py and tests/unit/trace/test_replay_bytes.py",
     "trace/lcs_replay": "`trace replay --engine libcachesim`: its refusals in "

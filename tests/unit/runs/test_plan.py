@@ -5,9 +5,7 @@ import dataclasses
 from pathlib import Path
 
 from appliance.host.cgroups import BlockDevice
-from appliance.runs.memory_points import (
-    SweepLimit,
-)
+from appliance.runs.memory_points import SweepLimit
 from appliance.runs.plan import ContainerSettings, LlamaMoeTraceEngine, container_spec, sweep_plan
 from appliance.runs.profile import load_profile
 from appliance.runs.record import schedule_record

@@ -7,7 +7,6 @@ import pytest
 
 from appliance.models.skeleton import write_skeleton
 from appliance.runs.profile import load_profile
-from appliance.runs.sweep import estimate_seconds
 from appliance.runs.trial_time import (
     ASSUMED_READ_BPS,
     model_trial_timeout_s,
@@ -62,8 +61,3 @@ def test_a_file_without_experts_counts_whole_per_token(tmp_path: Path) -> None:
     model.write_bytes(b"\0" * 4096)
     schedule = load_profile("tiny-oversub").schedule
     assert model_trial_timeout_s(model, schedule, 4096.0) == pytest.approx(4 * (10 + (1 + 53) + 53))
-
-
-def test_the_sweep_estimate_reads_the_same_bound_at_the_assumed_rate() -> None:
-    per_trial = trial_read_bytes(GIB, 64, 8, 64) / ASSUMED_READ_BPS
-    assert estimate_seconds(9, GIB, 64, 8, 64) == pytest.approx(9 * (10 + per_trial) + 10)
