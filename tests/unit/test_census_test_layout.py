@@ -59,8 +59,6 @@ EXEMPT = {
     "tests/unit/core/test_limit_edges.py",
     "core/progress": "progress callbacks, asserted through the CLI's printer in "
     "tests/unit/cli/test_progress.py",
-    "core/vendored": "the list of vendored files, checked in tests/unit/release/test_check.py "
-    "and tests/unit/trace/test_route_import.py",
     "engine/package_index": "downloads from a package index: used by engine/source.py's "
     "fetch, run in tests/unit/engine/test_source.py",
     "engine/tools": "the list of engine programs, no behaviour; its one home is held by "

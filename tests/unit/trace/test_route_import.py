@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.core.vendored import REAL_ROUTES, VENDORED
+from appliance.core.vendored import REAL_ROUTES
 from appliance.trace.expert_bytes import expert_bytes_from_header
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, read_trace
 from tests.conftest import REPO, run_cli
@@ -51,17 +51,6 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
 def cli_import(src: Path, out: Path, *extra: str, fmt: str = "route-trace-csv") -> tuple[int, str]:
     result = run_cli("trace", "import", str(src), "--from", fmt, "--out", str(out), *extra)
     return result.returncode, result.stdout + result.stderr
-
-
-def test_fixtures_are_the_vendored_bytes() -> None:
-    readme = (FIXTURES / "README.md").read_text()
-    assert sorted(e.path.rsplit("/", 1)[1] for e in VENDORED) == sorted(REAL)
-    for entry in VENDORED:
-        assert hashlib.sha256((REPO / entry.path).read_bytes()).hexdigest() == entry.sha256
-        assert entry.sha256 in readme and entry.commit in readme
-        assert (REPO / entry.licence_file).read_text().lstrip().startswith("Apache License")
-    notices = (REPO / "THIRD_PARTY_NOTICES.md").read_text()
-    assert all(e.sha256 in notices and e.path in notices for e in VENDORED)
 
 
 @pytest.mark.parametrize("name", sorted(REAL))
