@@ -18,9 +18,9 @@ EXEMPT = {
     "__main__": "`python -m appliance`: hands over to the CLI; every run_cli test starts it",
     "analysis/capacity": "the model's expert sizes the cache analyses share: asserted through "
     "tests/unit/analysis/test_cache_analysis.py and tests/unit/analysis/test_cache_sweep.py",
-    "analysis/report": "renamed by issue 36's concurrent change (its tests move with it): "
-    "placement_lines is asserted in tests/unit/analysis/test_placement.py",
     "analysis/results": "the runner's analyze hook, run on real trials in tests/integration/test_runner.py",
+    "analysis/run_summary": "the tables printed after a run (was analysis/report.py): placement_lines "
+    "is asserted in tests/unit/analysis/test_placement.py",
     "attest/provenance": "reads a real image and container: tests/integration/test_provenance.py",
     "cli/bundle": CLI.format("bundle")
     + "tests/unit/attest/test_verify.py and tests/unit/attest/test_bundle.py",
@@ -68,14 +68,21 @@ EXEMPT = {
     "host/docker": "needs a Docker engine: tests/integration/test_doctor.py and every "
     "Docker test through tests/conftest.py",
     "host/doctor": "needs a Docker engine: tests/integration/test_doctor.py",
-    "images/archive": "tests/unit/images/test_export_paths.py and "
-    "tests/integration/test_image_archive.py (the image tests are being reorganised with images/build.py)",
-    "images/base": "tests/unit/images/test_dockerfile.py and "
-    "tests/integration/test_image_base.py (the image tests are being reorganised with images/build.py)",
-    "images/build": "split by issue 36's concurrent change (its tests move with it): "
+    "images/archive": "exported archives: tests/unit/images/test_export_paths.py and "
+    "tests/integration/test_image_archive.py (Docker)",
+    "images/base": "base images: tests/unit/images/test_dockerfile.py and "
+    "tests/integration/test_image_base.py (Docker)",
+    "images/build": "builds an engine image with Docker: tests/integration/test_image_build.py",
+    "images/builders": "the Dockerfile and builders an image build and a compile check share: "
     "tests/unit/images/test_dockerfile.py and tests/integration/test_image_build.py",
+    "images/compile_check": "`appliance image check-compile` needs Docker and a second build base; no "
+    "test runs it yet (tests/unit/core/test_readers_walk.py lists the files it reads)",
+    "images/inspection": "`appliance image inspect` reads a built image: "
+    "tests/integration/test_image_build.py (Docker)",
     "images/registry": "needs Docker and a registry: tests/integration/test_registry.py "
     "and tests/integration/test_image_choice.py",
+    "images/selftest": "an image's self-test container: tests/unit/host/test_containers.py (its spec) and "
+    "tests/integration/test_container_lifecycle.py (Docker)",
     "models/shapes": "the shapes synth writes, asserted in tests/unit/models/test_synth.py",
     "models/skeleton": "header-only skeletons, asserted in tests/unit/models/test_full_synth.py",
     "models/vocab": "the synthesized vocabulary, asserted in tests/unit/models/test_synth.py",
@@ -83,8 +90,8 @@ EXEMPT = {
     "tests/unit/planner/test_reference_plans.py",
     "runs/execute": "the run loop over real containers: tests/integration/test_runner.py; "
     "its trial line in tests/unit/runs/test_record.py",
-    "runs/report": "renamed by issue 36's concurrent change (its tests move with it): "
-    "what a run prints first, asserted through `appliance sweep --dry-run` in tests/unit/cli/test_sweep.py",
+    "runs/preview": "what `appliance run` and `sweep` print before the trials (was runs/report.py): "
+    "asserted through `appliance sweep --dry-run` in tests/unit/cli/test_sweep.py",
     "runs/resume": "resuming, asserted with the seal check in tests/unit/workflows/test_resume_check.py",
     "runs/run_dir": "the run directory's layout, used by every run test, e.g. "
     "tests/unit/runs/test_record.py and tests/unit/attest/test_bundle.py",
@@ -96,8 +103,8 @@ EXEMPT = {
     "trace/names": "policy and scope names, no behaviour; every name is replayed in "
     "tests/unit/trace/test_kernels.py",
     "workflows/demo": "`make demo` needs Docker and a built engine: tests/e2e/test_demo.py",
-    "workflows/report": "renamed by issue 36's concurrent change (its tests move with it): "
-    "tests/unit/analysis/test_html_report.py and tests/unit/attest/test_sealed_before_records.py",
+    "workflows/report_page": "`appliance report`'s verified HTML page (was workflows/report.py): "
+    "tests/unit/analysis/test_html_report.py and tests/unit/cli/test_report_cli.py",
     "workflows/sweep": "a sweep needs Docker and a built engine: tests/e2e/test_cache_sweep.py "
     "and tests/e2e/test_demo.py",
 }
