@@ -16,8 +16,6 @@ CLI = "`appliance {}` is run as a user runs it in "
 
 EXEMPT = {
     "__main__": "`python -m appliance`: hands over to the CLI; every run_cli test starts it",
-    "analysis/capacity": "the model's expert sizes the cache analyses share: asserted through "
-    "tests/unit/analysis/test_cache_analysis.py and tests/unit/analysis/test_cache_sweep.py",
     "analysis/results": "the runner's analyze hook, run on real trials in tests/integration/test_runner.py",
     "analysis/run_summary": "the tables printed after a run (was analysis/report.py): placement_lines "
     "is asserted in tests/unit/analysis/test_placement.py",
