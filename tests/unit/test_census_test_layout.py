@@ -2,9 +2,9 @@
 tests of appliance/<package>/<module>.py are tests/unit/<package>/test_<module>.py. A module
 without that file is in EXEMPT with the true reason, which names the test files that do exercise
 it where there are any; each file a reason names must exist. A new module without its test file
-fails here, and so does an exemption whose module gained its file or is gone. Cross-cutting
-censuses (layout, lint, limits, single homes, docs, this file) keep their own names: they test a
-rule of the whole tree, not one module."""
+fails here, and so does an exemption whose module gained its file or is gone. The cross-cutting
+censuses (CENSUSES: layout, lint, limits, single homes, docs, this file and the others listed)
+keep their own names: each tests a rule of the whole tree, not one module."""
 
 import re
 
@@ -107,6 +107,30 @@ EXEMPT = {
     "and tests/e2e/test_demo.py",
 }
 
+# the cross-cutting censuses: each tests a rule of the whole tree, so none is named after a module
+CENSUSES = {
+    "tests/unit/test_census_test_layout.py": "where unit tests live (this file)",
+    "tests/unit/test_layout.py": "stages import only earlier stages; no cycles",
+    "tests/unit/test_lint.py": "ruff, the formatter and mypy",
+    "tests/unit/test_docs.py": "the documents' commands run and their verbs exist",
+    "tests/unit/test_limit_census.py": "every limit has an edge test or a reason",
+    "tests/unit/test_limit_edges_all.py": "every input bound at its edge",
+    "tests/unit/core/test_limit_edges.py": "every budget of the strict readers at its edge",
+    "tests/unit/core/test_single_homes.py": "each shared fact defined once",
+    "tests/unit/core/test_readers_walk.py": "every file read goes through the strict reader",
+    "tests/unit/core/test_verdicts.py": "verdicts and statuses compared as enums",
+    "tests/unit/test_raises_match.py": "every pytest.raises names its message",
+    "tests/unit/test_regressions.py": "every input under tests/regressions/ refused in one line",
+    "tests/unit/test_edge_arguments.py": "arguments checked at the edge, before expensive work",
+    "tests/unit/test_mutation_config.py": "make mutation's configuration in step with the code",
+    "tests/unit/test_plants.py": "make plant-bugs' plants in step with the code",
+    "tests/unit/cli/test_uniform.py": "every verb's errors, --json and --key alike",
+    "tests/unit/cli/test_key_options.py": "--key declared once per role",
+    "tests/unit/cli/test_lazy_imports.py": "heavy libraries load only inside their verbs",
+    "tests/unit/cli/test_strict_json_output.py": "every --json output is strict JSON",
+    "tests/unit/cluster/test_optional_ray.py": "every module outside cluster/ imports without ray",
+}
+
 NAMED_FILE = re.compile(r"tests/[\w/]+\.py")
 
 
@@ -142,3 +166,7 @@ def test_every_exemption_is_still_needed_and_names_files_that_exist() -> None:
         assert len(reason) >= 20, f"EXEMPT: {module}: say why"
         for named in NAMED_FILE.findall(reason):
             assert (REPO / named).is_file(), f"EXEMPT: {module}: {named} does not exist"
+
+
+def test_the_censuses_exist() -> None:
+    assert [path for path in CENSUSES if not (REPO / path).is_file()] == []
