@@ -112,7 +112,7 @@ def test_a_routes_file_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> 
     with pytest.raises(
         IntegrityError,
         match=f"^routes made from {pinned.source} have sha256 {pinned.sha256}, "
-        "the profile pins 0{64}: the trace or the routes format changed; nothing written$",
+        "the profile pins 0{64}: the trace, its synth or the routes format changed; nothing written$",
     ):
         make_routes(other, tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -309,3 +309,95 @@ def test_a_future_needs_traces(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=re.escape("/variants/1/future: needs trace: true")):
         load_profile(str(_write(tmp_path, edit)))
+
+
+def _synth_routes_profile(tmp_path: Path, synth: dict, **routes: object) -> Path:
+    """qwen35-shape-slice forcing routes made from `synth` (a profile written to tmp_path)."""
+    raw = yaml.safe_load((PROFILES_DIR / "qwen35-shape-slice.yaml").read_text())
+    raw["routes"] = {"file": "s.routes", "sha256": "0" * 64, "synth": synth, "layers": 4} | routes
+    for variant in raw["variants"]:
+        variant["routes"] = "s.routes"
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_routes_from_a_calibrated_synth_are_the_same_bytes_every_time(tmp_path: Path) -> None:
+    """routes.synth: the profile's prompt's bytes as prompt tokens; made twice (two directories),
+    the same bytes, which are the routes of `trace synth --calibrated` of that spec; a wrong pin
+    is refused before a byte is written."""
+    shape = {"layers": 40, "experts": 256, "k": 8, "decode": 8}
+    p = load_profile(str(_synth_routes_profile(tmp_path, shape)))
+    assert p.routes is not None and p.routes.synth is not None and p.routes.source is None
+    assert p.routes.synth.prompt == len(p.schedule.prompt.encode()) == 19 and p.routes.synth.seed == 0
+    with pytest.raises(
+        IntegrityError,
+        match=r"^routes made from a calibrated synthetic trace \(40 layers x 256 experts, k = 8, 19 prompt "
+        r"\+ 8 decode tokens, seed 0\) have sha256 [0-9a-f]{64}, the profile pins 0{64}: the trace, its "
+        "synth or the routes format changed; nothing written$",
+    ) as refused:
+        make_routes(p.routes, tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+    digest = re.search(r"sha256 ([0-9a-f]{64})", str(refused.value)).group(1)  # type: ignore[union-attr]
+    pinned = dataclasses.replace(p.routes, sha256=digest)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    made = make_routes(pinned, tmp_path / "a")
+    assert made is not None and make_routes(pinned, tmp_path / "b") is not None
+    assert made.read_bytes() == (tmp_path / "b" / "s.routes").read_bytes()
+    assert check_routes(pinned, tmp_path / "a") == made
+    head = struct.unpack_from("<8s7I", made.read_bytes())
+    assert head[1:] == (1, 4, 256, 8, 4, 19, 8)  # the first 4 of 40 layers (layers: 4)
+    trace = tmp_path / "t.moetrace"
+    run_cli("trace", "synth", str(trace), "--calibrated", "--layers", "40", "--experts", "256", "--k", "8",
+            "--prompt", "19", "--decode", "8", check=True)  # fmt: skip
+    run_cli("trace", "routes", str(trace), "--layers", "4", "--out", str(tmp_path / "cli.routes"), check=True)
+    assert (tmp_path / "cli.routes").read_bytes() == made.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("synth", "routes", "message"),
+    [
+        (
+            {"layers": 40, "experts": 256, "k": 8, "decode": 8},
+            {"from": "tests/fixtures/real-routes/qwen3-30b-a3b-q4_k_m.route.csv"},
+            "/routes: give exactly one of from: (a route trace in the checkout) and synth: (a calibrated "
+            "synthetic trace)",
+        ),
+        (
+            None,
+            {},
+            "/routes: give exactly one of from: (a route trace in the checkout) and synth: (a calibrated "
+            "synthetic trace)",
+        ),
+        (
+            {"layers": 40, "experts": 256, "k": 8, "decode": 7},
+            {},
+            "/routes/synth/decode: 7 decode tokens, but a run of this profile decodes 8; route forcing "
+            "needs routes for every token",
+        ),
+    ],
+)
+def test_routes_need_exactly_one_source_and_enough_decode(
+    tmp_path: Path, synth: dict | None, routes: dict, message: str
+) -> None:
+    path = _synth_routes_profile(tmp_path, synth or {}, **routes)
+    if synth is None:
+        raw = yaml.safe_load(path.read_text())
+        del raw["routes"]["synth"]
+        path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: {re.escape(message)}$"):
+        load_profile(str(path))
+
+
+def test_routes_synth_of_an_uncalibrated_shape_is_refused_in_one_line(tmp_path: Path) -> None:
+    shape = {"layers": 40, "experts": 256, "k": 6, "decode": 8}
+    p = load_profile(str(_synth_routes_profile(tmp_path, shape)))
+    assert p.routes is not None
+    with pytest.raises(
+        ConfigError,
+        match=r"^no calibrated routing for 40 layers x 256 experts x k = 6 \(calibrated: 40 x 256 x 8\); "
+        r"fit one with python -m bench.calibrate_synth --shape 40x256x6$",
+    ):
+        make_routes(p.routes, tmp_path)
+    assert list(tmp_path.iterdir()) == [tmp_path / "p.yaml"]
