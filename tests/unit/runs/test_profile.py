@@ -54,10 +54,30 @@ def test_the_shape_profiles_pin_their_synthetic_files(
         assert p.limits.memory < size
 
 
-def test_qwen35_shape_8g_sweeps_exactly_8_gib_with_prefetch() -> None:
+def test_qwen35_shape_8g_sweeps_exactly_8_gib_forced_from_calibrated_routes(tmp_path: Path) -> None:
+    """Every variant forced from the calibrated synthetic routes (made the same every time, the
+    pinned sha256), the prompt's 45 bytes its 45 prompt tokens, decode all 64 of its steps; the
+    expert-cache variants with 0004, belady's future the demand-mmap trial's trace."""
     p = load_profile("qwen35-shape-8g")
-    assert [v.name for v in p.variants] == ["baseline", "demand-mmap", "demand-prefetch"]
+    assert [v.name for v in p.variants] == [
+        "baseline",
+        "demand-mmap",
+        "demand-prefetch",
+        "expert-lru",
+        "expert-least-stale",
+        "expert-belady",
+    ]
     assert p.sweep is not None and [m.text for m in p.sweep.memory] == ["8GiB"]
+    assert p.experimental == ("0004-expert-cache.patch",)
+    assert p.routes is not None and p.routes.synth is not None and p.routes.layers is None
+    assert all(v.routes == p.routes.file for v in p.variants)
+    assert [v.name for v in p.variants if v.future] == ["expert-belady"]
+    assert p.variants[-1].future == "demand-mmap"
+    made = make_routes(p.routes, tmp_path)
+    assert made is not None and sha256_file(made) == p.routes.sha256
+    head = struct.unpack_from("<8s7I", made.read_bytes())
+    assert head[1:] == (1, 40, 256, 8, 40, 45, 64)
+    assert len(p.schedule.prompt.encode()) == 45 and p.schedule.n_predict == 64
 
 
 @pytest.mark.parametrize(("name", "layers"), [("qwen3-30b-shape", None), ("qwen3-30b-shape-slice", 2)])
