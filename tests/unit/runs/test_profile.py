@@ -421,3 +421,21 @@ def test_routes_synth_of_an_uncalibrated_shape_is_refused_in_one_line(tmp_path: 
     ):
         make_routes(p.routes, tmp_path)
     assert list(tmp_path.iterdir()) == [tmp_path / "p.yaml"]
+
+
+def test_qwen35_shape_slice_forces_the_first_4_layers_of_calibrated_routes(tmp_path: Path) -> None:
+    """The slice: the same calibrated synth as qwen35-shape-8g's routes (seed 1), its first 4
+    layers, prompt its own 19 bytes; lru and belady (future: demand-mmap) at 64 experts."""
+    p = load_profile("qwen35-shape-slice")
+    assert p.routes is not None and p.routes.synth is not None and p.routes.layers == 4
+    big = load_profile("qwen35-shape-8g").routes
+    assert big is not None and dataclasses.replace(p.routes.synth, prompt=45) == big.synth
+    assert [v.name for v in p.variants] == ["baseline", "demand-mmap", "expert-lru", "expert-belady"]
+    assert all(v.routes == p.routes.file for v in p.variants) and p.experimental == (
+        "0004-expert-cache.patch",
+    )
+    assert p.variants[-1].future == "demand-mmap"
+    assert all(v.args[-2:] == ("--expert-cache-capacity", "64") for v in p.variants[2:])
+    made = make_routes(p.routes, tmp_path)
+    assert made is not None and sha256_file(made) == p.routes.sha256
+    assert struct.unpack_from("<8s7I", made.read_bytes())[1:] == (1, 4, 256, 8, 4, 19, 64)
