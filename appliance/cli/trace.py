@@ -181,6 +181,17 @@ def locality_lines(loc: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
+KNOB_OPTIONS = (
+    "skew",
+    "correlation",
+    "recall",
+    "recall_exponent",
+    "recall_window",
+    "recall_tail",
+    "skew_spread",
+)
+
+
 @trace_group.command("synth")
 @click.argument("out", type=OutputPath())
 @click.option("--layers", type=POSITIVE, default=4, show_default=True, help="MoE layers.")
@@ -199,8 +210,50 @@ def locality_lines(loc: dict[str, Any]) -> list[tuple[str, str]]:
     show_default=True,
     help="Probability a token re-uses the previous token's expert in a slot.",
 )
+@click.option(
+    "--recall",
+    type=FRACTION,
+    default=0.0,
+    show_default=True,
+    help="Probability a slot re-uses an expert of an earlier token (after --correlation).",
+)
+@click.option(
+    "--recall-exponent",
+    type=finite(min=0),
+    default=1.0,
+    show_default=True,
+    help="A recall reaches d tokens back with weight 1 / d**this.",
+)
+@click.option(
+    "--recall-window",
+    type=NON_NEGATIVE,
+    default=0,
+    show_default=True,
+    help="The furthest token back a recall reaches (0: the whole sequence).",
+)
+@click.option(
+    "--recall-tail",
+    type=finite(min=0),
+    default=0.0,
+    show_default=True,
+    help="A flat weight added to every recall distance's 1 / d**exponent.",
+)
+@click.option(
+    "--skew-spread",
+    type=FRACTION,
+    default=0.0,
+    show_default=True,
+    help="Each layer's skew drawn from skew x (1 +- this).",
+)
+@click.option(
+    "--calibrated",
+    is_flag=True,
+    help="The shape's routing knobs fitted to the real traces' locality (docs/trace-format.md).",
+)
 @click.option("--seed", type=SEED, default=0, show_default=True)
+@click.pass_context
 def synth_cmd(
+    ctx: click.Context,
     out: Path,
     layers: int,
     experts: int,
@@ -208,14 +261,23 @@ def synth_cmd(
     prompt: int,
     ubatch: int,
     decode: int,
-    skew: float,
-    correlation: float,
+    calibrated: bool,
     seed: int,
+    **knobs: Any,
 ) -> None:
     """Write a synthetic trace (deterministic by seed) for tests and benchmarks."""
     from appliance.trace.format import write_trace
-    from appliance.trace.synth import TraceSynthSpec, synth_trace
+    from appliance.trace.synth import TraceSynthSpec, calibrated_knobs, synth_trace
 
+    if calibrated:
+        given = [
+            "--" + name.replace("_", "-")
+            for name in KNOB_OPTIONS
+            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+        ]
+        if given:
+            raise ConfigError(f"--calibrated sets the routing knobs itself; drop {', '.join(given)}")
+        knobs = calibrated_knobs(layers, experts, k)
     trace = synth_trace(
         TraceSynthSpec(
             n_layers=layers,
@@ -224,9 +286,8 @@ def synth_cmd(
             n_prompt=prompt,
             n_ubatch=ubatch,
             n_decode=decode,
-            skew=skew,
-            correlation=correlation,
             seed=seed,
+            **knobs,
         )
     )
     write_trace(out, trace.header, trace.rows)

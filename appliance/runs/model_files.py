@@ -8,6 +8,7 @@ The models directory is only ever read.
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.core import atomic
 from appliance.core.digests import sha256_bytes, sha256_file
@@ -17,6 +18,9 @@ from appliance.core.progress import ProgressFn, byte_counter
 from appliance.core.strict_load import load_json
 from appliance.core.units import format_size
 from appliance.runs.profile import ModelManifest, RoutesManifest
+
+if TYPE_CHECKING:
+    from appliance.trace.format import Trace
 
 # How a model's digest was established, recorded in inputs/model.json.
 VERIFIED = "verified"  # sha256 computed (or cached) and equal to the pinned one
@@ -124,10 +128,15 @@ def routes_commands(manifest: RoutesManifest, path: Path) -> str:
     """The commands that make the profile's routes file by hand."""
     trace = path.with_suffix(".moetrace")
     layers = "" if manifest.layers is None else f" --layers {manifest.layers}"
-    return (
-        f"appliance trace import {manifest.source} --from route-trace-csv --out {trace} && "
-        f"appliance trace routes {trace}{layers} --out {path}"
-    )
+    synth = manifest.synth
+    if synth is None:
+        make = f"appliance trace import {manifest.source} --from route-trace-csv --out {trace}"
+    else:
+        make = (
+            f"appliance trace synth {trace} --calibrated --layers {synth.layers} --experts {synth.experts} "
+            f"--k {synth.k} --prompt {synth.prompt} --decode {synth.decode} --seed {synth.seed}"
+        )
+    return f"{make} && appliance trace routes {trace}{layers} --out {path}"
 
 
 def check_routes(manifest: RoutesManifest, models_dir: Path) -> Path:
@@ -143,33 +152,53 @@ def check_routes(manifest: RoutesManifest, models_dir: Path) -> Path:
     if digest != manifest.sha256:
         raise IntegrityError(
             f"routes file {path} has sha256 {digest}, the profile pins {manifest.sha256}; "
-            f"delete it to remake it from {manifest.source}"
+            f"delete it to remake it from {manifest.origin}"
         )
     return path
 
 
-def make_routes(manifest: RoutesManifest, models_dir: Path) -> Path | None:
-    """Write the profile's routes file into models_dir from its route trace in the checkout,
-    unless it is there (None then); refuses routes whose sha256 is not the pinned one, before
-    a byte is written."""
+def routes_trace(manifest: RoutesManifest) -> "Trace":
+    """The trace the profile's routes are made from: its route trace in the checkout, or its
+    calibrated synthetic trace (made in memory, the same every time)."""
     from appliance.trace.interchange import import_trace
-    from appliance.trace.routes import routes_bytes
+    from appliance.trace.synth import calibrated_spec, synth_trace
 
-    path = models_dir / manifest.file
-    if path.exists():
-        return None
+    synth = manifest.synth
+    if synth is not None:
+        spec = calibrated_spec(
+            synth.layers,
+            synth.experts,
+            synth.k,
+            n_prompt=synth.prompt,
+            n_decode=synth.decode,
+            seed=synth.seed,
+        )
+        return synth_trace(spec)
+    assert manifest.source is not None  # the profile has exactly one of from and synth
     source = repo_root() / manifest.source
     if not source.is_file():
         raise ConfigError(
             f"routes file {manifest.file} is made from {manifest.source}, which is not in "
             f"{repo_root()}: run from a checkout of the project"
         )
-    data = routes_bytes(import_trace(source, "route-trace-csv", None), manifest.source, manifest.layers)
+    return import_trace(source, "route-trace-csv", None)
+
+
+def make_routes(manifest: RoutesManifest, models_dir: Path) -> Path | None:
+    """Write the profile's routes file into models_dir from its route trace in the checkout or
+    its calibrated synthetic trace, unless it is there (None then); refuses routes whose sha256
+    is not the pinned one, before a byte is written."""
+    from appliance.trace.routes import routes_bytes
+
+    path = models_dir / manifest.file
+    if path.exists():
+        return None
+    data = routes_bytes(routes_trace(manifest), manifest.origin, manifest.layers)
     digest = sha256_bytes(data)
     if digest != manifest.sha256:
         raise IntegrityError(
-            f"routes made from {manifest.source} have sha256 {digest}, the profile pins "
-            f"{manifest.sha256}: the trace or the routes format changed; nothing written"
+            f"routes made from {manifest.origin} have sha256 {digest}, the profile pins "
+            f"{manifest.sha256}: the trace, its synth or the routes format changed; nothing written"
         )
     atomic.write_bytes(path, data)
     return path

@@ -64,13 +64,38 @@ class ModelManifest:
 
 
 @dataclass(frozen=True)
+class RoutesSynth:
+    """`routes.synth`: a calibrated synthetic trace (`trace synth --calibrated`) to force."""
+
+    layers: int
+    experts: int
+    k: int
+    prompt: int  # the profile's prompt's tokens in the synthetic byte vocabulary
+    decode: int
+    seed: int
+
+    def describe(self) -> str:
+        return (
+            f"a calibrated synthetic trace ({self.layers} layers x {self.experts} experts, k = {self.k}, "
+            f"{self.prompt} prompt + {self.decode} decode tokens, seed {self.seed})"
+        )
+
+
+@dataclass(frozen=True)
 class RoutesManifest:
-    """`routes:` a routes file made in the models directory from a route trace in the checkout."""
+    """`routes:` a routes file made in the models directory from a route trace in the checkout
+    (`from:`) or from a calibrated synthetic trace (`synth:`), exactly one of them."""
 
     file: str
     sha256: str
-    source: str  # a route_trace v1 CSV, by its path in the checkout (`from:`)
+    source: str | None  # a route_trace v1 CSV, by its path in the checkout (`from:`)
     layers: int | None = None  # the model's first N layers only (a slice's routes)
+    synth: RoutesSynth | None = None
+
+    @property
+    def origin(self) -> str:
+        """What the routes are made from, for messages."""
+        return self.synth.describe() if self.synth is not None else str(self.source)
 
 
 @dataclass(frozen=True)
@@ -294,7 +319,39 @@ def _routes(raw: dict[str, Any], path: Path) -> RoutesManifest | None:
         raise ConfigError(
             f"{path}: /routes/file: no variant forces {item['file']}; name it in a variant's routes"
         )
-    return RoutesManifest(item["file"], item["sha256"], item["from"], item.get("layers"))
+    if ("from" in item) == ("synth" in item):
+        raise ConfigError(
+            f"{path}: /routes: give exactly one of from: (a route trace in the checkout) and synth: "
+            "(a calibrated synthetic trace)"
+        )
+    synth = _routes_synth(item["synth"], raw, path) if "synth" in item else None
+    return RoutesManifest(item["file"], item["sha256"], item.get("from"), item.get("layers"), synth)
+
+
+def _routes_synth(item: dict[str, Any], raw: dict[str, Any], path: Path) -> RoutesSynth:
+    """`routes.synth`, its prompt the schedule's prompt's tokens (one per byte in the synthetic
+    models' byte vocabulary) and its decode at least every run's decode length."""
+    prompt = raw["schedule"]["prompt"]
+    if "  " in prompt:
+        raise ConfigError(
+            f"{path}: /schedule/prompt: routes.synth needs a prompt without runs of spaces (the "
+            "synthetic vocabulary merges them, so its length in tokens is not its bytes)"
+        )
+    sweep_decode = (raw.get("sweep") or {}).get("n_predict") or 0
+    longest = max(raw["schedule"]["n_predict"], sweep_decode)
+    if item["decode"] < longest:
+        raise ConfigError(
+            f"{path}: /routes/synth/decode: {item['decode']} decode tokens, but a run of this profile "
+            f"decodes {longest}; route forcing needs routes for every token"
+        )
+    return RoutesSynth(
+        layers=item["layers"],
+        experts=item["experts"],
+        k=item["k"],
+        prompt=len(prompt.encode()),
+        decode=item["decode"],
+        seed=item.get("seed", 0),
+    )
 
 
 def builtin_profiles() -> list[str]:

@@ -276,7 +276,7 @@ def ensure_synth_model(
         made = make_routes(profile.routes, models_dir)
         if made is not None:
             console.print(
-                f"routes {made.name} made from {profile.routes.source} (sha256 {profile.routes.sha256})"
+                f"routes {made.name} made from {profile.routes.origin} (sha256 {profile.routes.sha256})"
             )
     if path.exists() or not synth:
         return path

@@ -29,7 +29,8 @@ SYNTH_BPS = 130e6
 HASH_BPS = 400e6  # the first sha256 of a new file (assumed; cached afterwards)
 # One trial's mean wall time at 8 GiB, 64 decode tokens, per profile. qwen35-shape-8g: `appliance
 # sweep qwen35-shape-8g --memory 8GiB --repeats 1` on this 2-core machine under a load of 6 to
-# 10 (baseline 1,351 s, demand mmap 1,013 s, demand prefetch 562 s; idle: unmeasured).
+# 10 (baseline 1,351 s, demand mmap 1,013 s, demand prefetch 562 s; idle: unmeasured), on the
+# synthetic router's routing, before its routes were forced and its cache variants added.
 # qwen3-30b-shape: its 3-repeat sweep on the idle machine, 24 trials in 59 min (docs/sweeps.md).
 EXPECTED_TRIAL_S = {"qwen35-shape-8g": 975.0, "qwen3-30b-shape": 148.0}
 

@@ -8,9 +8,11 @@ pinned size and sha256 must come out byte for byte), run with baseline and deman
 the sealed bundle verified: every trial completes, its trace has the slice's layers, experts
 and k, the texts are identical across variants, decode reads the disk under the limit, and the
 planner's predicted peak is within 5% of the measured one and never under it at the full
-vocabularies. A profile with `routes:` (the Qwen3-30B-A3B slice: the public trace's first 2
-layers, k = 6) gets its routes file made from the fixture, and every trial's trace holds
-exactly those routes.
+vocabularies. A profile with `routes:` gets its routes file made (the Qwen3-30B-A3B slice: the
+public trace's first 2 layers, k = 6; the Qwen3.5 slice: the first 4 layers of a calibrated
+synthetic trace), and every trial's trace holds exactly those routes. The Qwen3.5 slice also
+runs the expert cache (patch 0004, its image found without --image): lru and belady, whose
+future is the demand-mmap trial's trace, and whose misses are its replay's.
 """
 
 import json
@@ -19,8 +21,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from appliance.analysis.capacity import model_experts
 from appliance.analysis.placement import GOAL_PCT
-from appliance.analysis.sweep_analysis import phase_reads, probe_summary
+from appliance.analysis.sweep_analysis import phase_reads, predicted_reads, probe_summary
 from appliance.models import skeleton
 from appliance.runs.profile import load_profile
 from appliance.runs.run_dir import RunDir
@@ -34,7 +37,6 @@ from tests.e2e.conftest import user_env
 # (profile, verb): `appliance run` for one, `appliance sweep` at the profile's limit (its disk
 # probe first, whose QD1 rate then sets the trials' timeout) for the other
 SLICES = (("qwen35-shape-slice", "run"), ("qwen3-30b-shape-slice", "sweep"))
-VARIANTS = ["baseline", "demand-mmap"]
 
 
 @pytest.mark.docker
@@ -42,9 +44,11 @@ VARIANTS = ["baseline", "demand-mmap"]
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "verb"), SLICES)
 def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
-    engine_image_cpu: str, tmp_path: Path, name: str, verb: str
+    request: pytest.FixtureRequest, tmp_path: Path, name: str, verb: str
 ) -> None:
     profile = load_profile(name)
+    # the image with the profile's experimental patches (0004 for the Qwen3.5 slice's cache)
+    image = request.getfixturevalue("engine_image_cpu_cache" if profile.experimental else "engine_image_cpu")
     synth = profile.model.synth
     assert synth is not None and profile.model.like is not None
     models = tmp_path / "models"
@@ -58,7 +62,7 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
         verb, name, "--models", str(models), "--out", str(run), *limit, env=user_env(tmp_path), timeout=900
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert engine_image_cpu in result.stdout
+    assert image in result.stdout
     run_record = json.loads((run / "run.json").read_text())
     assert run_record["status"] == "complete"
     assert run_record["model_digest_status"] == "verified"  # the pinned sha256, recreated
@@ -74,7 +78,7 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
     )
 
     records = [json.loads(p.read_text()) for p in sorted(run.glob("trials/*/trial.json"))]
-    assert [r["variant"] for r in records] == VARIANTS
+    assert [r["variant"] for r in records] == [v.name for v in profile.variants]
     assert all(r["status"] == "ok" for r in records), records
 
     doc = skeleton.load_input(skeleton.input_path(profile.model.like))
@@ -95,20 +99,33 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
             assert record["routes"] == {"file": profile.routes.file, "sha256": profile.routes.sha256}
             assert follows_routes(trace, forced), record["name"]
         texts.add((trial / "output.txt").read_bytes())
-        reads = phase_reads(json.loads((trial / "timing.json").read_text()))
+        timing = json.loads((trial / "timing.json").read_text())
+        cache = timing.get("expert_cache")
+        if cache is not None:  # the engine's cache misses exactly what its replay of the trace does
+            assert (cache["policy"], cache["capacity"]) == (record["variant"].removeprefix("expert-"), 64)
+            replay = predicted_reads(trace, cache["capacity"], model_experts(model, trace))["policies"]
+            assert cache["decode"]["misses"] == replay[cache["policy"]]["decode_misses"], record["name"]
+            assert cache["decode"]["evictions"] > 0, record["name"]
+        reads = phase_reads(timing)
         assert reads is not None and reads["decode"] > 0, (record["name"], reads)
     assert len(texts) == 1  # greedy decoding: the same text whatever the paging
 
     results = json.loads((run / "results.json").read_text())
     assert results["byte_identity"]["all_identical"] is True
-    if forced is not None:  # the sweep's replay of each trial's trace is the replay of the routes
-        assert [row["trace_equals_routes"] for row in results["sweep"]["trials"]] == [True, True]
+    # the sweep's replay of each trial's trace is the replay of the routes (`run` has no sweep
+    # section: follows_routes above is its check)
+    if forced is not None and verb == "sweep":
+        assert [row["trace_equals_routes"] for row in results["sweep"]["trials"]] == [True] * len(records)
     # the planner's peak at these vocabularies (248,320 and 151,936 tokens): within 5% of the
     # cgroup's and never under, for every trial (a demand-mapped one from its own trace)
+    # The expert cache's trials (0004) only never under: the planner does not model a cache
+    # smaller than the page cache would hold (at 64 experts it was 20% over on this slice; 8.5% at
+    # the gate's auto capacity, docs/sweeps.md).
     placement = results["placement"]
-    assert placement["within_goal"] is True, placement["worst"]
     peaks = {row["trial"]: row["error_pct"]["peak"] for row in placement["trials"]}
     assert sorted(peaks) == sorted(r["name"] for r in records)
-    assert all(0 <= pct <= GOAL_PCT for pct in peaks.values()), peaks
+    cached = {r["name"] for r in records if r["variant"].startswith("expert-")}
+    assert all(0 <= pct <= GOAL_PCT for trial, pct in peaks.items() if trial not in cached), peaks
+    assert all(peaks[trial] >= 0 for trial in cached), peaks
     verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
     assert verified.returncode == 0, verified.stdout + verified.stderr

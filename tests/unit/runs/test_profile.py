@@ -54,10 +54,30 @@ def test_the_shape_profiles_pin_their_synthetic_files(
         assert p.limits.memory < size
 
 
-def test_qwen35_shape_8g_sweeps_exactly_8_gib_with_prefetch() -> None:
+def test_qwen35_shape_8g_sweeps_exactly_8_gib_forced_from_calibrated_routes(tmp_path: Path) -> None:
+    """Every variant forced from the calibrated synthetic routes (made the same every time, the
+    pinned sha256), the prompt's 45 bytes its 45 prompt tokens, decode all 64 of its steps; the
+    expert-cache variants with 0004, belady's future the demand-mmap trial's trace."""
     p = load_profile("qwen35-shape-8g")
-    assert [v.name for v in p.variants] == ["baseline", "demand-mmap", "demand-prefetch"]
+    assert [v.name for v in p.variants] == [
+        "baseline",
+        "demand-mmap",
+        "demand-prefetch",
+        "expert-lru",
+        "expert-least-stale",
+        "expert-belady",
+    ]
     assert p.sweep is not None and [m.text for m in p.sweep.memory] == ["8GiB"]
+    assert p.experimental == ("0004-expert-cache.patch",)
+    assert p.routes is not None and p.routes.synth is not None and p.routes.layers is None
+    assert all(v.routes == p.routes.file for v in p.variants)
+    assert [v.name for v in p.variants if v.future] == ["expert-belady"]
+    assert p.variants[-1].future == "demand-mmap"
+    made = make_routes(p.routes, tmp_path)
+    assert made is not None and sha256_file(made) == p.routes.sha256
+    head = struct.unpack_from("<8s7I", made.read_bytes())
+    assert head[1:] == (1, 40, 256, 8, 40, 45, 64)
+    assert len(p.schedule.prompt.encode()) == 45 and p.schedule.n_predict == 64
 
 
 @pytest.mark.parametrize(("name", "layers"), [("qwen3-30b-shape", None), ("qwen3-30b-shape-slice", 2)])
@@ -112,7 +132,7 @@ def test_a_routes_file_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> 
     with pytest.raises(
         IntegrityError,
         match=f"^routes made from {pinned.source} have sha256 {pinned.sha256}, "
-        "the profile pins 0{64}: the trace or the routes format changed; nothing written$",
+        "the profile pins 0{64}: the trace, its synth or the routes format changed; nothing written$",
     ):
         make_routes(other, tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -319,6 +339,17 @@ def _profile_with(tmp_path: Path, sweep: object) -> Path:
     return path
 
 
+def _synth_routes_profile(tmp_path: Path, synth: dict, **routes: object) -> Path:
+    """qwen35-shape-slice forcing routes made from `synth` (a profile written to tmp_path)."""
+    raw = yaml.safe_load((PROFILES_DIR / "qwen35-shape-slice.yaml").read_text())
+    raw["routes"] = {"file": "s.routes", "sha256": "0" * 64, "synth": synth, "layers": 4} | routes
+    for variant in raw["variants"]:
+        variant["routes"] = "s.routes"
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
 def test_builtin_profiles_declare_their_sweeps() -> None:
     tiny = load_profile("tiny-oversub").sweep
     assert tiny is not None and [p.text for p in tiny.memory] == ["0.25", "0.5", "1.2"]
@@ -341,3 +372,102 @@ def test_bad_sweep_keys_are_refused_naming_the_field(tmp_path: Path, sweep: obje
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
         load_profile(str(_profile_with(tmp_path, sweep)))
     assert message in str(info.value)
+
+
+def test_routes_from_a_calibrated_synth_are_the_same_bytes_every_time(tmp_path: Path) -> None:
+    """routes.synth: the profile's prompt's bytes as prompt tokens; made twice (two directories),
+    the same bytes, which are the routes of `trace synth --calibrated` of that spec; a wrong pin
+    is refused before a byte is written."""
+    shape = {"layers": 40, "experts": 256, "k": 8, "decode": 8}
+    p = load_profile(str(_synth_routes_profile(tmp_path, shape)))
+    assert p.routes is not None and p.routes.synth is not None and p.routes.source is None
+    assert p.routes.synth.prompt == len(p.schedule.prompt.encode()) == 19 and p.routes.synth.seed == 0
+    with pytest.raises(
+        IntegrityError,
+        match=r"^routes made from a calibrated synthetic trace \(40 layers x 256 experts, k = 8, 19 prompt "
+        r"\+ 8 decode tokens, seed 0\) have sha256 [0-9a-f]{64}, the profile pins 0{64}: the trace, its "
+        "synth or the routes format changed; nothing written$",
+    ) as refused:
+        make_routes(p.routes, tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+    digest = re.search(r"sha256 ([0-9a-f]{64})", str(refused.value)).group(1)  # type: ignore[union-attr]
+    pinned = dataclasses.replace(p.routes, sha256=digest)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    made = make_routes(pinned, tmp_path / "a")
+    assert made is not None and make_routes(pinned, tmp_path / "b") is not None
+    assert made.read_bytes() == (tmp_path / "b" / "s.routes").read_bytes()
+    assert check_routes(pinned, tmp_path / "a") == made
+    head = struct.unpack_from("<8s7I", made.read_bytes())
+    assert head[1:] == (1, 4, 256, 8, 4, 19, 8)  # the first 4 of 40 layers (layers: 4)
+    trace = tmp_path / "t.moetrace"
+    run_cli("trace", "synth", str(trace), "--calibrated", "--layers", "40", "--experts", "256", "--k", "8",
+            "--prompt", "19", "--decode", "8", check=True)  # fmt: skip
+    run_cli("trace", "routes", str(trace), "--layers", "4", "--out", str(tmp_path / "cli.routes"), check=True)
+    assert (tmp_path / "cli.routes").read_bytes() == made.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("synth", "routes", "message"),
+    [
+        (
+            {"layers": 40, "experts": 256, "k": 8, "decode": 8},
+            {"from": "tests/fixtures/real-routes/qwen3-30b-a3b-q4_k_m.route.csv"},
+            "/routes: give exactly one of from: (a route trace in the checkout) and synth: (a calibrated "
+            "synthetic trace)",
+        ),
+        (
+            None,
+            {},
+            "/routes: give exactly one of from: (a route trace in the checkout) and synth: (a calibrated "
+            "synthetic trace)",
+        ),
+        (
+            {"layers": 40, "experts": 256, "k": 8, "decode": 7},
+            {},
+            "/routes/synth/decode: 7 decode tokens, but a run of this profile decodes 8; route forcing "
+            "needs routes for every token",
+        ),
+    ],
+)
+def test_routes_need_exactly_one_source_and_enough_decode(
+    tmp_path: Path, synth: dict | None, routes: dict, message: str
+) -> None:
+    path = _synth_routes_profile(tmp_path, synth or {}, **routes)
+    if synth is None:
+        raw = yaml.safe_load(path.read_text())
+        del raw["routes"]["synth"]
+        path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: {re.escape(message)}$"):
+        load_profile(str(path))
+
+
+def test_routes_synth_of_an_uncalibrated_shape_is_refused_in_one_line(tmp_path: Path) -> None:
+    shape = {"layers": 40, "experts": 256, "k": 6, "decode": 8}
+    p = load_profile(str(_synth_routes_profile(tmp_path, shape)))
+    assert p.routes is not None
+    with pytest.raises(
+        ConfigError,
+        match=r"^no calibrated routing for 40 layers x 256 experts x k = 6 \(calibrated: 40 x 256 x 8\); "
+        r"fit one with python -m bench.calibrate_synth --shape 40x256x6$",
+    ):
+        make_routes(p.routes, tmp_path)
+    assert list(tmp_path.iterdir()) == [tmp_path / "p.yaml"]
+
+
+def test_qwen35_shape_slice_forces_the_first_4_layers_of_calibrated_routes(tmp_path: Path) -> None:
+    """The slice: the same calibrated synth as qwen35-shape-8g's routes (seed 1), its first 4
+    layers, prompt its own 19 bytes; lru and belady (future: demand-mmap) at 64 experts."""
+    p = load_profile("qwen35-shape-slice")
+    assert p.routes is not None and p.routes.synth is not None and p.routes.layers == 4
+    big = load_profile("qwen35-shape-8g").routes
+    assert big is not None and dataclasses.replace(p.routes.synth, prompt=45) == big.synth
+    assert [v.name for v in p.variants] == ["baseline", "demand-mmap", "expert-lru", "expert-belady"]
+    assert all(v.routes == p.routes.file for v in p.variants) and p.experimental == (
+        "0004-expert-cache.patch",
+    )
+    assert p.variants[-1].future == "demand-mmap"
+    assert all(v.args[-2:] == ("--expert-cache-capacity", "64") for v in p.variants[2:])
+    made = make_routes(p.routes, tmp_path)
+    assert made is not None and sha256_file(made) == p.routes.sha256
+    assert struct.unpack_from("<8s7I", made.read_bytes())[1:] == (1, 4, 256, 8, 4, 19, 64)

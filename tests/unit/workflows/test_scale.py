@@ -17,7 +17,7 @@ QWEN35, QWEN3 = 17_940_038_176, 18_554_438_496
 def test_the_plan_counts_trials_and_prices_the_missing_models(tmp_path: Path) -> None:
     steps = scale_plan(tmp_path)
     assert [(s.profile, s.model.name, s.model_bytes, s.missing, s.trials) for s in steps] == [
-        ("qwen35-shape-8g", "qwen35-shape.gguf", QWEN35, True, 9),  # 1 limit x 3 variants x 3
+        ("qwen35-shape-8g", "qwen35-shape.gguf", QWEN35, True, 18),  # 1 limit x 6 variants x 3
         ("qwen3-30b-shape", "qwen3-30b-shape.gguf", QWEN3, True, 24),  # 1 limit x 8 variants x 3
     ]
     assert steps[1].expected_s() == pytest.approx(
@@ -32,7 +32,7 @@ def test_the_plan_counts_trials_and_prices_the_missing_models(tmp_path: Path) ->
 def test_the_dry_run_says_time_and_disk_first_and_writes_nothing(tmp_path: Path) -> None:
     result = run_cli("scale", "--dry-run", "--models", str(tmp_path))
     out = " ".join(result.stdout.split())
-    assert "qwen35-shape-8g: model" in out and "9 trials (3 interleaved repeats)" in out
+    assert "qwen35-shape-8g: model" in out and "18 trials (3 interleaved repeats)" in out
     assert f"needs 33.99 GiB ({QWEN35 + QWEN3} bytes) of disk for the missing models" in out
     assert "make scale expects about" in out
     assert list(tmp_path.iterdir()) == []
