@@ -20,6 +20,7 @@ from typing import Any
 from appliance.planner.accounting import Accounting
 from appliance.planner.pages import is_demand_mapped
 from appliance.planner.plan import PlanLimits, make_plan, predicted_peak_bytes
+from appliance.runs.records import Placement
 from appliance.runs.run_dir import TIMING_FILE
 
 GOAL_PCT = 5.0  # the planner's goal: within 5% of the measured figure, and never under it
@@ -164,19 +165,18 @@ def placement_summary(
     }
 
 
-def placement_digest(results: dict[str, Any] | None, run: dict[str, Any] | None) -> dict[str, Any] | None:
+def placement_digest(results: dict[str, Any] | None, planned: Placement | None) -> dict[str, Any] | None:
     """What `appliance bundle show` says about placement: the profile's mode and budget and any
     warning (run.json), each variant's model bytes per buffer and the planner's worst error
     (results.json); None for a bundle that records none of it."""
     placement = (results or {}).get("placement") or {}
-    planned = (run or {}).get("placement")
     if not placement and not planned:
         return None
     per_variant: dict[str, Any] = {}
     for row in placement.get("trials") or []:
         per_variant.setdefault(row["variant"], row["engine_buffers"])
     return {
-        "profile": planned,
+        "profile": planned.to_json() if planned is not None else None,
         "model_bytes_per_buffer": per_variant,
         "planner_worst": placement.get("worst"),
         "within_goal": placement.get("within_goal"),

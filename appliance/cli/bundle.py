@@ -118,7 +118,7 @@ def bundle_show(directory: Path, as_json: bool) -> None:
         summary = _summary(manifest, provenance)
         placement = placement_digest(
             load_json(layout.results_file) if layout.results_file.exists() else None,
-            load_json(layout.run_file) if layout.run_file.exists() else None,
+            layout.run_record().placement if layout.run_file.exists() else None,
         )
         if placement is not None:
             summary["placement"] = placement

@@ -28,6 +28,7 @@ from appliance.runs.placement import placement_text
 from appliance.runs.plan import DiskProbeEngine, Trial, sweep_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
+from appliance.runs.records import SweepRecord
 from appliance.runs.run_dir import PROBE_DIR
 from appliance.runs.trial import RunContext, TrialInterrupted, run_trial
 from appliance.runs.trial_time import ASSUMED_READ_BPS, TRIAL_OVERHEAD_S, trial_read_bytes
@@ -47,15 +48,15 @@ class SweepPlan:
     expert_bytes: int
     estimate_s: float
 
-    def run_record(self) -> dict[str, Any]:
+    def run_record(self) -> SweepRecord:
         """run.json's `sweep`: the limits as written and as the trials ran under them."""
-        return {
-            "memory": [p.text for p in self.points],
-            "limits": [limit.bytes for limit in self.limits],
-            "labels": [limit_label(limit.bytes) for limit in self.limits],
-            "n_predict": self.profile.schedule.n_predict,
-            "probe_block_bytes": self.expert_bytes,
-        }
+        return SweepRecord(
+            memory=tuple(p.text for p in self.points),
+            limits=tuple(limit.bytes for limit in self.limits),
+            labels=tuple(limit_label(limit.bytes) for limit in self.limits),
+            n_predict=self.profile.schedule.n_predict,
+            probe_block_bytes=self.expert_bytes,
+        )
 
     def probe_trial(self) -> Trial:
         largest = max(self.limits)

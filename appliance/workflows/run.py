@@ -48,6 +48,7 @@ from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import PreparedRun, prepare_run
 from appliance.runs.preview import print_header, print_stand_in
 from appliance.runs.profile import Profile
+from appliance.runs.records import Placement, RunSetup, SweepRecord
 from appliance.runs.run_dir import RunDir
 from appliance.runs.trial import RunContext
 from appliance.runs.trial_time import ASSUMED_READ_BPS, SAFETY_FACTOR, model_trial_timeout_s
@@ -96,7 +97,7 @@ class RunKind:
     analyze: Callable[[Path], object]  # writes its analyses into the run directory before the seal
     announce: Callable[[Console], None] | None = None  # printed after the header (a sweep's grid)
     before_trials: Callable[[RunContext], None] | None = None  # run first (a sweep's disk probe)
-    record: dict[str, Any] = field(default_factory=dict)  # its own fields of run.json
+    sweep: SweepRecord | None = None  # its own field of run.json (a sweep's limits)
 
 
 def run_prepared(
@@ -142,18 +143,18 @@ def run_prepared(
         ctx,
         prepared.trials,
         lock.raw,
-        {
-            "target": prepared.choice.target,
-            "stand_in": stand_in,
-            "image_id": client.images.get(prepared.image).id,
-            "placement": {
-                "mode": prepared.profile.placement.label,
-                "vram_budget_bytes": prepared.profile.limits.vram,
-                "gpu": prepared.gpu.record() if prepared.gpu is not None else None,
-                "warnings": list(prepared.warnings),
-            },
-            **kind.record,
-        },
+        RunSetup(
+            target=prepared.choice.target,
+            stand_in=stand_in,
+            image_id=client.images.get(prepared.image).id,
+            placement=Placement(
+                mode=prepared.profile.placement.label,
+                vram_budget_bytes=prepared.profile.limits.vram,
+                gpu=prepared.gpu.record() if prepared.gpu is not None else None,
+                warnings=prepared.warnings,
+            ),
+            sweep=kind.sweep,
+        ),
         finalize=finalize,
         analyze=functools.partial(analyze_run, profile=prepared.profile, model_path=prepared.model.path),
         before_trials=kind.before_trials,

@@ -27,6 +27,7 @@ from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.plan import CommandEngine, trial_plan
 from appliance.runs.prepare import prepare_run
 from appliance.runs.profile import load_profile
+from appliance.runs.records import RunSetup
 from appliance.runs.trial import RunContext
 from tests.conftest import REPO, sigint_default
 
@@ -143,7 +144,7 @@ def _run(
         trial_timeout_s=timeout_s,
     )
     analyze = functools.partial(analyze_run, profile=profile)
-    return execute_run(ctx, prepared.trials, lock.raw, {}, finalize=finalize, analyze=analyze)
+    return execute_run(ctx, prepared.trials, lock.raw, RunSetup(), finalize=finalize, analyze=analyze)
 
 
 def _leftover_containers(docker_client: Any, run_id: str) -> list[str]:
@@ -254,6 +255,7 @@ DRIVER = textwrap.dedent("""
     from appliance.runs.profile import load_profile
     from appliance.host.docker import docker_client
     from appliance.runs.execute import execute_run
+    from appliance.runs.records import RunSetup
     from appliance.runs.trial import RunContext
     from appliance.runs.plan import CommandEngine
     from appliance.runs.prepare import prepare_run
@@ -270,7 +272,8 @@ DRIVER = textwrap.dedent("""
     ctx = RunContext(client, profile, engine, prepared.model, prepared.settings,
                      prepared.run_dir, run_id, Console())
     analyze = functools.partial(analyze_run, profile=profile)
-    print("STATUS", execute_run(ctx, prepared.trials, lock.raw, {}, analyze=analyze).status, flush=True)
+    outcome = execute_run(ctx, prepared.trials, lock.raw, RunSetup(), analyze=analyze)
+    print("STATUS", outcome.status, flush=True)
 """)
 
 
