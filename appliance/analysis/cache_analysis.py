@@ -18,6 +18,7 @@ from appliance.analysis.capacity import model_experts
 from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads, probe_summary
 from appliance.core.digests import sha256_file
 from appliance.runs.status import TrialStatus
+from appliance.runs.timing import TimingRecord
 from appliance.trace.format import Trace, read_trace
 
 REPLAY_TOLERANCE = 0.05  # measured reads within 5% of the policy's replay
@@ -256,12 +257,12 @@ def sweep_cache_analysis(
     trials: list[dict[str, Any]],
     traces: dict[str, Path],
     model_path: Path,
-    probe_record: dict[str, Any] | None,
+    probe_record: TimingRecord | None,
 ) -> dict[str, Any] | None:
     """`sweep_section` from a run directory's loaded trials, trace files, model and probe record."""
     if not any(is_cache_trial(t) for t in trials):
         return None
     loaded = {name: read_trace(path) for name, path in traces.items()}
     experts = model_experts(model_path, next(iter(loaded.values())))
-    probe = probe_summary(probe_record) if probe_record else None
+    probe = probe_summary(probe_record) if probe_record is not None and probe_record.to_json() else None
     return sweep_section(trials, loaded, traces, experts, probe)

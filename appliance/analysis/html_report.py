@@ -51,6 +51,7 @@ from appliance.core.units import format_size
 from appliance.runs.memory_points import limit_label
 from appliance.runs.records import RunRecord, ScheduledVariant, ScheduleRecord, TrialRecord
 from appliance.runs.run_dir import PROFILE_INPUT, PROVENANCE_FILE, RESULTS_FILE, SCHEDULE_INPUT, RunDir
+from appliance.runs.timing import TimingRecord, read_timing
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -324,7 +325,7 @@ def _schedule(layout: RunDir) -> ScheduleRecord | None:
     return ScheduleRecord.from_json(load_json(path), str(path)) if path.exists() else None
 
 
-def _placement(trial: TrialRecord, timing: dict[str, Any], variants: dict[str, ScheduledVariant]) -> str:
+def _placement(trial: TrialRecord, timing: TimingRecord | None, variants: dict[str, ScheduledVariant]) -> str:
     """Where the engine ran the layers (its backend: the record's, else timing.json's in
     records older than engine_backend) and the variant's environment and arguments, which fix
     the placement in advance."""
@@ -332,7 +333,7 @@ def _placement(trial: TrialRecord, timing: dict[str, Any], variants: dict[str, S
     env = " ".join(f"{k}={v}" for k, v in sorted(variant.env.items())) if variant else ""
     args = " ".join(variant.args) if variant else ""
     extra = " ".join(p for p in (env, args) if p) or "default placement"
-    return f"{trial.engine_backend or timing.get('backend') or '-'}; {extra}"
+    return f"{trial.engine_backend or (timing.backend if timing else None) or '-'}; {extra}"
 
 
 def _bytes(value: Any, unit: int = 1 << 20) -> str:
@@ -348,7 +349,9 @@ def _trials(layout: RunDir, run: RunRecord | None) -> str:
         return _section("trials", "Trials", _unreadable("the schedule", exc))
     variants = {v.name: v for v in schedule.variants} if schedule else {}
     try:
-        trials = [(t.name, t.record(), t.attached(t.cgroup), t.attached(t.timing)) for t in layout.recorded()]
+        trials = [
+            (t.name, t.record(), t.attached(t.cgroup), read_timing(t.timing)) for t in layout.recorded()
+        ]
     except ConfigError as exc:
         return _section("trials", "Trials", _unreadable("a trial record", exc))
     for name, trial, cgroup, timing in trials:

@@ -23,6 +23,7 @@ from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import read_bytes
 from appliance.runs.status import TrialStatus
+from appliance.runs.timing import TimingRecord
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, trace_events
 from appliance.trace.format import Trace, read_trace
@@ -53,17 +54,19 @@ def phase_reads(timing: dict[str, Any]) -> dict[str, int] | None:
     return out
 
 
-def probe_summary(record: dict[str, Any]) -> dict[str, Any]:
+def probe_summary(record: TimingRecord) -> dict[str, Any]:
     """Bandwidth of each probe measurement (device bytes over seconds) and the reference:
     expert-size reads at queue depth 1, what one faulting decode thread can at best expect."""
     rows = []
-    for m in record.get("measurements", []):
-        device = m["device_read_bytes"] if m.get("device_read_bytes", -1) >= 0 else m["bytes"]
+    for m in record.measurements or ():
+        device = (
+            m.device_read_bytes if m.device_read_bytes is not None and m.device_read_bytes >= 0 else m.bytes
+        )
         rows.append(
             {
-                **m,
-                "bytes_per_s": device / m["seconds"] if m["seconds"] > 0 else None,
-                "device_fraction": device / m["bytes"] if m["bytes"] else None,
+                **m.to_json(),
+                "bytes_per_s": device / m.seconds if m.seconds > 0 else None,
+                "device_fraction": device / m.bytes if m.bytes else None,
             }
         )
 
@@ -75,8 +78,8 @@ def probe_summary(record: dict[str, Any]) -> dict[str, Any]:
         return None
 
     return {
-        "file_bytes": record.get("file_bytes"),
-        "advice": record.get("advice"),
+        "file_bytes": record.file_bytes,
+        "advice": record.advice,
         "measurements": rows,
         "expert_qd1_bytes_per_s": pick(None, 1),
         "expert_qd8_bytes_per_s": pick(None, 8),
@@ -327,14 +330,14 @@ def analyze_sweep(
     trials: list[dict[str, Any]],
     traces: dict[str, Path],
     model_path: Path,
-    probe_record: dict[str, Any] | None,
+    probe_record: TimingRecord | None,
 ) -> dict[str, Any]:
     """results.json's `sweep` section from the loaded trials, their trace files and the probe."""
     loaded = {name: read_trace(path) for name, path in traces.items()}
     if not loaded:
         return {"error": "no trial left a route trace: nothing to predict from"}
     experts = model_experts(model_path, next(iter(loaded.values())))
-    probe = probe_summary(probe_record) if probe_record else None
+    probe = probe_summary(probe_record) if probe_record is not None and probe_record.to_json() else None
     probe_bps = probe["expert_qd1_bytes_per_s"] if probe else None
     rows = [trial_row(t, loaded.get(t["dir"]), experts, probe_bps) for t in trials]
     for trial, row in zip(trials, rows, strict=True):

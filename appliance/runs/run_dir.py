@@ -28,6 +28,7 @@ from typing import Any
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, read_bytes
 from appliance.runs.records import RunRecord, TrialRecord
+from appliance.runs.timing import TimingRecord, load_timing
 
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.json"
@@ -208,10 +209,11 @@ class RunDir:
         """Trial directory name -> its route trace, for the trials that recorded one."""
         return {t.name: t.trace for t in self.recorded() if t.trace.is_file()}
 
-    def read_probe(self) -> dict[str, Any] | None:
-        """The sweep's disk probe figures (its timing.json), or None when it has none."""
+    def read_probe(self) -> TimingRecord | None:
+        """The sweep's disk probe figures (its timing.json, read strictly), or None when it has
+        none."""
         for timing in sorted((self.path / PROBE_DIR).glob(f"*/{TIMING_FILE}")):
-            return _record(timing)
+            return load_timing(timing)
         return None
 
     def run_record(self) -> RunRecord:

@@ -50,6 +50,7 @@ from appliance.runs.preview import print_header, print_stand_in
 from appliance.runs.profile import Profile
 from appliance.runs.records import Placement, RunSetup, SweepRecord
 from appliance.runs.run_dir import RunDir
+from appliance.runs.timing import TimingRecord
 from appliance.runs.trial import RunContext
 from appliance.runs.trial_time import ASSUMED_READ_BPS, SAFETY_FACTOR, model_trial_timeout_s
 from appliance.workflows.resume_check import resume_verifier, signing_public_key
@@ -164,14 +165,14 @@ def run_prepared(
     )
 
 
-def timeout_read_bps(probe: dict[str, Any] | None) -> float | None:
+def timeout_read_bps(probe: TimingRecord | None) -> float | None:
     """The read rate a trial's timeout assumes: the disk probe's QD1 rate for page-size reads,
     its slowest, since a demand-paged engine (MADV_RANDOM) reads one page per fault; None
     without a probe."""
     return probe_summary(probe)["page_qd1_bytes_per_s"] if probe is not None else None
 
 
-def derived_trial_timeout(prepared: PreparedRun, probe: dict[str, Any] | None, console: Console) -> float:
+def derived_trial_timeout(prepared: PreparedRun, probe: TimingRecord | None, console: Console) -> float:
     """Every trial's timeout when --trial-timeout is not given: from the model's size and the
     disk probe's QD1 rate for page-size reads (appliance.runs.trial_time), said on the console."""
     rate = timeout_read_bps(probe)

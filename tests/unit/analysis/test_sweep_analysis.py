@@ -17,6 +17,7 @@ from appliance.analysis.sweep_analysis import (
     summary_rows,
     trial_row,
 )
+from appliance.runs.timing import TimingRecord
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from tests.unit.runs.independent_traces import (
     hand_trace,
@@ -112,7 +113,7 @@ def test_probe_bandwidth_uses_device_bytes() -> None:
             },
         ],
     }
-    probe = probe_summary(record)
+    probe = probe_summary(TimingRecord.from_json(record, "timing.json"))
     assert probe["expert_qd1_bytes_per_s"] == pytest.approx(12976128)
     assert probe["expert_qd8_bytes_per_s"] == pytest.approx(25952256)
     assert probe["page_qd1_bytes_per_s"] == pytest.approx(2048000)
@@ -265,7 +266,8 @@ def test_probe_summary_in_full() -> None:
         {"block_bytes": 4096, "queue_depth": 1, "bytes": 100, "device_read_bytes": 0, "seconds": 1.0},
         {"block_bytes": 4096, "queue_depth": 8, "bytes": 0, "device_read_bytes": -1, "seconds": 0.0},
     ]
-    probe = probe_summary({"file_bytes": 123, "advice": "POSIX_FADV_RANDOM", "measurements": measurements})
+    record = {"file_bytes": 123, "advice": "POSIX_FADV_RANDOM", "measurements": measurements}
+    probe = probe_summary(TimingRecord.from_json(record, "timing.json"))
     assert probe == {
         "file_bytes": 123,
         "advice": "POSIX_FADV_RANDOM",
@@ -282,7 +284,7 @@ def test_probe_summary_in_full() -> None:
         "page_qd8_bytes_per_s": None,
         "reference": "expert_qd1_bytes_per_s",
     }
-    assert probe_summary({}) == {
+    assert probe_summary(TimingRecord()) == {
         "file_bytes": None,
         "advice": None,
         "measurements": [],
@@ -302,7 +304,7 @@ def test_probe_reference_skips_page_rows_listed_first() -> None:
         {"block_bytes": 4097, "queue_depth": 1, "bytes": 500, "seconds": 1.0},
         {"block_bytes": 65536, "queue_depth": 8, "bytes": 700, "seconds": 1.0},
     ]
-    probe = probe_summary({"measurements": measurements})
+    probe = probe_summary(TimingRecord.from_json({"measurements": measurements}, "timing.json"))
     assert probe["expert_qd1_bytes_per_s"] == 500.0
     assert probe["expert_qd8_bytes_per_s"] == 700.0
     assert probe["page_qd1_bytes_per_s"] == 100.0
