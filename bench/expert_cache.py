@@ -169,7 +169,7 @@ def main() -> int:
                         f"[red]{name}: exit {result.returncode}: {result.stderr.strip()[-300:]}[/red]"
                     )
                     continue
-                timing = json.loads((trial / "timing.json").read_text())
+                timing = load_timing(trial / "timing.json")
                 trace = read_trace(trial / "trace.moetrace")
                 if experts is None:
                     experts = model_experts(model, trace)

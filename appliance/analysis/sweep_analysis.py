@@ -23,7 +23,7 @@ from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import read_bytes
 from appliance.runs.status import TrialStatus
-from appliance.runs.timing import TimingRecord
+from appliance.runs.timing import EngineIo, TimingRecord, timing_of
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, trace_events
 from appliance.trace.format import Trace, read_trace
@@ -35,17 +35,18 @@ DECODE_KIND = 1  # trace row kind of a decode step (0: prompt)
 PHASE_TOLERANCE = 0.10  # phase reads must sum to within this of the cgroup's block reads
 
 
-def phase_reads(timing: dict[str, Any]) -> dict[str, int] | None:
+def phase_reads(timing: TimingRecord) -> dict[str, int] | None:
     """Device reads of load (from the process's start), prefill and decode, from the
     tracer's cumulative `io` counters; None for a tracer without them."""
-    io = timing.get("io") or {}
-    points = [io.get(p, {}).get("read_bytes") for p in ("load_end", "prefill_end", "decode_end")]
-    if any(not isinstance(v, int) or v < 0 for v in points):
+    io = timing.io or EngineIo()
+    ends = [io.load_end, io.prefill_end, io.decode_end]
+    points = [end.read_bytes if end is not None else -1 for end in ends]
+    if any(v < 0 for v in points):
         return None
     load, prefill, decode = points
-    faults = [io[p].get("majflt") for p in ("load_end", "prefill_end", "decode_end")]
+    faults = [end.majflt for end in ends if end is not None and end.majflt is not None and end.majflt >= 0]
     out = {"load": load, "prefill": prefill - load, "decode": decode - prefill, "total": decode}
-    if all(isinstance(f, int) and f >= 0 for f in faults):
+    if len(faults) == len(ends):
         out |= {
             "major_faults_load": faults[0],
             "major_faults_prefill": faults[1] - faults[0],
@@ -172,9 +173,9 @@ def trial_row(
     trial: dict[str, Any], trace: Trace | None, experts: ModelExperts, probe_bps: float | None
 ) -> dict[str, Any]:
     """Everything the sweep reports about one trial (roofline filled in later)."""
-    timing = trial.get("timing") or {}
-    tokens = timing.get("n_decode_tokens")
-    decode_s = timing.get("decode_s")
+    timing = timing_of(trial)
+    tokens = timing.n_decode_tokens
+    decode_s = timing.decode_s
     phases = phase_reads(timing)
     cgroup_total = model_read_bytes(trial)
     anon = anon_bytes(trial)
@@ -187,7 +188,7 @@ def trial_row(
         "status": trial.get("status"),
         "decode_tokens": tokens,
         "decode_s": decode_s,
-        "decode_tps": timing.get("decode_tokens_per_s"),
+        "decode_tps": timing.decode_tokens_per_s,
         "anon_bytes": anon,
         "phase_reads": phases,
         "cgroup_block_read_bytes": cgroup_total,

@@ -42,6 +42,15 @@ class EngineIo(Record):
 
 
 @dataclass(frozen=True)
+class Residency(Record):
+    """The engine process's memory at one point (`residency_after_load`, `residency_at_end`)."""
+
+    model_mapped_rss_bytes: int | None = None  # resident pages of the model's mapping
+    rss_bytes: int | None = None
+    anon_bytes: int | None = None  # anonymous memory: what the limit holds besides the model
+
+
+@dataclass(frozen=True)
 class ProbeMeasurement(Record):
     """One disk probe pass (`measurements[]`): cold random reads of one size at one depth."""
 
@@ -82,8 +91,8 @@ class TimingRecord(Record):
     expert_cache: dict[str, Any] | None = None  # patch 0004: the cache's policy and counters
     trace_rows: int | None = None
     trace_steps: int | None = None
-    residency_after_load: dict[str, Any] | None = None  # rss, model-mapped rss and anon bytes
-    residency_at_end: dict[str, Any] | None = None
+    residency_after_load: Residency | None = None
+    residency_at_end: Residency | None = None
     placement: dict[str, Any] | None = None  # appliance.analysis.placement reads it
     io: EngineIo | None = None
     probe: str | None = None  # the disk probe: "disk"
@@ -100,6 +109,15 @@ class TimingRecord(Record):
 def load_timing(path: Path) -> TimingRecord:
     """timing.json read strictly: a one-line ConfigError naming the file otherwise."""
     return TimingRecord.from_json(load_json(path), str(path))
+
+
+def timing_of(trial: dict[str, Any]) -> TimingRecord:
+    """The timing.json attached to a loaded trial (`TrialDir.load`'s `timing`) as a record; an
+    empty one when the trial has none, or one the class does not accept (a command's own)."""
+    try:
+        return TimingRecord.from_json(trial.get("timing") or {}, "the trial's timing")
+    except ConfigError:
+        return TimingRecord()
 
 
 def read_timing(path: Path) -> TimingRecord | None:

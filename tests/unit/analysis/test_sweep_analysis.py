@@ -43,7 +43,7 @@ def _io(load: int, prefill: int, decode: int) -> dict[str, Any]:
 
 
 def test_phase_reads_are_differences_of_the_cumulative_counters() -> None:
-    phases = phase_reads({"io": _io(100, 350, 1350)})
+    phases = phase_reads(TimingRecord.from_json({"io": _io(100, 350, 1350)}, "t"))
     assert phases == {
         "load": 100,
         "prefill": 250,
@@ -53,8 +53,10 @@ def test_phase_reads_are_differences_of_the_cumulative_counters() -> None:
         "major_faults_prefill": 5,
         "major_faults_decode": 25,
     }
-    assert phase_reads({}) is None
-    assert phase_reads({"io": _io(-1, -1, -1)}) is None  # /proc/self/io was unreadable
+    assert phase_reads(TimingRecord()) is None
+    assert (
+        phase_reads(TimingRecord.from_json({"io": _io(-1, -1, -1)}, "t")) is None
+    )  # /proc/self/io was unreadable
 
 
 def test_replayed_decode_reads_respect_the_bounds() -> None:
@@ -464,7 +466,7 @@ def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
 def test_phase_reads_accept_zero_counters() -> None:
     """0 bytes and 0 faults are readings (a page-cache hit), not missing counters."""
     io = {p: {"read_bytes": 0, "majflt": 0} for p in ("load_end", "prefill_end", "decode_end")}
-    assert phase_reads({"io": io}) == dict.fromkeys(
+    assert phase_reads(TimingRecord.from_json({"io": io}, "t")) == dict.fromkeys(
         (
             "load",
             "prefill",
@@ -477,7 +479,12 @@ def test_phase_reads_accept_zero_counters() -> None:
         0,
     )
     io["decode_end"] = {"read_bytes": 5}  # no fault counter: the reads alone
-    assert phase_reads({"io": io}) == {"load": 0, "prefill": 0, "decode": 5, "total": 5}
+    assert phase_reads(TimingRecord.from_json({"io": io}, "t")) == {
+        "load": 0,
+        "prefill": 0,
+        "decode": 5,
+        "total": 5,
+    }
 
 
 def _roofline_input(

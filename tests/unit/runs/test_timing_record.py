@@ -18,6 +18,7 @@ from appliance.runs.timing import (
     TimingRecord,
     load_timing,
     read_timing,
+    timing_of,
 )
 from appliance.runs.trial import engine_backend
 from tests.conftest import REPO
@@ -83,3 +84,11 @@ def test_the_schema_is_derived_from_the_class() -> None:
     assert schema_problems(schema) == []
     assert schema["required"] == [] and schema["additionalProperties"] is False
     assert schema["properties"]["io"] == {**EngineIo.json_schema(top=False), "type": ["object", "null"]}
+
+
+def test_a_loaded_trials_timing_reads_as_a_record_and_a_commands_own_as_none() -> None:
+    trial = RunDir(OLD_BUNDLE).trial("001-99.5MiB-baseline-r1").load()
+    timing = timing_of(trial)
+    assert timing == load_timing(OLD_TIMINGS[1]) and timing.decode_s is not None
+    assert timing_of({}) == TimingRecord() == timing_of({"timing": {}})
+    assert timing_of({"timing": {"decode_tokens": 4}}) == TimingRecord()  # not the engine's record
