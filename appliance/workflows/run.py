@@ -45,7 +45,7 @@ from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
 from appliance.runs.model_files import make_routes
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
-from appliance.runs.prepare import PreparedRun, prepare_run
+from appliance.runs.prepare import PreparedRun, RunRequest, prepare_run
 from appliance.runs.preview import print_header, print_stand_in
 from appliance.runs.profile import Profile
 from appliance.runs.records import Placement, RunSetup, SweepRecord
@@ -205,20 +205,15 @@ def execute_profile(
 ) -> RunOutcome:
     """Run every trial of profile (here, or through `executor`, e.g. a cluster) and seal the
     run directory as a (signed) bundle; with resume, only the trials `out` still lacks."""
-    prepared, client = prepare_run(
-        profile,
-        models_dir,
-        lock,
-        trials=trial_plan(profile, repeats),
+    request = RunRequest(
+        trial_plan(profile, repeats),
         out=out,
-        dry_run=False,
         skip_digest=skip_digest,
         image=image,
         gpu_index=gpu_index,
-        client_factory=docker_client,
-        progress=progress,
         resume=options.resume,
     )
+    prepared, client = prepare_run(profile, models_dir, lock, request, docker_client, progress)
     kind = RunKind(
         analyze=functools.partial(write_paging_analysis, model_path=prepared.model.path, profile=profile)
     )

@@ -25,7 +25,7 @@ from appliance.engine.lock import load_lock
 from appliance.images.labels import RUN as LABEL
 from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.plan import CommandEngine, trial_plan
-from appliance.runs.prepare import prepare_run
+from appliance.runs.prepare import RunRequest, prepare_run
 from appliance.runs.profile import load_profile
 from appliance.runs.records import RunSetup
 from appliance.runs.trial import RunContext
@@ -120,18 +120,8 @@ def _run(
     from rich.console import Console
 
     profile, lock = load_profile(str(profile_path)), load_lock()
-    prepared, client = prepare_run(
-        profile,
-        models,
-        lock,
-        trials=trial_plan(profile),
-        out=out,
-        dry_run=False,
-        skip_digest=False,
-        image=image,
-        gpu_index=None,
-        client_factory=lambda: docker_client,
-    )
+    request = RunRequest(trial_plan(profile), out=out, image=image)
+    prepared, client = prepare_run(profile, models, lock, request, lambda: docker_client)
     ctx = RunContext(
         client,
         profile,
@@ -260,13 +250,13 @@ DRIVER = textwrap.dedent("""
     from appliance.runs.plan import CommandEngine
     from appliance.runs.prepare import prepare_run
     from appliance.runs.plan import trial_plan
+    from appliance.runs.prepare import RunRequest
     from appliance.analysis.results import analyze_run
     import functools
     profile_path, models, out, run_id, image = sys.argv[1:]
     profile, lock = load_profile(profile_path), load_lock()
-    prepared, client = prepare_run(profile, Path(models), lock, trials=trial_plan(profile), out=Path(out),
-        dry_run=False, skip_digest=False, image=image, gpu_index=None,
-        client_factory=docker_client)
+    request = RunRequest(trial_plan(profile), out=Path(out), image=image)
+    prepared, client = prepare_run(profile, Path(models), lock, request, docker_client)
     engine = CommandEngine(image, {"baseline": ["sh", "-c", "echo waiting; sleep 300"],
                                    "demand-mmap": ["true"]})
     ctx = RunContext(client, profile, engine, prepared.model, prepared.settings,
