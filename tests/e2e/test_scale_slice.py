@@ -24,6 +24,7 @@ from appliance.analysis.sweep_analysis import phase_reads, probe_summary
 from appliance.models import skeleton
 from appliance.runs.profile import load_profile
 from appliance.runs.run_dir import RunDir
+from appliance.runs.timing import load_timing
 from appliance.runs.trial_time import model_trial_timeout_s
 from appliance.trace.format import read_trace
 from appliance.trace.routes import follows_routes
@@ -95,7 +96,7 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
             assert record["routes"] == {"file": profile.routes.file, "sha256": profile.routes.sha256}
             assert follows_routes(trace, forced), record["name"]
         texts.add((trial / "output.txt").read_bytes())
-        reads = phase_reads(json.loads((trial / "timing.json").read_text()))
+        reads = phase_reads(load_timing(trial / "timing.json"))
         assert reads is not None and reads["decode"] > 0, (record["name"], reads)
     assert len(texts) == 1  # greedy decoding: the same text whatever the paging
 
