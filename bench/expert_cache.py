@@ -32,6 +32,7 @@ from appliance.engine.local_build import build_local
 from appliance.engine.lock import load_lock
 from appliance.runs.memory_points import resolve_limits
 from appliance.runs.profile import load_profile
+from appliance.runs.timing import load_timing
 from appliance.trace.format import read_trace
 from appliance.workflows.run import ensure_synth_model
 
@@ -168,7 +169,7 @@ def main() -> int:
                         f"[red]{name}: exit {result.returncode}: {result.stderr.strip()[-300:]}[/red]"
                     )
                     continue
-                timing = json.loads((trial / "timing.json").read_text())
+                timing = load_timing(trial / "timing.json")
                 trace = read_trace(trial / "trace.moetrace")
                 if experts is None:
                     experts = model_experts(model, trace)
@@ -188,9 +189,7 @@ def main() -> int:
                     )
                     if probe.returncode != 0:
                         console.print(f"[red]probe failed: {probe.stderr.strip()}[/red]")
-                probe_record = (
-                    probe_summary(json.loads(probe_path.read_text())) if probe_path.is_file() else None
-                )
+                probe_record = probe_summary(load_timing(probe_path)) if probe_path.is_file() else None
                 row = cache_analysis.cache_row(
                     name, variant, repeat, limit, timing, trace, experts, probe_record
                 )
@@ -218,7 +217,7 @@ def main() -> int:
     cache_analysis.compare_with_baselines(rows)
     summary = cache_analysis.summary(rows)
     goals = cache_analysis.goals(rows)
-    probe_record = probe_summary(json.loads(probe_path.read_text())) if probe_path.is_file() else None
+    probe_record = probe_summary(load_timing(probe_path)) if probe_path.is_file() else None
     results = {
         "profile": PROFILE,
         "model": experts.as_dict() if experts else None,

@@ -18,6 +18,7 @@ from appliance.analysis.capacity import model_experts
 from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads, probe_summary
 from appliance.core.digests import sha256_file
 from appliance.runs.status import TrialStatus
+from appliance.runs.timing import TimingRecord, timing_of
 from appliance.trace.format import Trace, read_trace
 
 REPLAY_TOLERANCE = 0.05  # measured reads within 5% of the policy's replay
@@ -39,14 +40,14 @@ def cache_row(
     variant: str,
     repeat: int,
     memory_limit: int,
-    timing: dict[str, Any],
+    timing: TimingRecord,
     trace: Trace,
     experts: ModelExperts,
     probe: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """One trial: decode rate and reads, and for a cache trial its replay at the tool's capacity."""
-    tokens = timing.get("n_decode_tokens") or 0
-    decode_s = timing.get("decode_s") or 0.0
+    tokens = timing.n_decode_tokens or 0
+    decode_s = timing.decode_s or 0.0
     phases = phase_reads(timing)
     measured = phases["decode"] if phases is not None else None
     bandwidth = measured / decode_s if measured is not None and decode_s else None
@@ -56,14 +57,14 @@ def cache_row(
         "repeat": repeat,
         "memory_limit": memory_limit,
         "decode_tokens": tokens,
-        "decode_tps": timing.get("decode_tokens_per_s"),
+        "decode_tps": timing.decode_tokens_per_s,
         "measured_decode_read_bytes": measured,
         "reads_per_token": _ratio(measured, tokens),
         "decode_read_bytes_per_s": bandwidth,
         "disk_fraction_qd1": _ratio(bandwidth, (probe or {}).get("expert_qd1_bytes_per_s")),
         "disk_fraction_qd8": _ratio(bandwidth, (probe or {}).get("expert_qd8_bytes_per_s")),
     }
-    cache = timing.get("expert_cache")
+    cache = timing.expert_cache
     if not cache:
         return row
     replays = predicted_reads(trace, int(cache["capacity"]), experts)["policies"]
@@ -201,7 +202,7 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def is_cache_trial(trial: dict[str, Any]) -> bool:
     """The tracer ran an expert cache: its timing.json has `expert_cache`."""
-    return bool((trial.get("timing") or {}).get("expert_cache"))
+    return bool(timing_of(trial).expert_cache)
 
 
 def sweep_section(
@@ -230,7 +231,7 @@ def sweep_section(
             t["variant"],
             t["repeat"],
             int(t["memory_limit"]),
-            t.get("timing") or {},
+            timing_of(t),
             loaded[t["dir"]],
             experts,
             probe,
@@ -256,12 +257,12 @@ def sweep_cache_analysis(
     trials: list[dict[str, Any]],
     traces: dict[str, Path],
     model_path: Path,
-    probe_record: dict[str, Any] | None,
+    probe_record: TimingRecord | None,
 ) -> dict[str, Any] | None:
     """`sweep_section` from a run directory's loaded trials, trace files, model and probe record."""
     if not any(is_cache_trial(t) for t in trials):
         return None
     loaded = {name: read_trace(path) for name, path in traces.items()}
     experts = model_experts(model_path, next(iter(loaded.values())))
-    probe = probe_summary(probe_record) if probe_record else None
+    probe = probe_summary(probe_record) if probe_record is not None and probe_record.to_json() else None
     return sweep_section(trials, loaded, traces, experts, probe)

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance.runs.timing import timing_of
 from appliance.trace.expert_bytes import expert_bytes_from_gguf
 from appliance.trace.format import Trace
-
-ANON_SAMPLES = ("residency_after_load", "residency_at_end")
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,9 @@ def model_experts(model_path: Path, trace: Trace) -> ModelExperts:
 
 def anon_bytes(trial: dict[str, Any]) -> int:
     """The engine's anonymous memory in a loaded trial (0 when its timing.json has none)."""
-    timing = trial.get("timing") or {}
-    return max(int((timing.get(k) or {}).get("anon_bytes") or 0) for k in ANON_SAMPLES)
+    timing = timing_of(trial)
+    samples = (timing.residency_after_load, timing.residency_at_end)
+    return max(int(sample.anon_bytes or 0) if sample is not None else 0 for sample in samples)
 
 
 def budget_for(limit: int, anon_bytes: int, experts: ModelExperts) -> tuple[int, bool]:

@@ -49,8 +49,9 @@ from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, load_yaml, read_bytes
 from appliance.core.units import format_size
 from appliance.runs.memory_points import limit_label
-from appliance.runs.records import ScheduledVariant, ScheduleRecord, TrialRecord
+from appliance.runs.records import RunRecord, ScheduledVariant, ScheduleRecord, TrialRecord
 from appliance.runs.run_dir import PROFILE_INPUT, PROVENANCE_FILE, RESULTS_FILE, SCHEDULE_INPUT, RunDir
+from appliance.runs.timing import TimingRecord, read_timing
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -192,7 +193,7 @@ def _verification(seal: SealView, run_name: str) -> str:
     return _section("verification", "Verification", "".join(parts))
 
 
-def _profile(layout: RunDir, run: dict[str, Any], comparisons: list[dict[str, Any]]) -> str:
+def _profile(layout: RunDir, run: RunRecord | None, comparisons: list[dict[str, Any]]) -> str:
     profile = _read(load_yaml, layout.input(PROFILE_INPUT))
     try:
         schedule = _schedule(layout)
@@ -207,19 +208,19 @@ def _profile(layout: RunDir, run: dict[str, Any], comparisons: list[dict[str, An
     except ConfigError as exc:
         schedule_text = f"could not be read in this version: {exc}"
     model = _mapping(profile.get("model"))
-    limits = [_mapping(t).get("memory_bytes") for t in _mapping(run.get("limits")).get("trials") or []]
+    limits = [t.memory_bytes for t in (run.limits.trials if run and run.limits else None) or ()]
     limit_text = ", ".join(_limit(b) for b in limits) or "-"
     reproduces = "; ".join(
         f"{c.get('evidence')}: {c.get('title') or 'not in evidence/'}" for c in comparisons
     )
     body = _dl(
         (
-            ("profile", run.get("profile")),
+            ("profile", run.profile if run else None),
             ("description", profile.get("description")),
             ("reproduces", reproduces or "no finding in evidence/"),
-            ("run status", run.get("status")),
-            ("started / ended (UTC)", f"{run.get('started_utc')} / {run.get('ended_utc')}"),
-            ("target", run.get("target")),
+            ("run status", run.status if run else None),
+            ("started / ended (UTC)", f"{run.started_utc} / {run.ended_utc}" if run else "None / None"),
+            ("target", run.target if run else None),
             ("memory limits", limit_text),
             ("model file", model.get("file")),
             ("schedule", schedule_text),
@@ -324,7 +325,7 @@ def _schedule(layout: RunDir) -> ScheduleRecord | None:
     return ScheduleRecord.from_json(load_json(path), str(path)) if path.exists() else None
 
 
-def _placement(trial: TrialRecord, timing: dict[str, Any], variants: dict[str, ScheduledVariant]) -> str:
+def _placement(trial: TrialRecord, timing: TimingRecord | None, variants: dict[str, ScheduledVariant]) -> str:
     """Where the engine ran the layers (its backend: the record's, else timing.json's in
     records older than engine_backend) and the variant's environment and arguments, which fix
     the placement in advance."""
@@ -332,14 +333,14 @@ def _placement(trial: TrialRecord, timing: dict[str, Any], variants: dict[str, S
     env = " ".join(f"{k}={v}" for k, v in sorted(variant.env.items())) if variant else ""
     args = " ".join(variant.args) if variant else ""
     extra = " ".join(p for p in (env, args) if p) or "default placement"
-    return f"{trial.engine_backend or timing.get('backend') or '-'}; {extra}"
+    return f"{trial.engine_backend or (timing.backend if timing else None) or '-'}; {extra}"
 
 
 def _bytes(value: Any, unit: int = 1 << 20) -> str:
     return f"{value / unit:.1f}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
-def _trials(layout: RunDir, run: dict[str, Any]) -> str:
+def _trials(layout: RunDir, run: RunRecord | None) -> str:
     columns = ("trial", "variant", "repeat", "limit", "placement", "peak MiB", "read MiB", "status")
     rows, attrs = [], []
     try:
@@ -348,7 +349,9 @@ def _trials(layout: RunDir, run: dict[str, Any]) -> str:
         return _section("trials", "Trials", _unreadable("the schedule", exc))
     variants = {v.name: v for v in schedule.variants} if schedule else {}
     try:
-        trials = [(t.name, t.record(), t.attached(t.cgroup), t.attached(t.timing)) for t in layout.recorded()]
+        trials = [
+            (t.name, t.record(), t.attached(t.cgroup), read_timing(t.timing)) for t in layout.recorded()
+        ]
     except ConfigError as exc:
         return _section("trials", "Trials", _unreadable("a trial record", exc))
     for name, trial, cgroup, timing in trials:
@@ -359,7 +362,7 @@ def _trials(layout: RunDir, run: dict[str, Any]) -> str:
             status += " (OOM-killed)"
         limit = trial.memory_limit
         if limit is None:  # records older than memory_limit: the run's one limit
-            limit = _mapping(run.get("limits")).get("memory_bytes")
+            limit = run.limits.memory_bytes if run and run.limits else None
         rows.append(
             [
                 name,
@@ -406,7 +409,7 @@ def _evidence(comparisons: list[dict[str, Any]]) -> str:
     return _section("evidence", "Comparison with evidence/", "".join(parts))
 
 
-def _provenance(layout: RunDir, run: dict[str, Any]) -> str:
+def _provenance(layout: RunDir, run: RunRecord | None) -> str:
     provenance = _read(load_json, layout.provenance_file)
     if not provenance:
         missing = f'<p class="warning">the run has no {PROVENANCE_FILE}</p>'
@@ -434,7 +437,7 @@ def _provenance(layout: RunDir, run: dict[str, Any]) -> str:
     parts.append(
         _dl(
             (
-                ("image", f"{_mapping(run.get('engine')).get('image')} ({image.get('id')})"),
+                ("image", f"{_mapping(run.engine if run else None).get('image')} ({image.get('id')})"),
                 ("engine source", source),
                 (
                     "upstream pin",
@@ -469,7 +472,7 @@ def render_report(run_dir: Path, seal: SealView, comparisons: list[dict[str, Any
     name = run_dir.resolve().name
     sections = [_verification(seal, name)]
     if seal.readable:
-        run = _mapping(layout.read_run())
+        run = layout.read_run()
         results = _read(load_json, layout.results_file)
         parts: list[tuple[str, str, Callable[[], str]]] = [
             ("profile", "Profile", lambda: _profile(layout, run, comparisons)),

@@ -17,6 +17,7 @@ import numpy as np
 from appliance.analysis.capacity import anon_bytes, budget_for, model_experts
 from appliance.analysis.contamination import contamination
 from appliance.analysis.sweep_analysis import phase_reads, predicted_budget_reads
+from appliance.runs.timing import timing_of
 from appliance.trace.events import trace_events
 from appliance.trace.format import chosen_experts, read_trace
 from appliance.trace.replay import ReplaySetup, replay_budget
@@ -54,7 +55,7 @@ def distinct_experts(layers: np.ndarray, ids: np.ndarray) -> int:
 def run_trial_contamination(trial: dict[str, Any], trace: Path, model_path: Path) -> dict[str, Any]:
     """The flag for one trial of a run (`appliance run`): its decode reads against Belady at
     the capacity its limit leaves, as the sweep computes them."""
-    phases = phase_reads(trial.get("timing") or {})
+    phases = phase_reads(timing_of(trial))
     if phases is None:
         return {"comparable": True, "checked": False}
     loaded = read_trace(trace)

@@ -20,7 +20,9 @@ from typing import Any
 from appliance.planner.accounting import Accounting
 from appliance.planner.pages import is_demand_mapped
 from appliance.planner.plan import PlanLimits, make_plan, predicted_peak_bytes
+from appliance.runs.records import Placement
 from appliance.runs.run_dir import TIMING_FILE
+from appliance.runs.timing import timing_of
 
 GOAL_PCT = 5.0  # the planner's goal: within 5% of the measured figure, and never under it
 HOST = "CPU"  # the device name llama.cpp gives host memory
@@ -58,9 +60,9 @@ def trial_placement(
 ) -> dict[str, Any] | None:
     """One trial's engine placement beside the planner's; None when the engine recorded none.
     `trace` is the trial's route trace, which a demand-mapped trial's peak is predicted from."""
-    timing = trial.get("timing") or {}
-    engine = timing.get("placement")
-    if not isinstance(engine, dict):
+    timing = timing_of(trial)
+    engine = timing.placement
+    if engine is None:
         return None
     devices = engine_bytes_by_device(engine)
     row: dict[str, Any] = {
@@ -75,8 +77,8 @@ def trial_placement(
     }
     if accounting is None:
         return row
-    prompt = int(timing.get("n_prompt_tokens") or 1)
-    ctx = prompt + int(timing.get("n_decode_tokens") or 0) + 1
+    prompt = timing.n_prompt_tokens or 1
+    ctx = prompt + (timing.n_decode_tokens or 0) + 1
     plan = make_plan(accounting, PlanLimits(ram_bytes=ram_bytes, vram_bytes=vram_bytes or 0, ctx=ctx))
     gpu_weights = sum(
         line.bytes for line in plan.budget if line.tier == "vram" and line.item.startswith("weights")
@@ -164,19 +166,18 @@ def placement_summary(
     }
 
 
-def placement_digest(results: dict[str, Any] | None, run: dict[str, Any] | None) -> dict[str, Any] | None:
+def placement_digest(results: dict[str, Any] | None, planned: Placement | None) -> dict[str, Any] | None:
     """What `appliance bundle show` says about placement: the profile's mode and budget and any
     warning (run.json), each variant's model bytes per buffer and the planner's worst error
     (results.json); None for a bundle that records none of it."""
     placement = (results or {}).get("placement") or {}
-    planned = (run or {}).get("placement")
     if not placement and not planned:
         return None
     per_variant: dict[str, Any] = {}
     for row in placement.get("trials") or []:
         per_variant.setdefault(row["variant"], row["engine_buffers"])
     return {
-        "profile": planned,
+        "profile": planned.to_json() if planned is not None else None,
         "model_bytes_per_buffer": per_variant,
         "planner_worst": placement.get("worst"),
         "within_goal": placement.get("within_goal"),

@@ -23,6 +23,7 @@ from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import read_bytes
 from appliance.runs.status import TrialStatus
+from appliance.runs.timing import EngineIo, TimingRecord, timing_of
 from appliance.trace import kernels
 from appliance.trace.events import EventStream, trace_events
 from appliance.trace.format import Trace, read_trace
@@ -34,17 +35,18 @@ DECODE_KIND = 1  # trace row kind of a decode step (0: prompt)
 PHASE_TOLERANCE = 0.10  # phase reads must sum to within this of the cgroup's block reads
 
 
-def phase_reads(timing: dict[str, Any]) -> dict[str, int] | None:
+def phase_reads(timing: TimingRecord) -> dict[str, int] | None:
     """Device reads of load (from the process's start), prefill and decode, from the
     tracer's cumulative `io` counters; None for a tracer without them."""
-    io = timing.get("io") or {}
-    points = [io.get(p, {}).get("read_bytes") for p in ("load_end", "prefill_end", "decode_end")]
-    if any(not isinstance(v, int) or v < 0 for v in points):
+    io = timing.io or EngineIo()
+    ends = [io.load_end, io.prefill_end, io.decode_end]
+    points = [end.read_bytes if end is not None else -1 for end in ends]
+    if any(v < 0 for v in points):
         return None
     load, prefill, decode = points
-    faults = [io[p].get("majflt") for p in ("load_end", "prefill_end", "decode_end")]
+    faults = [end.majflt for end in ends if end is not None and end.majflt is not None and end.majflt >= 0]
     out = {"load": load, "prefill": prefill - load, "decode": decode - prefill, "total": decode}
-    if all(isinstance(f, int) and f >= 0 for f in faults):
+    if len(faults) == len(ends):
         out |= {
             "major_faults_load": faults[0],
             "major_faults_prefill": faults[1] - faults[0],
@@ -53,17 +55,19 @@ def phase_reads(timing: dict[str, Any]) -> dict[str, int] | None:
     return out
 
 
-def probe_summary(record: dict[str, Any]) -> dict[str, Any]:
+def probe_summary(record: TimingRecord) -> dict[str, Any]:
     """Bandwidth of each probe measurement (device bytes over seconds) and the reference:
     expert-size reads at queue depth 1, what one faulting decode thread can at best expect."""
     rows = []
-    for m in record.get("measurements", []):
-        device = m["device_read_bytes"] if m.get("device_read_bytes", -1) >= 0 else m["bytes"]
+    for m in record.measurements or ():
+        device = (
+            m.device_read_bytes if m.device_read_bytes is not None and m.device_read_bytes >= 0 else m.bytes
+        )
         rows.append(
             {
-                **m,
-                "bytes_per_s": device / m["seconds"] if m["seconds"] > 0 else None,
-                "device_fraction": device / m["bytes"] if m["bytes"] else None,
+                **m.to_json(),
+                "bytes_per_s": device / m.seconds if m.seconds > 0 else None,
+                "device_fraction": device / m.bytes if m.bytes else None,
             }
         )
 
@@ -75,8 +79,8 @@ def probe_summary(record: dict[str, Any]) -> dict[str, Any]:
         return None
 
     return {
-        "file_bytes": record.get("file_bytes"),
-        "advice": record.get("advice"),
+        "file_bytes": record.file_bytes,
+        "advice": record.advice,
         "measurements": rows,
         "expert_qd1_bytes_per_s": pick(None, 1),
         "expert_qd8_bytes_per_s": pick(None, 8),
@@ -169,9 +173,9 @@ def trial_row(
     trial: dict[str, Any], trace: Trace | None, experts: ModelExperts, probe_bps: float | None
 ) -> dict[str, Any]:
     """Everything the sweep reports about one trial (roofline filled in later)."""
-    timing = trial.get("timing") or {}
-    tokens = timing.get("n_decode_tokens")
-    decode_s = timing.get("decode_s")
+    timing = timing_of(trial)
+    tokens = timing.n_decode_tokens
+    decode_s = timing.decode_s
     phases = phase_reads(timing)
     cgroup_total = model_read_bytes(trial)
     anon = anon_bytes(trial)
@@ -184,7 +188,7 @@ def trial_row(
         "status": trial.get("status"),
         "decode_tokens": tokens,
         "decode_s": decode_s,
-        "decode_tps": timing.get("decode_tokens_per_s"),
+        "decode_tps": timing.decode_tokens_per_s,
         "anon_bytes": anon,
         "phase_reads": phases,
         "cgroup_block_read_bytes": cgroup_total,
@@ -327,14 +331,14 @@ def analyze_sweep(
     trials: list[dict[str, Any]],
     traces: dict[str, Path],
     model_path: Path,
-    probe_record: dict[str, Any] | None,
+    probe_record: TimingRecord | None,
 ) -> dict[str, Any]:
     """results.json's `sweep` section from the loaded trials, their trace files and the probe."""
     loaded = {name: read_trace(path) for name, path in traces.items()}
     if not loaded:
         return {"error": "no trial left a route trace: nothing to predict from"}
     experts = model_experts(model_path, next(iter(loaded.values())))
-    probe = probe_summary(probe_record) if probe_record else None
+    probe = probe_summary(probe_record) if probe_record is not None and probe_record.to_json() else None
     probe_bps = probe["expert_qd1_bytes_per_s"] if probe else None
     rows = [trial_row(t, loaded.get(t["dir"]), experts, probe_bps) for t in trials]
     for trial, row in zip(trials, rows, strict=True):

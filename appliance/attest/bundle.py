@@ -22,6 +22,7 @@ from appliance.core import atomic
 from appliance.core.digests import canonical_json, sha256_bytes, sha256_file
 from appliance.core.errors import ConfigError, IntegrityError
 from appliance.core.strict_load import load_json
+from appliance.runs.records import RunRecord
 from appliance.runs.run_dir import (
     ATTESTATION_FILE,
     DERIVED_FILES,
@@ -79,12 +80,13 @@ def bundle_digest(digests: dict[str, str]) -> str:
     return sha256_bytes(canonical_json(digests))
 
 
-def read_run_record(run_dir: Path) -> dict[str, Any]:
+def read_run_record(run_dir: Path) -> RunRecord:
+    """run.json, read strictly through `RunRecord`; its status is checked first, by name."""
     path = run_dir / RUN_FILE
     run = load_json(path, missing="not found: not a run directory")
     if not isinstance(run, dict) or run.get("status") not in tuple(RunStatus):
         raise ConfigError(f"{path}: status must be one of {', '.join(RunStatus)}")
-    return run
+    return RunRecord.from_json(run, str(path))
 
 
 def _signer_for(key: Path | Signer | None) -> Signer | None:
@@ -122,12 +124,7 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_clie
     digests = _current_digests(run_dir)
     digest = bundle_digest(digests)
     predicate = {
-        "run": {
-            "status": run["status"],
-            "profile": run.get("profile"),
-            "started_utc": run.get("started_utc"),
-            "ended_utc": run.get("ended_utc"),
-        },
+        "run": run.signed(),
         "bundle_digest": digest,
         "provenance": provenance,
     }
@@ -137,7 +134,7 @@ def finalize_bundle(run_dir: Path, key: Path | Signer | None = None, docker_clie
     manifest = Manifest(
         manifest_version=MANIFEST_VERSION,
         created_by=f"appliance {__version__}",
-        run_status=run["status"],
+        run_status=run.status,
         bundle_digest=digest,
         files={rel: FileEntry(d, (run_dir / rel).stat().st_size) for rel, d in sorted(digests.items())},
         attestation=AttestationEntry(

@@ -27,35 +27,16 @@ from appliance.host.cgroups import cgroup_version
 from appliance.host.containers import Kind, run_to_exit
 from appliance.host.gpu import visible_gpus
 from appliance.images import labels as L
+from appliance.runs.records import RunRecord
 from appliance.runs.run_dir import (
     LOCK_INPUT,
     MODEL_INPUT,
     PROFILE_INPUT,
-    RESUMED_FROM,
     SCHEDULE_INPUT,
     RunDir,
 )
 
 PROVENANCE_VERSION = 1
-RUN_FIELDS = (
-    "status",
-    "profile",
-    "started_utc",
-    "ended_utc",
-    "appliance_version",
-    "trial_count",
-    "trials_recorded",
-    "run_id",
-    "target",
-    "stand_in",
-    "image_id",
-    "engine",
-    "limits",
-    "model_digest_status",
-    "cgroup_version",
-    "executor",
-    RESUMED_FROM,  # the bundles a resumed run carried trials over from
-)
 HOME_PLACEHOLDER = "<home>"
 USER_PLACEHOLDER = "<user>"
 HOST_PLACEHOLDER = "<host>"
@@ -197,10 +178,15 @@ def _load_json(path: Path) -> Any:
     return load_json(path, missing=f"missing from the run directory {path.parent.name}")
 
 
-def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
+def _run_record(layout: RunDir) -> RunRecord:
+    """run.json, read strictly through its record."""
+    return RunRecord.from_json(_load_json(layout.run_file), str(layout.run_file))
+
+
+def source_identity(run: RunRecord | None, labels: dict[str, str]) -> str | None:
     """ "canonical" or "stand-in NAME": run.json's stand_in (null: canonical), else the labels."""
-    if "stand_in" in run:
-        return "canonical" if run["stand_in"] is None else f"stand-in {run['stand_in']}"
+    if run is not None and run.records_source:
+        return "canonical" if run.stand_in is None else f"stand-in {run.stand_in}"
     kind = labels.get(L.SOURCE_KIND)
     if kind is None:
         return None
@@ -209,7 +195,7 @@ def source_identity(run: dict[str, Any], labels: dict[str, str]) -> str | None:
 
 
 def engine_facts(
-    lock_raw: dict[str, Any], image: dict[str, Any] | None, run: dict[str, Any]
+    lock_raw: dict[str, Any], image: dict[str, Any] | None, run: RunRecord | None
 ) -> dict[str, Any]:
     """Lock digest, upstream pin, source, patch digests and the active series digest."""
     patches = lock_raw.get("patches", {})
@@ -234,7 +220,7 @@ def collect_provenance(
 ) -> dict[str, Any]:
     """The provenance record of a run directory, from its inputs, run.json, host and image."""
     layout = RunDir(run_dir)
-    run = _load_json(layout.run_file)
+    run = _run_record(layout)
     lock_raw = _load_json(layout.input(LOCK_INPUT))
     profile = load_yaml(
         layout.input(PROFILE_INPUT), missing=f"missing from {run_dir.name}/{layout.inputs.name}"
@@ -242,7 +228,7 @@ def collect_provenance(
     record = {
         "provenance_version": PROVENANCE_VERSION,
         "appliance_version": __version__,
-        "run": {key: run[key] for key in RUN_FIELDS if key in run},
+        "run": run.provenance(),
         "engine": engine_facts(lock_raw, image, run),
         "image": image,
         "model": _load_json(layout.input(MODEL_INPUT)),
@@ -258,15 +244,15 @@ def collect_run_provenance(
 ) -> dict[str, Any]:
     """collect_provenance with this host's facts and, given a Docker client, the image the
     run used (run.json image_id), its binaries and libraries resolved inside it."""
-    run = _load_json(RunDir(run_dir).run_file)
+    run = _run_record(RunDir(run_dir))
     image = None
-    if docker_client is not None and run.get("image_id"):
+    if docker_client is not None and run.image_id:
         requests = None
-        if run.get("target") not in (None, "cpu"):
+        if run.target not in (None, "cpu"):
             import docker.types
 
             requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        image = collect_image_provenance(docker_client, run["image_id"], list(binaries), requests)
+        image = collect_image_provenance(docker_client, run.image_id, list(binaries), requests)
     return collect_provenance(run_dir, host_facts(docker_client), image)
 
 

@@ -38,6 +38,7 @@ from appliance.core.checks import Check, Status
 from appliance.core.digests import canonical_json, sha256_file
 from appliance.core.errors import ConfigError, IntegrityError
 from appliance.core.strict_load import parse_json, read_text
+from appliance.runs.records import RunRecord
 from appliance.runs.run_dir import (
     ATTESTATION_FILE,
     DERIVED_FILES,
@@ -50,7 +51,6 @@ from appliance.runs.status import RunStatus
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 MAX_SEAL_BYTES = 64 << 20
-RUN_FIELDS = ("status", "profile", "started_utc", "ended_utc")
 
 
 # the fields the sealer (appliance.attest.bundle) writes, and no others: the manifest's classes
@@ -622,9 +622,14 @@ class RunStatusCheck(BundleCheck):
             problem = (
                 f"{RUN_FILE} says {status!r}, the signed predicate {attested!r}, the manifest {listed!r}"
             )
-        differ = [key for key in RUN_FIELDS if _field(run, key) != _field(signed_run, key)]
+        differ = [key for key in RunRecord.SIGNED if _field(run, key) != _field(signed_run, key)]
         if problem is None and differ:
             problem = f"{RUN_FILE} and the signed predicate differ on {', '.join(differ)}"
+        if problem is None:
+            try:
+                RunRecord.from_json(run, RUN_FILE)
+            except ConfigError as exc:
+                problem = str(exc)
         if problem is not None:
             return Outcome(False, problem, [RUN_FILE])
         facts.put(RUN_STATE, str(status))

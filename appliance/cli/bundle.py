@@ -8,6 +8,7 @@ import click
 from appliance.analysis.placement import placement_digest
 from appliance.attest.bundle import finalize_bundle, sealed_digests_match
 from appliance.attest.dsse import default_key_dir, existing_default_key, public_key_from_dict
+from appliance.attest.manifest import Manifest
 from appliance.attest.verify import MAX_SEAL_BYTES, Verdict, Verification, verify_bundle
 from appliance.cli.options import (
     json_option,
@@ -51,10 +52,17 @@ def bundle_sign(directory: Path, key: Path | None, unsigned: bool, force: bool) 
             f"({', '.join(changed[:5])}): check them, then pass --force"
         )
     finalize_bundle(directory, None if unsigned else key)
-    manifest = load_json(RunDir(directory).manifest_file, MAX_SEAL_BYTES)
-    signer = None if unsigned else public_key_from_dict(manifest["attestation"]["public_key"])
+    manifest = _manifest(directory)
+    public = manifest.attestation.public_key
+    signer = None if unsigned or public is None else public_key_from_dict(public)
     how = "unsigned" if signer is None else f"signed by {signer.keyid}"
-    click.echo(f"sealed {len(manifest['files'])} files, {how}; bundle digest {manifest['bundle_digest']}")
+    click.echo(f"sealed {len(manifest.files)} files, {how}; bundle digest {manifest.bundle_digest}")
+
+
+def _manifest(directory: Path) -> Manifest:
+    """manifest.json through its record (bounded as the verifier bounds it)."""
+    path = RunDir(directory).manifest_file
+    return Manifest.from_json(load_json(path, MAX_SEAL_BYTES), str(path))
 
 
 def print_verification(result: Verification) -> None:
@@ -112,13 +120,13 @@ def bundle_show(directory: Path, as_json: bool) -> None:
             raise ApplianceError(
                 f"{directory}: {path.name} missing: seal the run with `appliance bundle sign`"
             )
-    manifest = load_json(layout.manifest_file, MAX_SEAL_BYTES)
+    manifest = _manifest(directory)
     provenance = load_json(layout.provenance_file)
     try:
         summary = _summary(manifest, provenance)
         placement = placement_digest(
             load_json(layout.results_file) if layout.results_file.exists() else None,
-            load_json(layout.run_file) if layout.run_file.exists() else None,
+            layout.run_record().placement if layout.run_file.exists() else None,
         )
         if placement is not None:
             summary["placement"] = placement
@@ -135,16 +143,17 @@ def bundle_show(directory: Path, as_json: bool) -> None:
     click.echo("not verified here: run `appliance bundle verify` before trusting any of this")
 
 
-def _summary(manifest: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
+def _summary(manifest: Manifest, provenance: dict[str, Any]) -> dict[str, Any]:
+    key = manifest.attestation.public_key
     try:
-        signer = public_key_from_dict(manifest["attestation"]["public_key"]).keyid
+        signer = public_key_from_dict(key).keyid if key is not None else None
     except (KeyError, TypeError, ValueError):
         signer = None
     engine, host, model = provenance["engine"], provenance["host"], provenance["model"]
     return {
         "run": provenance["run"],
-        "bundle_digest": manifest["bundle_digest"],
-        "files": len(manifest["files"]),
+        "bundle_digest": manifest.bundle_digest,
+        "files": len(manifest.files),
         "signed_by": signer,
         "engine": {
             "lock_sha256": engine["lock_sha256"],

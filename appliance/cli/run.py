@@ -12,7 +12,7 @@ from appliance.core.errors import ApplianceError
 from appliance.engine.lock import load_lock
 from appliance.host.docker import docker_client
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
-from appliance.runs.prepare import prepare_run
+from appliance.runs.prepare import RunRequest, prepare_run
 from appliance.runs.preview import planned_specs, print_header, print_plan
 from appliance.runs.profile import load_profile
 from appliance.runs.status import RunStatus
@@ -31,21 +31,17 @@ def run_command(profile_name: str, trial: TrialArgs) -> None:
     lock = load_lock(trial.lock_path)
     if trial.dry_run:
         with progress_display(quiet=trial.as_json) as progress:
-            prepared, _ = prepare_run(
-                profile,
-                trial.models_dir,
-                lock,
-                trials=trial_plan(profile, trial.repeats),
+            request = RunRequest(
+                trial_plan(profile, trial.repeats),
                 out=trial.out,
                 dry_run=True,
                 skip_digest=trial.skip_digest_check,
                 image=trial.image,
                 gpu_index=trial.gpu_index,
-                client_factory=docker_client,
-                progress=progress,
                 assume_gpu=trial.assume_gpu,
                 skeleton=trial.skeleton,
             )
+            prepared, _ = prepare_run(profile, trial.models_dir, lock, request, docker_client, progress)
         specs = planned_specs(prepared, LlamaMoeTraceEngine(prepared.image), secrets.token_hex(6))
         if trial.as_json:
             click.echo(

@@ -66,12 +66,12 @@ class BundleFacts:
         layout = RunDir(run_dir)
         profile = read_mapping(layout.input(PROFILE_INPUT))
         schedule = read_mapping(layout.input(SCHEDULE_INPUT))
-        run = read_mapping(layout.run_file)
+        run = layout.read_run()
         provenance = read_mapping(layout.provenance_file)
-        limits = as_mapping(run.get("limits"))
+        limits = run.limits if run is not None else None
         plimits = as_mapping(profile.get("limits"))
-        memory = size_or_none(limits.get("memory_bytes", plimits.get("memory")))
-        memswap = size_or_none(limits.get("memswap_bytes"))
+        memory = size_or_none(limits.memory_bytes if limits is not None else plimits.get("memory"))
+        memswap = limits.memswap_bytes if limits is not None else None
         swap = (
             memswap - memory
             if memory is not None and memswap is not None

@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.core import atomic
 from appliance.core.errors import ConfigError
 from appliance.runs.executor import LocalExecutor, TrialExecutor
 from appliance.runs.plan import (
     Trial,
 )
-from appliance.runs.record import run_record, schedule_record, write_inputs
+from appliance.runs.record import run_record, schedule_record, write_inputs, write_run_record
+from appliance.runs.records import ResumedFrom, RunSetup
 from appliance.runs.resume import ResumeVerifier, resume_point
-from appliance.runs.run_dir import RESUMED_FROM, RunDir
+from appliance.runs.run_dir import RunDir
 from appliance.runs.status import RunStatus, TrialStatus
 from appliance.runs.trial import RunContext, TrialInterrupted, TrialJob, utc_now
 
@@ -47,7 +47,7 @@ def execute_run(
     ctx: RunContext,
     trials: list[Trial],
     lock_raw: dict[str, Any],
-    extra: dict[str, Any],
+    setup: RunSetup,
     finalize: Finalizer | None = None,
     before_trials: Prelude | None = None,
     analyze: Analyzer | None = None,
@@ -67,13 +67,11 @@ def execute_run(
     trials run; run.json's `resumed_from` names the bundle it carried trials over from.
     """
     executor = executor or LocalExecutor()
+    resumed_from: tuple[ResumedFrom, ...] | None = None
     if resume:
         if verify_resume is None:
             raise ConfigError("resuming needs a check of the old seal (verify_resume): nothing was changed")
-        started, pending, resumed_from = resume_point(
-            ctx, trials, lock_raw, verify_resume, extra.get("image_id")
-        )
-        extra = {**extra, RESUMED_FROM: resumed_from}
+        started, pending, resumed_from = resume_point(ctx, trials, lock_raw, verify_resume, setup.image_id)
         ctx.console.print(
             f"resuming {ctx.run_dir}: {len(trials) - len(pending)} of "
             f"{len(trials)} trials recorded, {len(pending)} to run"
@@ -83,7 +81,11 @@ def execute_run(
         ctx.run_dir.mkdir(parents=True)
         write_inputs(ctx.run_dir, ctx.profile, lock_raw, schedule_record(ctx.profile, trials), ctx.model)
     layout = RunDir(ctx.run_dir)
-    atomic.write_json(layout.run_file, run_record(ctx, RunStatus.INCOMPLETE, started, trials, extra))
+
+    def write_run(status: RunStatus, executor: dict[str, Any] | None = None) -> None:
+        write_run_record(ctx.run_dir, run_record(ctx, status, started, trials, setup, executor, resumed_from))
+
+    write_run(RunStatus.INCOMPLETE)
 
     def starting(trial: Trial, where: str) -> None:
         ctx.console.print(f"trial {trial.name} on {where}: evicting model, starting container")
@@ -102,10 +104,7 @@ def execute_run(
     except KeyboardInterrupt:
         status = RunStatus.INCOMPLETE
     except BaseException:
-        atomic.write_json(
-            layout.run_file,
-            run_record(ctx, RunStatus.FAILED, started, trials, {**extra, "executor": executor.describe()}),
-        )
+        write_run(RunStatus.FAILED, executor.describe())
         raise
     finally:
         scratch = layout.scratch
@@ -115,9 +114,8 @@ def execute_run(
         ctx.console.print(
             "[red]interrupted[/red]: running trials stopped, queued trials not started, run marked incomplete"
         )
-    extra = {**extra, "executor": executor.describe()}
     results, plots = analyze(ctx.run_dir) if analyze is not None else ({}, [])
-    atomic.write_json(layout.run_file, run_record(ctx, status, started, trials, extra))
+    write_run(status, executor.describe())
     if finalize is not None:
         finalize(ctx.run_dir)
     return RunOutcome(ctx.run_dir, status, ctx.trial_records, results, plots)

@@ -186,32 +186,48 @@ class PreparedRun:
     warnings: tuple[str, ...] = ()  # said before the trials and recorded in run.json
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    """What a run is prepared for, beside its profile, models directory and lock: its trials
+    (`trial_plan` or `sweep_plan`) and the options every run kind shares.
+
+    With resume, `out` must be an existing run directory (its trials so far are kept).
+    `located` is `locate_model`'s answer when the caller (a sweep's plan) has it already: the
+    model file is located once per run. `assume_gpu` (dry runs only) stands for the host's
+    GPUs, so a plan for a GPU that is not here can be printed; `skeleton` (dry runs only)
+    accepts a header-only file of another size and digest for the model (`appliance model
+    skeleton`), and every line says so."""
+
+    trials: list[Trial]
+    out: Path | None = None  # the run directory; None: a new one under runs/
+    dry_run: bool = False
+    skip_digest: bool = False
+    image: str | None = None  # None: the lock's image for the chosen target
+    gpu_index: int | None = None
+    resume: bool = False
+    located: tuple[Path, int] | None = None
+    assume_gpu: Gpu | None = None
+    skeleton: bool = False
+
+
 def prepare_run(
     profile: Profile,
     models_dir: Path,
     lock: Lock,
-    *,
-    trials: list[Trial],
-    out: Path | None,
-    dry_run: bool,
-    skip_digest: bool,
-    image: str | None,
-    gpu_index: int | None,
+    request: RunRequest,
     client_factory: Any,
     progress: ProgressFn | None = None,
-    resume: bool = False,
-    located: tuple[Path, int] | None = None,
-    assume_gpu: Gpu | None = None,
-    skeleton: bool = False,
 ) -> tuple[PreparedRun, Any]:
-    """All checks, cheapest first, for the trials given (`trial_plan` or `sweep_plan`).
-    Returns the prepared run and a Docker client (None in a dry run); `client_factory()`
-    connects (or raises the "Docker down" error). With resume, `out` must be an existing run
-    directory (its trials so far are kept). `located` is `locate_model`'s answer when the
-    caller (a sweep's plan) has it already: the model file is located once per run.
-    `assume_gpu` (dry runs only) stands for the host's GPUs, so a plan for a GPU that is not
-    here can be printed; `skeleton` (dry runs only) accepts a header-only file of another size
-    and digest for the model (`appliance model skeleton`), and every line says so."""
+    """All checks, cheapest first, for the request's trials. Returns the prepared run and a
+    Docker client (None in a dry run); `client_factory()` connects (or raises the "Docker
+    down" error)."""
+    trials, out, dry_run, image = request.trials, request.out, request.dry_run, request.image
+    resume, located, assume_gpu, skeleton = (
+        request.resume,
+        request.located,
+        request.assume_gpu,
+        request.skeleton,
+    )
     if assume_gpu is not None and not dry_run:
         raise ApplianceError("--assume-gpu is for dry runs only: a real run uses the GPUs it sees")
     if skeleton and not dry_run:
@@ -235,7 +251,7 @@ def prepare_run(
             f"--out {run_dir} is inside the models directory, which is never written to: choose another --out"
         )
     gpus = [assume_gpu] if assume_gpu is not None else visible_gpus()
-    choice = choose_target(profile, gpus, lock, dry_run, gpu_index)
+    choice = choose_target(profile, gpus, lock, dry_run, request.gpu_index)
     gpu = chosen_gpu(gpus, choice)
     check_vram_budget(profile, gpu)
     client = None
@@ -262,7 +278,7 @@ def prepare_run(
     model = check_model(
         profile.model,
         models_dir,
-        skip_digest=skip_digest,
+        skip_digest=request.skip_digest,
         progress=progress,
         located=located,
         skeleton=skeleton,

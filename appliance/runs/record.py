@@ -11,7 +11,15 @@ from appliance.runs.plan import (
     Trial,
 )
 from appliance.runs.profile import Profile
-from appliance.runs.records import ScheduledVariant, ScheduleRecord
+from appliance.runs.records import (
+    LimitUsed,
+    ResumedFrom,
+    RunLimits,
+    RunRecord,
+    RunSetup,
+    ScheduledVariant,
+    ScheduleRecord,
+)
 from appliance.runs.run_dir import (
     LOCK_INPUT,
     MODEL_INPUT,
@@ -19,6 +27,7 @@ from appliance.runs.run_dir import (
     SCHEDULE_INPUT,
     RunDir,
 )
+from appliance.runs.status import RunStatus
 from appliance.runs.trial import RunContext, utc_now
 
 
@@ -60,41 +69,52 @@ def schedule_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
     ).to_json()
 
 
-def limits_record(profile: Profile, trials: list[Trial]) -> dict[str, Any]:
+def limits_record(profile: Profile, trials: list[Trial]) -> RunLimits:
     """run.json `limits`: every (memory, memory+swap) limit the trials ran under, ascending,
-    with the sweep point that asked for it; `memory_bytes` and `memswap_bytes` name the one
-    limit every trial shares, and are null when the trials ran under several (a sweep)."""
+    with the sweep point that asked for it; the shared limit only when there is one."""
     used = sorted(
         {(t.memory_limit(profile), t.memswap_limit(profile), t.point) for t in trials},
         key=lambda limit: limit[0],
     )
     shared = used[0] if len(used) == 1 else (None, None, None)
-    return {
-        "memory_bytes": shared[0],
-        "memswap_bytes": shared[1],
-        "trials": [
-            {"memory_bytes": memory, "memswap_bytes": memswap, **({"point": point} if point else {})}
-            for memory, memswap, point in used
-        ],
-    }
+    return RunLimits(
+        memory_bytes=shared[0],
+        memswap_bytes=shared[1],
+        trials=tuple(LimitUsed(memory, memswap, point) for memory, memswap, point in used),
+    )
 
 
 def run_record(
-    ctx: RunContext, status: str, started: str, trials: list[Trial], extra: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "status": status,
-        "profile": ctx.profile.name,
-        "started_utc": started,
-        "ended_utc": utc_now(),
-        "appliance_version": __version__,
-        "trial_count": len(trials),
-        "trials_recorded": len(list(RunDir(ctx.run_dir).recorded())),
-        "run_id": ctx.run_id,
-        "engine": ctx.engine.identity(),
-        "model_digest_status": ctx.model.digest_status,
-        "limits": limits_record(ctx.profile, trials),
-        "cgroup_version": ctx.settings.cgroup_version,
-        "trial_timeout_s": ctx.trial_timeout_s,
-        **extra,
-    }
+    ctx: RunContext,
+    status: RunStatus,
+    started: str,
+    trials: list[Trial],
+    setup: RunSetup,
+    executor: dict[str, Any] | None = None,
+    resumed_from: tuple[ResumedFrom, ...] | None = None,
+) -> RunRecord:
+    """run.json as it stands now: the runner's fields, the workflow's `setup`, and once known
+    the executor and the bundles a resumed run carried trials over from."""
+    return RunRecord(
+        status=status,
+        profile=ctx.profile.name,
+        started_utc=started,
+        ended_utc=utc_now(),
+        appliance_version=__version__,
+        trial_count=len(trials),
+        trials_recorded=len(list(RunDir(ctx.run_dir).recorded())),
+        run_id=ctx.run_id,
+        engine=ctx.engine.identity(),
+        model_digest_status=ctx.model.digest_status,
+        limits=limits_record(ctx.profile, trials),
+        cgroup_version=ctx.settings.cgroup_version,
+        trial_timeout_s=ctx.trial_timeout_s,
+        executor=executor,
+        resumed_from=resumed_from,
+        **setup.fields(),
+    )
+
+
+def write_run_record(run_dir: Path, record: RunRecord) -> None:
+    """run.json, written through its record (keys sorted, as every run.json was)."""
+    atomic.write_json(RunDir(run_dir).run_file, record.to_json())

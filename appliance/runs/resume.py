@@ -7,6 +7,7 @@ package cannot import `attest`), then the comparisons below. The old seal stays 
 until the resumed run is sealed afresh (`appliance.attest.bundle` writes both sealing files
 aside before renaming either)."""
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,20 +17,20 @@ from appliance.core.strict_load import load_json, read_text
 from appliance.runs.plan import (
     Trial,
 )
+from appliance.runs.records import ResumedFrom, RunRecord
 from appliance.runs.run_dir import (
     LOCK_INPUT,
     MODEL_INPUT,
     PROFILE_INPUT,
-    RESUMED_FROM,
     SCHEDULE_INPUT,
     RunDir,
 )
 from appliance.runs.status import RunStatus, TrialStatus
-from appliance.runs.trial import RunContext, utc_now
+from appliance.runs.trial import RunContext
 
-# run_dir -> the old bundle's record (bundle digest, attestation sha256, signer); raises a
-# one-line ConfigError when the directory may not be resumed.
-ResumeVerifier = Callable[[Path], dict[str, Any]]
+# run_dir -> the old bundle's record (bundle digest, attestation sha256, signer; no trials
+# carried over yet); raises a one-line ConfigError when the directory may not be resumed.
+ResumeVerifier = Callable[[Path], ResumedFrom]
 MODEL_IDENTITY = ("file", "bytes", "sha256")
 
 
@@ -56,7 +57,7 @@ def _text_or_none(path: Path) -> str | None:
 
 
 def _differences(
-    ctx: RunContext, run: dict[str, Any], trials: list[Trial], lock_raw: dict[str, Any], image_id: Any
+    ctx: RunContext, run: RunRecord, trials: list[Trial], lock_raw: dict[str, Any], image_id: Any
 ) -> list[str]:
     """What of profile, lock, trial plan, image and model differs from the recorded run."""
     layout = RunDir(ctx.run_dir)
@@ -72,7 +73,7 @@ def _differences(
         "lock": _json_or_none(layout.input(LOCK_INPUT)) == lock_raw,
         "trial plan (--repeats, --memory)": isinstance(schedule, dict)
         and schedule.get("trials") == [t.name for t in trials],
-        "image": image_id is None or run.get("image_id") == image_id,
+        "image": image_id is None or run.image_id == image_id,
         "model": same_model,
     }
     return [name for name, same in checks.items() if not same]
@@ -84,7 +85,7 @@ def resume_point(
     lock_raw: dict[str, Any],
     verify: ResumeVerifier,
     image_id: Any = None,
-) -> tuple[str, list[Trial], list[dict[str, Any]]]:
+) -> tuple[str, list[Trial], tuple[ResumedFrom, ...]]:
     """(the run's original start time, the trials it still lacks, its `resumed_from` record)
     for an incomplete run directory whose seal `verify` accepts and that was started with
     the same profile, lock, trial plan, image (`image_id`) and model; refuses anything else
@@ -93,11 +94,11 @@ def resume_point(
     run_dir = RunDir(ctx.run_dir)
     old_bundle = verify(run_dir.path)
     run = run_dir.read_run()
-    if run is None or not isinstance(run.get("run_id"), str):
+    if run is None or run.run_id is None:
         raise ConfigError(
             f"{run_dir.path}: no {run_dir.run_file.name} with a run id: not a run directory to resume"
         )
-    if run.get("status") == RunStatus.COMPLETE:
+    if run.status == RunStatus.COMPLETE:
         raise ConfigError(f"{run_dir.path} is complete: nothing to resume")
     differ = _differences(ctx, run, trials, lock_raw, image_id)
     if differ:
@@ -107,16 +108,12 @@ def resume_point(
         )
     pending = [t for t in trials if needs_rerun(run_dir.trial(t.name).read_record())]
     rerun = {t.name for t in pending}
-    earlier = run.get(RESUMED_FROM)
-    resumed_from = [
-        *(earlier if isinstance(earlier, list) else []),
-        {
-            **old_bundle,
-            "carried_over": [t.name for t in trials if t.name not in rerun],
-        },
-    ]
-    ctx.run_id = run["run_id"]
+    resumed_from = (
+        *(run.resumed_from or ()),
+        dataclasses.replace(old_bundle, carried_over=tuple(t.name for t in trials if t.name not in rerun)),
+    )
+    ctx.run_id = run.run_id
     for trial in pending:
         run_dir.discard_trial(trial.name)
     run_dir.provenance_file.unlink(missing_ok=True)
-    return str(run.get("started_utc") or utc_now()), pending, resumed_from
+    return run.started_utc, pending, resumed_from

@@ -27,12 +27,10 @@ from typing import Any
 
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import load_json, read_bytes
-from appliance.runs.records import TrialRecord
+from appliance.runs.records import RunRecord, TrialRecord
+from appliance.runs.timing import TimingRecord, load_timing
 
 RUN_FILE = "run.json"
-# run.json's record of the bundles a run was resumed from, oldest first (written by
-# appliance.runs.execute, read by resume and collected into provenance.json).
-RESUMED_FROM = "resumed_from"
 RESULTS_FILE = "results.json"
 PROVENANCE_FILE = "provenance.json"
 MANIFEST_FILE = "manifest.json"
@@ -211,16 +209,23 @@ class RunDir:
         """Trial directory name -> its route trace, for the trials that recorded one."""
         return {t.name: t.trace for t in self.recorded() if t.trace.is_file()}
 
-    def read_probe(self) -> dict[str, Any] | None:
-        """The sweep's disk probe figures (its timing.json), or None when it has none."""
+    def read_probe(self) -> TimingRecord | None:
+        """The sweep's disk probe figures (its timing.json, read strictly), or None when it has
+        none."""
         for timing in sorted((self.path / PROBE_DIR).glob(f"*/{TIMING_FILE}")):
-            return _record(timing)
+            return load_timing(timing)
         return None
 
-    def read_run(self) -> dict[str, Any] | None:
-        """run.json, or None when it is missing or not a JSON object."""
-        run = _json_or(self.run_file, None)
-        return run if isinstance(run, dict) else None
+    def run_record(self) -> RunRecord:
+        """run.json as a `RunRecord`, read strictly (a one-line ConfigError otherwise)."""
+        return RunRecord.from_json(load_json(self.run_file), str(self.run_file))
+
+    def read_run(self) -> RunRecord | None:
+        """run.json, or None when it is missing or not a record `run_record` accepts."""
+        try:
+            return self.run_record()
+        except ConfigError:
+            return None
 
     @property
     def paging_analysis(self) -> Path:

@@ -26,8 +26,9 @@ from appliance.runs.memory_points import (
 from appliance.runs.model_files import SKELETON, locate_model
 from appliance.runs.placement import placement_text
 from appliance.runs.plan import DiskProbeEngine, Trial, sweep_plan
-from appliance.runs.prepare import PreparedRun, prepare_run
+from appliance.runs.prepare import PreparedRun, RunRequest, prepare_run
 from appliance.runs.profile import DOCKER_MIN_MEMORY, Profile, Variant, format_size
+from appliance.runs.records import SweepRecord
 from appliance.runs.run_dir import PROBE_DIR
 from appliance.runs.trial import RunContext, TrialInterrupted, run_trial
 from appliance.runs.trial_time import ASSUMED_READ_BPS, TRIAL_OVERHEAD_S, trial_read_bytes
@@ -47,15 +48,15 @@ class SweepPlan:
     expert_bytes: int
     estimate_s: float
 
-    def run_record(self) -> dict[str, Any]:
+    def run_record(self) -> SweepRecord:
         """run.json's `sweep`: the limits as written and as the trials ran under them."""
-        return {
-            "memory": [p.text for p in self.points],
-            "limits": [limit.bytes for limit in self.limits],
-            "labels": [limit_label(limit.bytes) for limit in self.limits],
-            "n_predict": self.profile.schedule.n_predict,
-            "probe_block_bytes": self.expert_bytes,
-        }
+        return SweepRecord(
+            memory=tuple(p.text for p in self.points),
+            limits=tuple(limit.bytes for limit in self.limits),
+            labels=tuple(limit_label(limit.bytes) for limit in self.limits),
+            n_predict=self.profile.schedule.n_predict,
+            probe_block_bytes=self.expert_bytes,
+        )
 
     def probe_trial(self) -> Trial:
         largest = max(self.limits)
@@ -124,23 +125,19 @@ def plan_sweep(
             f"{estimate / 3600:.1f} h, more than --max-hours {max_hours:g}: "
             "sweep fewer limits or repeats, or raise --max-hours"
         )
-    prepared, client = prepare_run(
-        profile,
-        models_dir,
-        lock,
-        trials=trials,
+    request = RunRequest(
+        trials,
         out=out,
         dry_run=dry_run,
         skip_digest=skip_digest,
         image=image,
         gpu_index=gpu_index,
-        client_factory=docker_client,
-        progress=progress,
         resume=resume,
         located=(path, file_bytes),
         assume_gpu=assume_gpu,
         skeleton=skeleton,
     )
+    prepared, client = prepare_run(profile, models_dir, lock, request, docker_client, progress)
     return SweepPlan(profile, prepared, points, limits, max(per_layer.values()), estimate), client
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from appliance.core import atomic
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ConfigError
-from appliance.core.strict_load import load_json, read_text
+from appliance.core.strict_load import read_text
 from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
 from appliance.host.containers import Kind, Lifecycle
@@ -44,6 +44,7 @@ from appliance.runs.run_dir import (
     RunDir,
 )
 from appliance.runs.status import TrialStatus
+from appliance.runs.timing import read_timing
 
 POLL_S = 0.05
 # After Ctrl-C: the longest the container's stop, collection and removal may take, whatever
@@ -210,22 +211,14 @@ def _status(record: dict[str, Any]) -> TrialStatus:
 
 def _load_seconds(results: Path) -> float | None:
     """The engine's load time (its timing.json `load_s`), for the GPU sample at load end."""
-    try:
-        timing = load_json(results / TIMING_FILE)
-    except ConfigError:
-        return None
-    value = timing.get("load_s") if isinstance(timing, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    timing = read_timing(results / TIMING_FILE)
+    return timing.load_s if timing is not None else None
 
 
 def engine_backend(timing_path: Path) -> str | None:
     """The backend the engine says it ran on (timing.json `backend`: CPU, CUDA), else None."""
-    try:
-        timing = load_json(timing_path)
-    except ConfigError:
-        return None
-    backend = timing.get("backend") if isinstance(timing, dict) else None
-    return backend if isinstance(backend, str) else None
+    timing = read_timing(timing_path)
+    return timing.backend if timing is not None else None
 
 
 def _write_trial(ctx: RunContext, trial: Trial, results: Path, record: dict[str, Any]) -> None:

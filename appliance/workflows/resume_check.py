@@ -10,7 +10,6 @@ image and model against the now-trusted directory.
 """
 
 from pathlib import Path
-from typing import Any
 
 from appliance.attest.dsse import PUBLIC_KEY_FILE, load_public_key
 from appliance.attest.trust import keys_of, store_entries
@@ -18,6 +17,7 @@ from appliance.attest.verify import Verdict, verify_bundle
 from appliance.core.checks import Status
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ConfigError
+from appliance.runs.records import ResumedFrom
 from appliance.runs.resume import ResumeVerifier
 from appliance.runs.run_dir import RunDir
 
@@ -27,7 +27,7 @@ def signing_public_key(key: Path) -> Path:
     return key / PUBLIC_KEY_FILE if key.is_dir() else key.with_name(PUBLIC_KEY_FILE)
 
 
-def verify_for_resume(run_dir: Path, key: Path | None = None) -> dict[str, Any]:
+def verify_for_resume(run_dir: Path, key: Path | None = None) -> ResumedFrom:
     """The old bundle's record for `resumed_from`, when run_dir's seal verifies as incomplete
     by a key in the trust store (or `key`, the private key the resumed run signs with);
     otherwise one ConfigError line saying why, and nothing is changed."""
@@ -46,11 +46,12 @@ def verify_for_resume(run_dir: Path, key: Path | None = None) -> dict[str, Any]:
             f"(verdict {verification.verdict.label}, {why}); nothing was changed: "
             "start a new run with another --out"
         )
-    return {
-        "bundle_digest": verification.bundle_digest,
-        "attestation_sha256": sha256_file(RunDir(run_dir).attestation_file),
-        "signer": verification.signer,
-    }
+    return ResumedFrom(
+        bundle_digest=verification.bundle_digest,
+        attestation_sha256=sha256_file(RunDir(run_dir).attestation_file),
+        signer=verification.signer,
+        carried_over=(),
+    )
 
 
 def resume_verifier(key: Path | None) -> ResumeVerifier:

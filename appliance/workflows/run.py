@@ -45,10 +45,12 @@ from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.executor import ExecutorFactory
 from appliance.runs.model_files import make_routes
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
-from appliance.runs.prepare import PreparedRun, prepare_run
+from appliance.runs.prepare import PreparedRun, RunRequest, prepare_run
 from appliance.runs.preview import print_header, print_stand_in
 from appliance.runs.profile import Profile
+from appliance.runs.records import Placement, RunSetup, SweepRecord
 from appliance.runs.run_dir import RunDir
+from appliance.runs.timing import TimingRecord
 from appliance.runs.trial import RunContext
 from appliance.runs.trial_time import ASSUMED_READ_BPS, SAFETY_FACTOR, model_trial_timeout_s
 from appliance.workflows.resume_check import resume_verifier, signing_public_key
@@ -96,7 +98,7 @@ class RunKind:
     analyze: Callable[[Path], object]  # writes its analyses into the run directory before the seal
     announce: Callable[[Console], None] | None = None  # printed after the header (a sweep's grid)
     before_trials: Callable[[RunContext], None] | None = None  # run first (a sweep's disk probe)
-    record: dict[str, Any] = field(default_factory=dict)  # its own fields of run.json
+    sweep: SweepRecord | None = None  # its own field of run.json (a sweep's limits)
 
 
 def run_prepared(
@@ -142,18 +144,18 @@ def run_prepared(
         ctx,
         prepared.trials,
         lock.raw,
-        {
-            "target": prepared.choice.target,
-            "stand_in": stand_in,
-            "image_id": client.images.get(prepared.image).id,
-            "placement": {
-                "mode": prepared.profile.placement.label,
-                "vram_budget_bytes": prepared.profile.limits.vram,
-                "gpu": prepared.gpu.record() if prepared.gpu is not None else None,
-                "warnings": list(prepared.warnings),
-            },
-            **kind.record,
-        },
+        RunSetup(
+            target=prepared.choice.target,
+            stand_in=stand_in,
+            image_id=client.images.get(prepared.image).id,
+            placement=Placement(
+                mode=prepared.profile.placement.label,
+                vram_budget_bytes=prepared.profile.limits.vram,
+                gpu=prepared.gpu.record() if prepared.gpu is not None else None,
+                warnings=prepared.warnings,
+            ),
+            sweep=kind.sweep,
+        ),
         finalize=finalize,
         analyze=functools.partial(analyze_run, profile=prepared.profile, model_path=prepared.model.path),
         before_trials=kind.before_trials,
@@ -163,14 +165,14 @@ def run_prepared(
     )
 
 
-def timeout_read_bps(probe: dict[str, Any] | None) -> float | None:
+def timeout_read_bps(probe: TimingRecord | None) -> float | None:
     """The read rate a trial's timeout assumes: the disk probe's QD1 rate for page-size reads,
     its slowest, since a demand-paged engine (MADV_RANDOM) reads one page per fault; None
     without a probe."""
     return probe_summary(probe)["page_qd1_bytes_per_s"] if probe is not None else None
 
 
-def derived_trial_timeout(prepared: PreparedRun, probe: dict[str, Any] | None, console: Console) -> float:
+def derived_trial_timeout(prepared: PreparedRun, probe: TimingRecord | None, console: Console) -> float:
     """Every trial's timeout when --trial-timeout is not given: from the model's size and the
     disk probe's QD1 rate for page-size reads (appliance.runs.trial_time), said on the console."""
     rate = timeout_read_bps(probe)
@@ -203,20 +205,15 @@ def execute_profile(
 ) -> RunOutcome:
     """Run every trial of profile (here, or through `executor`, e.g. a cluster) and seal the
     run directory as a (signed) bundle; with resume, only the trials `out` still lacks."""
-    prepared, client = prepare_run(
-        profile,
-        models_dir,
-        lock,
-        trials=trial_plan(profile, repeats),
+    request = RunRequest(
+        trial_plan(profile, repeats),
         out=out,
-        dry_run=False,
         skip_digest=skip_digest,
         image=image,
         gpu_index=gpu_index,
-        client_factory=docker_client,
-        progress=progress,
         resume=options.resume,
     )
+    prepared, client = prepare_run(profile, models_dir, lock, request, docker_client, progress)
     kind = RunKind(
         analyze=functools.partial(write_paging_analysis, model_path=prepared.model.path, profile=profile)
     )

@@ -47,7 +47,7 @@ def execute_sweep(
         analyze=functools.partial(write_sweep_analysis, model_path=prepared.model.path),
         announce=functools.partial(print_grid, plan=plan),
         before_trials=None if probed else functools.partial(probe_then_time, plan=plan, options=options),
-        record={"sweep": plan.run_record()},
+        sweep=plan.run_record(),
     )
     outcome = run_prepared(prepared, client, lock, console, kind, options)
     sweep = RunDir(outcome.run_dir).read_results().get("sweep", {})

@@ -27,6 +27,7 @@ from appliance.analysis.sweep_analysis import phase_reads, predicted_reads, prob
 from appliance.models import skeleton
 from appliance.runs.profile import load_profile
 from appliance.runs.run_dir import RunDir
+from appliance.runs.timing import load_timing
 from appliance.runs.trial_time import model_trial_timeout_s
 from appliance.trace.format import read_trace
 from appliance.trace.routes import follows_routes
@@ -106,7 +107,7 @@ def test_a_slice_of_the_full_shape_pages_through_the_pipeline(
             replay = predicted_reads(trace, cache["capacity"], model_experts(model, trace))["policies"]
             assert cache["decode"]["misses"] == replay[cache["policy"]]["decode_misses"], record["name"]
             assert cache["decode"]["evictions"] > 0, record["name"]
-        reads = phase_reads(timing)
+        reads = phase_reads(load_timing(trial / "timing.json"))
         assert reads is not None and reads["decode"] > 0, (record["name"], reads)
     assert len(texts) == 1  # greedy decoding: the same text whatever the paging
 

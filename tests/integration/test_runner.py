@@ -25,8 +25,9 @@ from appliance.engine.lock import load_lock
 from appliance.images.labels import RUN as LABEL
 from appliance.runs.execute import RunOutcome, execute_run
 from appliance.runs.plan import CommandEngine, trial_plan
-from appliance.runs.prepare import prepare_run
+from appliance.runs.prepare import RunRequest, prepare_run
 from appliance.runs.profile import load_profile
+from appliance.runs.records import RunSetup
 from appliance.runs.trial import RunContext
 from tests.conftest import REPO, sigint_default
 
@@ -119,18 +120,8 @@ def _run(
     from rich.console import Console
 
     profile, lock = load_profile(str(profile_path)), load_lock()
-    prepared, client = prepare_run(
-        profile,
-        models,
-        lock,
-        trials=trial_plan(profile),
-        out=out,
-        dry_run=False,
-        skip_digest=False,
-        image=image,
-        gpu_index=None,
-        client_factory=lambda: docker_client,
-    )
+    request = RunRequest(trial_plan(profile), out=out, image=image)
+    prepared, client = prepare_run(profile, models, lock, request, lambda: docker_client)
     ctx = RunContext(
         client,
         profile,
@@ -143,7 +134,7 @@ def _run(
         trial_timeout_s=timeout_s,
     )
     analyze = functools.partial(analyze_run, profile=profile)
-    return execute_run(ctx, prepared.trials, lock.raw, {}, finalize=finalize, analyze=analyze)
+    return execute_run(ctx, prepared.trials, lock.raw, RunSetup(), finalize=finalize, analyze=analyze)
 
 
 def _leftover_containers(docker_client: Any, run_id: str) -> list[str]:
@@ -254,23 +245,25 @@ DRIVER = textwrap.dedent("""
     from appliance.runs.profile import load_profile
     from appliance.host.docker import docker_client
     from appliance.runs.execute import execute_run
+    from appliance.runs.records import RunSetup
     from appliance.runs.trial import RunContext
     from appliance.runs.plan import CommandEngine
     from appliance.runs.prepare import prepare_run
     from appliance.runs.plan import trial_plan
+    from appliance.runs.prepare import RunRequest
     from appliance.analysis.results import analyze_run
     import functools
     profile_path, models, out, run_id, image = sys.argv[1:]
     profile, lock = load_profile(profile_path), load_lock()
-    prepared, client = prepare_run(profile, Path(models), lock, trials=trial_plan(profile), out=Path(out),
-        dry_run=False, skip_digest=False, image=image, gpu_index=None,
-        client_factory=docker_client)
+    request = RunRequest(trial_plan(profile), out=Path(out), image=image)
+    prepared, client = prepare_run(profile, Path(models), lock, request, docker_client)
     engine = CommandEngine(image, {"baseline": ["sh", "-c", "echo waiting; sleep 300"],
                                    "demand-mmap": ["true"]})
     ctx = RunContext(client, profile, engine, prepared.model, prepared.settings,
                      prepared.run_dir, run_id, Console())
     analyze = functools.partial(analyze_run, profile=profile)
-    print("STATUS", execute_run(ctx, prepared.trials, lock.raw, {}, analyze=analyze).status, flush=True)
+    outcome = execute_run(ctx, prepared.trials, lock.raw, RunSetup(), analyze=analyze)
+    print("STATUS", outcome.status, flush=True)
 """)
 
 

@@ -7,6 +7,7 @@ import pytest
 from appliance.analysis import cache_analysis
 from appliance.analysis.capacity import ModelExperts
 from appliance.analysis.sweep_analysis import predicted_reads
+from appliance.runs.timing import TimingRecord
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 
 SPEC = TraceSynthSpec(n_layers=4, n_experts=16, k=2, n_prompt=8, n_ubatch=8, n_decode=40, seed=5)
@@ -62,7 +63,12 @@ def rows() -> list[dict[str, Any]]:
             timing(belady["decode_read_bytes"], 40.0, cache_record("belady", belady["decode_misses"])),
         ),
     ]
-    out = [cache_analysis.cache_row(name, name, 0, 100 << 20, t, TRACE, EXPERTS, PROBE) for name, t in trials]
+    out = [
+        cache_analysis.cache_row(
+            name, name, 0, 100 << 20, TimingRecord.from_json(t, name), TRACE, EXPERTS, PROBE
+        )
+        for name, t in trials
+    ]
     cache_analysis.compare_with_baselines(out)
     return out
 

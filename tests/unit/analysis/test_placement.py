@@ -10,6 +10,7 @@ from appliance.analysis.placement import placement_digest, placement_summary
 from appliance.analysis.run_summary import placement_lines
 from appliance.planner.accounting import account_file
 from appliance.planner.plan import predicted_peak_bytes
+from appliance.runs.records import Placement
 from tests.models import tiny_model
 
 LIMIT = 1 << 30
@@ -88,11 +89,11 @@ def test_bundle_show_digest_carries_the_profile_and_the_engine(model: Path) -> N
     acc = account_file(model)
     trial = {"dir": "t", "variant": "v", "timing": engine_record(acc.tensor_data_bytes), "cgroup": {}}
     results = {"placement": placement_summary([trial], acc, lambda t: LIMIT, None)}
-    run = {"placement": {"mode": "auto", "vram_budget_bytes": None, "gpu": None, "warnings": []}}
-    assert placement_digest(results, run) == {
-        "profile": run["placement"],
+    planned = Placement(mode="auto", vram_budget_bytes=None, gpu=None, warnings=())
+    assert placement_digest(results, planned) == {
+        "profile": {"mode": "auto", "vram_budget_bytes": None, "gpu": None, "warnings": []},
         "model_bytes_per_buffer": {"v": {"CPU_Mapped": acc.tensor_data_bytes}},
         "planner_worst": {"trial": "t", "figure": "model_cpu", "pct": 0.0},
         "within_goal": True,
     }
-    assert placement_digest({}, {}) is None and placement_lines({}) == []
+    assert placement_digest({}, None) is None and placement_lines({}) == []

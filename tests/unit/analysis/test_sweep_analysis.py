@@ -17,6 +17,7 @@ from appliance.analysis.sweep_analysis import (
     summary_rows,
     trial_row,
 )
+from appliance.runs.timing import TimingRecord
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from tests.unit.runs.independent_traces import (
     hand_trace,
@@ -42,7 +43,7 @@ def _io(load: int, prefill: int, decode: int) -> dict[str, Any]:
 
 
 def test_phase_reads_are_differences_of_the_cumulative_counters() -> None:
-    phases = phase_reads({"io": _io(100, 350, 1350)})
+    phases = phase_reads(TimingRecord.from_json({"io": _io(100, 350, 1350)}, "t"))
     assert phases == {
         "load": 100,
         "prefill": 250,
@@ -52,8 +53,10 @@ def test_phase_reads_are_differences_of_the_cumulative_counters() -> None:
         "major_faults_prefill": 5,
         "major_faults_decode": 25,
     }
-    assert phase_reads({}) is None
-    assert phase_reads({"io": _io(-1, -1, -1)}) is None  # /proc/self/io was unreadable
+    assert phase_reads(TimingRecord()) is None
+    assert (
+        phase_reads(TimingRecord.from_json({"io": _io(-1, -1, -1)}, "t")) is None
+    )  # /proc/self/io was unreadable
 
 
 def test_replayed_decode_reads_respect_the_bounds() -> None:
@@ -112,7 +115,7 @@ def test_probe_bandwidth_uses_device_bytes() -> None:
             },
         ],
     }
-    probe = probe_summary(record)
+    probe = probe_summary(TimingRecord.from_json(record, "timing.json"))
     assert probe["expert_qd1_bytes_per_s"] == pytest.approx(12976128)
     assert probe["expert_qd8_bytes_per_s"] == pytest.approx(25952256)
     assert probe["page_qd1_bytes_per_s"] == pytest.approx(2048000)
@@ -265,7 +268,8 @@ def test_probe_summary_in_full() -> None:
         {"block_bytes": 4096, "queue_depth": 1, "bytes": 100, "device_read_bytes": 0, "seconds": 1.0},
         {"block_bytes": 4096, "queue_depth": 8, "bytes": 0, "device_read_bytes": -1, "seconds": 0.0},
     ]
-    probe = probe_summary({"file_bytes": 123, "advice": "POSIX_FADV_RANDOM", "measurements": measurements})
+    record = {"file_bytes": 123, "advice": "POSIX_FADV_RANDOM", "measurements": measurements}
+    probe = probe_summary(TimingRecord.from_json(record, "timing.json"))
     assert probe == {
         "file_bytes": 123,
         "advice": "POSIX_FADV_RANDOM",
@@ -282,7 +286,7 @@ def test_probe_summary_in_full() -> None:
         "page_qd8_bytes_per_s": None,
         "reference": "expert_qd1_bytes_per_s",
     }
-    assert probe_summary({}) == {
+    assert probe_summary(TimingRecord()) == {
         "file_bytes": None,
         "advice": None,
         "measurements": [],
@@ -302,7 +306,7 @@ def test_probe_reference_skips_page_rows_listed_first() -> None:
         {"block_bytes": 4097, "queue_depth": 1, "bytes": 500, "seconds": 1.0},
         {"block_bytes": 65536, "queue_depth": 8, "bytes": 700, "seconds": 1.0},
     ]
-    probe = probe_summary({"measurements": measurements})
+    probe = probe_summary(TimingRecord.from_json({"measurements": measurements}, "timing.json"))
     assert probe["expert_qd1_bytes_per_s"] == 500.0
     assert probe["expert_qd8_bytes_per_s"] == 700.0
     assert probe["page_qd1_bytes_per_s"] == 100.0
@@ -462,7 +466,7 @@ def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
 def test_phase_reads_accept_zero_counters() -> None:
     """0 bytes and 0 faults are readings (a page-cache hit), not missing counters."""
     io = {p: {"read_bytes": 0, "majflt": 0} for p in ("load_end", "prefill_end", "decode_end")}
-    assert phase_reads({"io": io}) == dict.fromkeys(
+    assert phase_reads(TimingRecord.from_json({"io": io}, "t")) == dict.fromkeys(
         (
             "load",
             "prefill",
@@ -475,7 +479,12 @@ def test_phase_reads_accept_zero_counters() -> None:
         0,
     )
     io["decode_end"] = {"read_bytes": 5}  # no fault counter: the reads alone
-    assert phase_reads({"io": io}) == {"load": 0, "prefill": 0, "decode": 5, "total": 5}
+    assert phase_reads(TimingRecord.from_json({"io": io}, "t")) == {
+        "load": 0,
+        "prefill": 0,
+        "decode": 5,
+        "total": 5,
+    }
 
 
 def _roofline_input(

@@ -138,7 +138,7 @@ def test_the_walker_sees_nested_and_constant_definitions(tmp_path: Path) -> None
 def test_provenance_records_the_facts_of_their_homes() -> None:
     lock = load_lock()
     image = {"labels": {labels.LOCK_DIGEST: lock.digest}}
-    facts = engine_facts(lock.raw, image, {})
+    facts = engine_facts(lock.raw, image, None)
     assert facts["lock_sha256"] == facts["image_lock_digest"] == lock.digest
     assert host_facts()["cgroup_version"] == cgroup_version()
 

@@ -57,7 +57,7 @@ def test_the_largest_capacity_that_fits_passes_and_one_more_is_refused(tmp_path:
     fits = load_profile(str(_profile(tmp_path, str(room))))
     check_cache_capacity(fits, trial_plan(fits, 1), model, model.stat().st_size)
     over = load_profile(str(_profile(tmp_path, str(room + 1))))
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigError, match=r"^variant expert-lru: ") as err:
         check_cache_capacity(over, trial_plan(over, 1), model, model.stat().st_size)
     message = str(err.value)
     assert "\n" not in message

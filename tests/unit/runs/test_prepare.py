@@ -11,7 +11,7 @@ import yaml
 from appliance.engine.lock import load_lock
 from appliance.runs import model_files, prepare, sweep
 from appliance.runs.plan import trial_plan
-from appliance.runs.prepare import prepare_run
+from appliance.runs.prepare import RunRequest, prepare_run
 from appliance.runs.profile import PROFILES_DIR, load_profile
 from appliance.runs.sweep import plan_sweep
 from tests.conftest import REPO
@@ -75,18 +75,8 @@ def test_a_run_locates_the_model_file_once(
 ) -> None:
     models, path = tiny_profile
     profile = load_profile(str(path))
-    prepared, _ = prepare_run(
-        profile,
-        models,
-        load_lock(),
-        trials=trial_plan(profile, 1),
-        out=tmp_path / "run",
-        dry_run=True,
-        skip_digest=True,
-        image=None,
-        gpu_index=None,
-        client_factory=None,
-    )
+    request = RunRequest(trial_plan(profile, 1), out=tmp_path / "run", dry_run=True, skip_digest=True)
+    prepared, _ = prepare_run(profile, models, load_lock(), request, client_factory=None)
     assert located_calls == [models / "tiny.gguf"] and prepared.model.bytes > 0
 
 

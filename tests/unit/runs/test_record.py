@@ -15,7 +15,7 @@ SWEEP = [SweepLimit(104_333_312, "0.25"), SweepLimit(208_670_720, "0.5"), SweepL
 
 def test_a_sweeps_run_record_lists_every_limit_its_trials_ran_under() -> None:
     profile = load_profile("tiny-oversub")
-    limits = limits_record(profile, sweep_plan(profile, SWEEP, repeats=2))
+    limits = limits_record(profile, sweep_plan(profile, SWEEP, repeats=2)).to_json()
     assert limits == {
         "memory_bytes": None,
         "memswap_bytes": None,
@@ -29,7 +29,7 @@ def test_a_sweeps_run_record_lists_every_limit_its_trials_ran_under() -> None:
 
 def test_a_plain_runs_record_names_the_profiles_limit() -> None:
     profile = load_profile("tiny-oversub")
-    assert limits_record(profile, trial_plan(profile, 1)) == {
+    assert limits_record(profile, trial_plan(profile, 1)).to_json() == {
         "memory_bytes": 200 * MIB,
         "memswap_bytes": 200 * MIB,
         "trials": [{"memory_bytes": 200 * MIB, "memswap_bytes": 200 * MIB}],

@@ -19,6 +19,7 @@ from appliance.engine.lock import load_lock
 from appliance.runs.model_files import CheckedModel
 from appliance.runs.plan import Trial, trial_plan
 from appliance.runs.profile import Profile, load_profile
+from appliance.runs.records import ResumedFrom
 from appliance.runs.resume import needs_rerun, resume_point
 from appliance.runs.trial import RunContext
 from appliance.workflows.resume_check import resume_verifier, verify_for_resume
@@ -46,7 +47,7 @@ def context(run: Path, profile: Profile, checked: CheckedModel | None = None) ->
 
 def resume(
     run: Path, plan: list[Trial], signer: KeyPair, ctx: RunContext | None = None, image_id: str = IMAGE_ID
-) -> tuple[str, list[Trial], list[dict[str, Any]]]:
+) -> tuple[str, list[Trial], tuple[ResumedFrom, ...]]:
     """resume_point as `appliance run|sweep --resume` calls it, signing with `signer`."""
     ctx = ctx or context(run, load_profile("tiny-oversub"))
     return resume_point(ctx, plan, load_lock().raw, resume_verifier(signer.private), image_id)
@@ -73,7 +74,7 @@ def test_a_genuine_incomplete_run_resumes_and_names_the_bundle_it_carries_over(
     )
     assert started == "2026-01-01T00:00:00.000Z" and ctx.run_id == "abc123"
     assert [t.name for t in pending] == ["002-demand-mmap-r1", "003-demand-prefetch-r1"]
-    assert resumed_from == [
+    assert [r.to_json() for r in resumed_from] == [
         {
             "bundle_digest": manifest["bundle_digest"],
             "attestation_sha256": envelope_sha,

@@ -1,0 +1,128 @@
+"""timing.json as a typed record: what the engine (`llama-moe-trace`, patches/llama.cpp) writes
+under its results mount, every key it may hold spelled once.
+
+The engine writes one of three shapes into the one file: a trial's run (load, prompt and decode
+times, the residency, placement and I/O counters; `expert_cache` with patch 0004, null
+without a cache), a disk probe (`probe`, `file`, `measurements`) and a cache replay (`replay`,
+`events`, `requests`, `hit_flags`). Every field is optional: a shape holds only its own keys,
+and engines built before a key existed still read. Strict like trial.json (`TrialRecord`): a
+key the class lacks is refused by name, so a newer engine's new key is added here first (the
+lock pins engine and appliance together); `read_timing` is the tolerant reader the runner and
+the analyses use, for which such a file (or a command engine's own timing.json) has no record.
+Importing this module loads neither docker nor ray.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.core.errors import ConfigError
+from appliance.core.records import Record
+from appliance.core.strict_load import load_json
+
+
+@dataclass(frozen=True)
+class IoCounters(Record):
+    """The engine process's /proc/self/io and fault counts at one point (`io.<phase>`)."""
+
+    read_bytes: int  # bytes the block layer read for the process (-1: not readable)
+    rchar: int | None = None
+    majflt: int | None = None
+    minflt: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineIo(Record):
+    """timing.json `io`: the counters at the end of each phase, cumulative (the engine writes
+    all three; a phase it did not reach is absent)."""
+
+    load_end: IoCounters | None = None
+    prefill_end: IoCounters | None = None
+    decode_end: IoCounters | None = None
+
+
+@dataclass(frozen=True)
+class Residency(Record):
+    """The engine process's memory at one point (`residency_after_load`, `residency_at_end`)."""
+
+    model_mapped_rss_bytes: int | None = None  # resident pages of the model's mapping
+    rss_bytes: int | None = None
+    anon_bytes: int | None = None  # anonymous memory: what the limit holds besides the model
+
+
+@dataclass(frozen=True)
+class ProbeMeasurement(Record):
+    """One disk probe pass (`measurements[]`): cold random reads of one size at one depth."""
+
+    block_bytes: int
+    queue_depth: int
+    bytes: int  # requested
+    seconds: float
+    reads: int | None = None
+    device_read_bytes: int | None = None  # what the device read; -1: its counters were not readable
+
+
+@dataclass(frozen=True)
+class TimingRecord(Record):
+    """timing.json, keys in the order the engine writes them (a trial's run, then the disk
+    probe's and the replay's own)."""
+
+    tool: str | None = None  # "llama-moe-trace"
+    llama_build: str | None = None
+    model_file: str | None = None
+    model_bytes: int | None = None
+    backend: str | None = None  # CPU, CUDA
+    devices: str | None = None
+    trace: bool | None = None
+    no_repack: bool | None = None
+    mmap_demand: str | None = None  # LLAMA_MMAP_DEMAND as the engine saw it ("" when unset)
+    n_threads: int | None = None
+    n_ubatch: int | None = None
+    load_s: float | None = None
+    n_prompt_tokens: int | None = None
+    prompt_s: float | None = None
+    prompt_tokens_per_s: float | None = None
+    n_decode_tokens: int | None = None
+    decode_s: float | None = None
+    decode_tokens_per_s: float | None = None
+    prefetch_experts: bool | None = None  # patch 0003
+    prefetch_bytes: int | None = None
+    prefetch_calls: int | None = None
+    expert_cache: dict[str, Any] | None = None  # patch 0004: the cache's policy and counters
+    trace_rows: int | None = None
+    trace_steps: int | None = None
+    residency_after_load: Residency | None = None
+    residency_at_end: Residency | None = None
+    placement: dict[str, Any] | None = None  # appliance.analysis.placement reads it
+    io: EngineIo | None = None
+    probe: str | None = None  # the disk probe: "disk"
+    file: str | None = None
+    file_bytes: int | None = None
+    advice: str | None = None
+    measurements: tuple[ProbeMeasurement, ...] | None = None
+    replay: str | None = None  # a cache replay: the trace replayed
+    events: int | None = None
+    requests: int | None = None
+    hit_flags: str | None = None  # one 0 or 1 per request
+
+
+def load_timing(path: Path) -> TimingRecord:
+    """timing.json read strictly: a one-line ConfigError naming the file otherwise."""
+    return TimingRecord.from_json(load_json(path), str(path))
+
+
+def timing_of(trial: dict[str, Any]) -> TimingRecord:
+    """The timing.json attached to a loaded trial (`TrialDir.load`'s `timing`) as a record; an
+    empty one when the trial has none, or one the class does not accept (a command's own)."""
+    try:
+        return TimingRecord.from_json(trial.get("timing") or {}, "the trial's timing")
+    except ConfigError:
+        return TimingRecord()
+
+
+def read_timing(path: Path) -> TimingRecord | None:
+    """timing.json, or None when it is missing or not a record `load_timing` accepts."""
+    try:
+        return load_timing(path)
+    except ConfigError:
+        return None
