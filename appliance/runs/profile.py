@@ -8,12 +8,13 @@ and impossible limits are refused with one line naming the file and the field's 
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from appliance.core.errors import ConfigError
 from appliance.core.paths import PACKAGE_DIR
+from appliance.core.records import Record
 from appliance.core.strict_load import parse_yaml, read_text
 from appliance.core.units import SizeError, format_size, parse_size
 from appliance.core.validation import validate
@@ -37,12 +38,12 @@ LIKE_SYNTH_KEYS: dict[str, type | tuple[type, ...]] = {
 
 
 @dataclass(frozen=True)
-class ModelManifest:
+class ModelManifest(Record):
     file: str
     bytes: int | None
     sha256: str | None
     source: str
-    synth: dict[str, Any] | None
+    synth: dict[str, Any] | None = None
 
     @property
     def pinned(self) -> bool:
@@ -112,10 +113,10 @@ class MemoryLimits:
 
 
 @dataclass(frozen=True)
-class Variant:
+class Variant(Record):
     name: str
-    env: dict[str, str]
-    args: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
     # an earlier variant whose route trace (same limit, same repeat) is this one's --future
     future: str | None = None
     # a routes file in the models directory that forces the router's choices (--routes-from)
@@ -123,7 +124,7 @@ class Variant:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Record):
     repeats: int
     order: str
     n_predict: int
@@ -208,13 +209,7 @@ def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
                 f"{path}: /variants/{index}/future: {future!r} is not a variant before this one "
                 "(the trial whose trace is the future must run first)"
             )
-        variants[item["name"]] = Variant(
-            name=item["name"],
-            env=dict(item.get("env", {})),
-            args=tuple(item.get("args", [])),
-            future=future,
-            routes=item.get("routes"),
-        )
+        variants[item["name"]] = Variant.from_json(item, f"{path}: /variants/{index}")
     return tuple(variants.values())
 
 
@@ -270,7 +265,7 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
                 f"{path}: /variants/{index}/routes: needs trace: true "
                 "(the trace shows the routes were forced)"
             )
-    model, schedule = raw["model"], raw["schedule"]
+    model = raw["model"]
     _check_like_synth(model.get("synth"), path)
     check_placement_args(tuple(raw["engine"].get("args", [])), f"{path}: /engine/args")
     for index, item in enumerate(raw["variants"]):
@@ -281,26 +276,13 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
         description=raw["description"],
         source_path=path,
         source_text=text,
-        model=ModelManifest(
-            file=model["file"],
-            bytes=model["bytes"],
-            sha256=model["sha256"],
-            source=model["source"],
-            synth=model.get("synth"),
-        ),
+        model=ModelManifest.from_json(model, f"{path}: /model"),
         target=raw["target"],
         gpu=raw["gpu"],
         limits=limits,
         engine_args=tuple(raw["engine"].get("args", [])),
         variants=_variants(raw["variants"], path),
-        schedule=Schedule(
-            repeats=schedule["repeats"],
-            order=schedule["order"],
-            n_predict=schedule["n_predict"],
-            prompt=schedule["prompt"],
-            seed=schedule["seed"],
-            cold_cache=schedule["cold_cache"],
-        ),
+        schedule=Schedule.from_json(raw["schedule"], f"{path}: /schedule"),
         trace=raw["trace"],
         evidence=tuple(raw.get("evidence", [])),
         sweep=_sweep(raw.get("sweep"), path),
