@@ -118,11 +118,11 @@ def _group_end(rows: np.ndarray, stop: int) -> int:
     return stop
 
 
-def trace_events(trace: Trace, row_order: bool = False) -> TraceEvents:
+def trace_events(trace: Trace, row_order: bool = False, chunk_rows: int = ROW_CHUNK) -> TraceEvents:
     """Group rows by (step, layer) and take the union of their tokens' experts, ascending;
     `row_order` also records where each request last occurs in the rows (`after-event`).
 
-    Rows are read a chunk at a time (`format.ROW_CHUNK`, cut at a group's end) and released
+    Rows are read `chunk_rows` at a time (`format.ROW_CHUNK`, cut at a group's end) and released
     after it, so what this holds is the events themselves: 2 bytes a request (4 over
     SMALL_OBJECTS objects), 14 an event.
     Every array is allocated for its bound (one event per row, k requests per row) and
@@ -145,7 +145,7 @@ def trace_events(trace: Trace, row_order: bool = False) -> TraceEvents:
     n_events = n_requests = 0
     start = 0
     while start < n_rows:
-        stop = _group_end(rows, min(start + ROW_CHUNK, n_rows))
+        stop = _group_end(rows, min(start + chunk_rows, n_rows))
         chunk = rows[start:stop]
         step = chunk["step"].astype(np.int64)
         lidx = layer_lookup[chunk["layer"].astype(np.int64)]

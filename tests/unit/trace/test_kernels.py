@@ -18,6 +18,7 @@ from appliance.trace import kernels
 from appliance.trace.events import (
     SMALL_OBJECTS,
     EventStream,
+    item_type,
     single_item_stream,
     sorted_distinct,
     trace_events,
@@ -503,3 +504,59 @@ def test_over_small_objects_ids_are_int32_and_replay_as_the_reference(policy: st
     assert stream.items.dtype == np.dtype(np.int32) and stream.n_requests > kernels.COMPILE_ABOVE_REQUESTS
     code = kernels.CODES[policy]
     assert pool_hits(stream, code, 64, None, None).tolist() == reference_hits(policy, stream, 64)
+
+
+# --- trace_events in chunks, with the rows' last occurrences (after-event admission) ---------
+
+# where each request of HAND_ROWS last occurs, as row * k + slot, in event order: event 0's
+# expert 2 last at row 1 slot 0 (2); layer 3's step-0 row lists (1, 0), so its sorted items
+# [4, 5] last occur at slots 5 and 4; step 1's layer-1 row lists (3, 1): [7, 6]
+HAND_LAST_ROW_SLOT = [0, 2, 3, 5, 4, 7, 6, 8, 9, 10, 11]
+
+
+def test_row_order_events_record_each_requests_last_row_slot() -> None:
+    events = trace_events(_hand_trace(HAND_ROWS), row_order=True)
+    stream = events.stream
+    assert stream.last_row_slot is not None and stream.last_row_slot.dtype == np.dtype(np.int64)
+    assert stream.last_row_slot.tolist() == HAND_LAST_ROW_SLOT
+    assert _as_lists(stream) == _as_lists(trace_events(_hand_trace(HAND_ROWS)).stream)
+    assert trace_events(_hand_trace(HAND_ROWS)).stream.last_row_slot is None
+    # a per-layer pool keeps its requests' slots
+    first, second = events.pools("per-layer")
+    assert first.last_row_slot is not None and first.last_row_slot.tolist() == [0, 2, 3, 7, 6]
+    assert second.last_row_slot is not None and second.last_row_slot.tolist() == [5, 4, 8, 9, 10, 11]
+    # each step's kind (prompt 0, decode 1), 64-bit, one per step
+    assert events.step_kind.dtype == np.dtype(np.int64) and events.step_kind.tolist() == [0, 1, 1]
+    assert trace_events(_hand_trace([])).step_kind.tolist() == []
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 2, 3, 4, 5, 6])
+def test_events_do_not_depend_on_where_the_rows_are_cut(chunk_rows: int) -> None:
+    """Rows are grouped a chunk at a time, each chunk extended to its group's end: any chunk
+    size gives the events, offsets, steps, kinds and last slots of one pass over all rows."""
+    for trace in (_hand_trace(HAND_ROWS), synth_trace(SPECS[0])):
+        whole = trace_events(trace, row_order=True, chunk_rows=len(trace.rows) + 1)
+        cut = trace_events(trace, row_order=True, chunk_rows=chunk_rows)
+        assert _as_lists(cut.stream) == _as_lists(whole.stream)
+        assert cut.stream.last_row_slot is not None and whole.stream.last_row_slot is not None
+        assert cut.stream.last_row_slot.tolist() == whole.stream.last_row_slot.tolist()
+        assert cut.step_kind.tolist() == whole.step_kind.tolist()
+    hand = trace_events(_hand_trace(HAND_ROWS), row_order=True, chunk_rows=chunk_rows).stream
+    assert hand.ptr.tolist() == [0, 3, 5, 7, 9, 11]
+    assert hand.last_row_slot is not None and hand.last_row_slot.tolist() == HAND_LAST_ROW_SLOT
+
+
+def test_object_ids_take_two_bytes_up_to_small_objects_inclusive() -> None:
+    assert item_type(SMALL_OBJECTS) is np.uint16
+    assert item_type(SMALL_OBJECTS + 1) is np.int32
+
+
+def test_next_use_of_a_small_stream_is_32_bit() -> None:
+    stream = trace_events(_hand_trace(HAND_ROWS)).stream
+    next_use = kernels.next_use_events(stream.ptr, stream.items, stream.n_objects)
+    assert next_use.dtype == np.dtype(np.int32) and len(next_use) == stream.n_requests
+
+
+def test_single_item_offsets_are_64_bit() -> None:
+    flat = single_item_stream(trace_events(_hand_trace(HAND_ROWS)).stream)
+    assert flat.ptr.dtype == np.dtype(np.int64)
