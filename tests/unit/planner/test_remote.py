@@ -1,5 +1,6 @@
 """Planning a GGUF on a web server reads only its header, through range requests."""
 
+import contextlib
 import json
 import re
 import threading
@@ -53,10 +54,9 @@ def handler_for(served: Served) -> type[BaseHTTPRequestHandler]:
             # counted before the write: the client may have read the body (and the test
             # compared the counts) before this thread runs again
             served.bytes_sent += len(body)
-            try:
+            # the client may stop reading a body it did not ask for
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client stopped reading a body it did not ask for
 
         def log_message(self, *args: object) -> None:
             pass
