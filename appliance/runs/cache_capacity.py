@@ -50,12 +50,8 @@ def check_cache_capacity(
     """ConfigError, in one line, for the first trial whose variant asks for more experts than
     its memory limit leaves room for; nothing for variants without an explicit capacity.
     `model_bytes` is the model's size (a header-only skeleton's file is smaller)."""
-    asked = {
-        trial.variant.name: explicit_capacity(trial.variant.args)
-        for trial in trials
-        if explicit_capacity(trial.variant.args) is not None
-    }
-    if not asked:
+    asked = {trial.variant.name: explicit_capacity(trial.variant.args) for trial in trials}
+    if not any(capacity is not None for capacity in asked.values()):
         return
     n_experts, n_used, per_layer = gguf_expert_layout(model_path)
     one_expert = max(per_layer.values())

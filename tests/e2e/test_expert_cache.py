@@ -26,7 +26,7 @@ from appliance.trace.format import Trace, read_trace, write_trace
 from appliance.trace.replay import pool_hits
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from tests.conftest import unavailable
-from tests.e2e.conftest import run_tracer
+from tests.e2e.conftest import TracerRun, run_tracer
 from tests.e2e.test_demand_mmap import evict
 from tests.models import tiny_model
 
@@ -193,7 +193,7 @@ def test_cache_keeps_routing_and_text_and_misses_what_the_replay_predicts(
         assert (cache["policy"], cache["capacity"], cache["capacity_source"]) == (policy, capacity, "given")
         expected = python_hits(trace, policy, capacity)
         want = per_step(trace, expected)
-        got = {s["step"]: (s["hits"], s["misses"]) for s in cache["steps"]}
+        got = steps_of(cache)
         assert got == want, f"{policy} at {capacity}: tool's per-step (hits, misses) differ from the replay"
         misses = cache["prefill"]["misses"] + cache["decode"]["misses"]
         assert misses == int((expected == 0).sum())
@@ -207,18 +207,29 @@ def test_cache_keeps_routing_and_text_and_misses_what_the_replay_predicts(
         )
 
 
+def cold_plain_run(cache_bin: Path, tmp_path: Path) -> tuple[Path, TracerRun, Trace]:
+    """The tiny model read cold by a run without the cache (24 tokens): the model, the run and
+    its trace; the model is evicted again, for the cache run that follows."""
+    model = tiny_model("qwen3moe")
+    evict(model)
+    plain = run_tracer(cache_bin, model, tmp_path / "plain", *tracer_args(24), prompt=PROMPT, env=DEMAND)
+    evict(model)
+    return model, plain, read_trace(plain.trace)
+
+
+def steps_of(cache: dict) -> dict[int, tuple[int, int]]:  # type: ignore[type-arg]
+    """step -> (hits, misses) as the tool counted them."""
+    return {s["step"]: (s["hits"], s["misses"]) for s in cache["steps"]}
+
+
 @pytest.mark.engine
 def test_reading_ahead_changes_no_decision_and_reads_each_later_miss_once(
     cache_bin: Path, tmp_path: Path
 ) -> None:
-    model = tiny_model("qwen3moe")
-    evict(model)
-    plain = run_tracer(cache_bin, model, tmp_path / "plain", *tracer_args(24), prompt=PROMPT, env=DEMAND)
-    trace = read_trace(plain.trace)
+    model, plain, trace = cold_plain_run(cache_bin, tmp_path)
     capacity = 3 * trace.k
     # no layer twice in a window: each expert read ahead is a miss to come
     lookahead = len(trace.moe_layers) - 2
-    evict(model)
     run = run_tracer(
         cache_bin,
         model,
@@ -234,8 +245,9 @@ def test_reading_ahead_changes_no_decision_and_reads_each_later_miss_once(
     assert run.text == plain.text and run.text
     cache = run.timings["expert_cache"]
     assert (cache["lookahead"], cache["future"]) == (lookahead, plain.trace.name)
-    got = {s["step"]: (s["hits"], s["misses"]) for s in cache["steps"]}
-    assert got == per_step(trace, python_hits(trace, "lru", capacity)), "reading ahead changed a decision"
+    assert steps_of(cache) == per_step(trace, python_hits(trace, "lru", capacity)), (
+        "reading ahead changed a decision"
+    )
     # every decode miss was queued once, by an earlier event (the last prompt event or a decode one)
     ahead = cache["prefill"]["ahead_bytes"] + cache["decode"]["ahead_bytes"]
     assert cache["decode"]["misses"] > 0
@@ -250,13 +262,9 @@ FAULT = "MOE_TRACE_READ_FAULT"
 def test_short_reads_change_nothing_and_a_read_error_stops_the_run_in_one_line(
     cache_bin: Path, tmp_path: Path
 ) -> None:
-    model = tiny_model("qwen3moe")
-    evict(model)
-    plain = run_tracer(cache_bin, model, tmp_path / "plain", *tracer_args(24), prompt=PROMPT, env=DEMAND)
-    trace = read_trace(plain.trace)
+    model, plain, trace = cold_plain_run(cache_bin, tmp_path)
     capacity = 3 * trace.k
     # every pread reports half of what it read: each read is finished by further calls
-    evict(model)
     short = run_tracer(
         cache_bin,
         model,
@@ -269,9 +277,7 @@ def test_short_reads_change_nothing_and_a_read_error_stops_the_run_in_one_line(
     assert short.trace.read_bytes() == plain.trace.read_bytes()
     assert short.text == plain.text and short.text
     cache = short.timings["expert_cache"]
-    assert {s["step"]: (s["hits"], s["misses"]) for s in cache["steps"]} == per_step(
-        trace, python_hits(trace, "lru", capacity)
-    )
+    assert steps_of(cache) == per_step(trace, python_hits(trace, "lru", capacity))
     misses = cache["prefill"]["misses"] + cache["decode"]["misses"]
     assert cache["prefill"]["bytes_read"] + cache["decode"]["bytes_read"] == misses * cache["expert_bytes"]
     # a read error after the prompt's reads: one line with the error and the offset, exit 1,
