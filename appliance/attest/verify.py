@@ -190,14 +190,13 @@ def _reject_name(name: Any) -> str | None:
     return None
 
 
-def _strict_json(path: Path, name: str) -> tuple[Any, str | None]:
+def _strict_json(path: Path) -> tuple[Any, str | None]:
     """(parsed JSON, None) or (None, why not) for a bundle file, read by the strict reader
     (regular files only, never blocking, bounded; duplicate keys and huge numbers refused)."""
     try:
-        return parse_json(read_text(path, MAX_SEAL_BYTES), name), None
+        return parse_json(read_text(path, MAX_SEAL_BYTES), path), None
     except ConfigError as exc:
-        reason = str(exc).removeprefix(f"{path}: ").removeprefix(f"{name}: ")
-        return None, f"is not strict JSON ({reason})"
+        return None, f"is not strict JSON ({str(exc).removeprefix(f'{path}: ')})"
 
 
 def _read_seal(run_dir: Path, name: str) -> tuple[Any, str | None]:
@@ -211,15 +210,15 @@ def _read_seal(run_dir: Path, name: str) -> tuple[Any, str | None]:
         return None, "is not a regular file"
     if info.st_size > MAX_SEAL_BYTES:
         return None, f"is over {MAX_SEAL_BYTES} bytes"
-    return _strict_json(path, name)
+    return _strict_json(path)
 
 
 def _recorded_key(manifest: dict[str, Any] | None) -> SSlibKey | None:
     """The public key the manifest records as the signer's, or None (none, or not a key)."""
     embedded = ((manifest or {}).get("attestation") or {}).get("public_key")
     try:
-        return public_key_from_dict(embedded) if embedded is not None else None
-    except ValueError:
+        return public_key_from_dict(embedded)
+    except ValueError:  # absent (None) or not a key
         return None
 
 
@@ -580,7 +579,7 @@ def _subject_json(facts: Facts, name: str) -> tuple[Any, str | None]:
     path = facts.need(ON_DISK).get(name)
     if path is None or name not in (facts.use(SUBJECTS) or {}):
         return None, f"{name} is not a subject of the statement"
-    data, problem = _strict_json(path, name)
+    data, problem = _strict_json(path)
     return data, None if problem is None else f"{name} {problem}"
 
 

@@ -47,7 +47,7 @@ def _page_union_bytes(ranges: Iterable[tuple[int, int]]) -> int:
 def embedding_rows_bytes(tensor: TensorBytes, tokens: int) -> int:
     """Bytes of the pages that the rows of at most `tokens` tokens of an embedding table touch:
     each row's pages counted whole, never more than the table's own pages."""
-    rows = max(int(tensor.shape[-1]), 1) if tensor.shape else 1
+    rows = max(int(tensor.shape[-1]), 1)  # a GGUF tensor has at least one dimension
     row_pages = -(-(tensor.nbytes // rows) // PAGE_BYTES) + 1
     table_pages = -(-tensor.nbytes // PAGE_BYTES) + 1
     return min(table_pages, tokens * row_pages) * PAGE_BYTES

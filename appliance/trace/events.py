@@ -110,8 +110,8 @@ def sorted_distinct(values: np.ndarray) -> np.ndarray:
 
 
 def _group_end(rows: np.ndarray, stop: int) -> int:
-    """The first row at or after `stop` that starts a new (step, layer) group."""
-    while 0 < stop < len(rows) and (
+    """The first row at or after `stop` (at least 1) that starts a new (step, layer) group."""
+    while stop < len(rows) and (
         rows["step"][stop] == rows["step"][stop - 1] and rows["layer"][stop] == rows["layer"][stop - 1]
     ):
         stop += 1
@@ -127,6 +127,8 @@ def trace_events(trace: Trace, row_order: bool = False, chunk_rows: int = ROW_CH
     SMALL_OBJECTS objects), 14 an event.
     Every array is allocated for its bound (one event per row, k requests per row) and
     returned as a view of what was filled: pages never written are never resident."""
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows is {chunk_rows}: a chunk holds at least one row")
     rows = trace.rows
     n_experts = trace.n_experts
     layers = trace.moe_layers

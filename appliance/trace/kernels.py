@@ -139,14 +139,22 @@ NEVER = np.iinfo(np.int64).max // 4
 NEVER32 = np.iinfo(np.int32).max
 
 
+def next_use_type(ptr: np.ndarray) -> tuple[type[np.signedinteger[Any]], int]:
+    """The next-use index type of the events that ptr delimits, and its past-every-event value:
+    int32 and NEVER32 when every event index and NEVER32 itself fit 32 bits (4 bytes a
+    request), else int64 and NEVER."""
+    if ptr.shape[0] - 1 < NEVER32:
+        return np.int32, NEVER32
+    return np.int64, NEVER
+
+
 def next_use_events(ptr: np.ndarray, items: np.ndarray, n_obj: int) -> np.ndarray:
     """For each request, the index of the next event requesting the same object, or past every
-    event: int32 and NEVER32 when the events' indices fit 32 bits (4 bytes a request), else
-    int64 and NEVER. Only the order of next uses matters to a policy, so both replay alike."""
+    event (next_use_type). Only the order of next uses matters to a policy, so both types
+    replay alike."""
     _prepare(items.shape[0])
-    narrow = ptr.shape[0] - 1 < NEVER32
-    out = np.empty(items.shape[0], dtype=np.int32 if narrow else np.int64)
-    return _next_use_events(ptr, items, n_obj, out, NEVER32 if narrow else NEVER)
+    index_type, never = next_use_type(ptr)
+    return _next_use_events(ptr, items, n_obj, np.empty(items.shape[0], dtype=index_type), never)
 
 
 @kernel()

@@ -7,18 +7,35 @@ from typing import Any
 
 from appliance.analysis.run_analyses import write_sweep_analysis
 from appliance.core import atomic
+from appliance.core.digests import sha256_bytes
 from appliance.trace.format import write_trace
+from appliance.trace.routes import routes_bytes
 from appliance.trace.synth import TraceSynthSpec, synth_trace
 from tests.models import tiny_model
 
 MIB = 1 << 20
 
 
-def _trial(run: Path, name: str, limit: int, decode_read: int, seed: int, cgroup_extra: int = 0) -> None:
+def _spec(seed: int) -> TraceSynthSpec:
+    return TraceSynthSpec(n_layers=4, n_experts=64, k=8, n_decode=48, seed=seed)
+
+
+def _trial(
+    run: Path,
+    name: str,
+    limit: int,
+    decode_read: int,
+    seed: int,
+    cgroup_extra: int = 0,
+    routes: dict[str, str] | None = None,
+    traced: bool = True,
+) -> None:
     directory = run / "trials" / name
     directory.mkdir(parents=True)
-    trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=64, k=8, n_decode=48, seed=seed))
-    write_trace(directory / "trace.moetrace", trace.header, trace.rows)
+    if traced:
+        trace = synth_trace(_spec(seed))
+        write_trace(directory / "trace.moetrace", trace.header, trace.rows)
+    forced = {} if routes is None else {"routes": routes}
     atomic.write_json(
         directory / "trial.json",
         {
@@ -28,6 +45,7 @@ def _trial(run: Path, name: str, limit: int, decode_read: int, seed: int, cgroup
             "memory_limit": limit,
             "status": "ok",
             "model_device": "254:0",
+            **forced,
         },
     )
     atomic.write_json(
@@ -157,3 +175,33 @@ def test_without_a_probe_there_is_no_roofline(tmp_path: Path) -> None:
     assert "roofline" not in trial and "roofline_page" not in trial and trial["disk_fraction"] is None
     assert trial["phase_sum_over_cgroup"] == 4 / 5
     assert sweep["phase_sums_within_tolerance"] is False
+
+
+def test_each_forced_trial_is_checked_against_the_routes_file_beside_the_model(tmp_path: Path) -> None:
+    """True when its trace holds exactly the routes; False when it does not; None without a
+    trace or when the routes file is gone or is not the one the trial recorded; no key for a
+    trial that was not forced."""
+    model = tmp_path / "models" / "model.gguf"
+    model.parent.mkdir()
+    model.symlink_to(tiny_model("qwen3moe", size="32MiB"))
+    data = routes_bytes(synth_trace(_spec(1)))
+    (model.parent / "r.routes").write_bytes(data)
+    used = {"file": "r.routes", "sha256": sha256_bytes(data)}
+    run = tmp_path / "run"
+    forced = [
+        (1, used, True),
+        (2, used, False),  # another trace
+        (1, {**used, "sha256": "0" * 64}, None),  # the file beside the model is not the one used
+        (1, {**used, "file": "gone.routes"}, None),
+    ]
+    for index, (seed, routes, _) in enumerate(forced, 1):
+        _trial(run, f"{index:03d}-64MiB-demand-mmap-r{index}", 64 * MIB, MIB, seed, routes=routes)
+    _trial(run, "005-64MiB-demand-mmap-r5", 64 * MIB, MIB, 1, routes=used, traced=False)
+    _trial(run, "006-64MiB-demand-mmap-r6", 64 * MIB, MIB, 1)  # not forced
+    atomic.write_json(run / "results.json", {"schema_version": 1})
+    trials = write_sweep_analysis(run, model)["trials"]
+    assert [t.get("trace_equals_routes", "absent") for t in trials] == [
+        *(expected for _, _, expected in forced),
+        None,
+        "absent",
+    ]

@@ -10,7 +10,7 @@ from gguf import GGUFReader
 from appliance.core.errors import ApplianceError
 from appliance.core.units import PAGE_BYTES
 from appliance.planner.accounting import TensorBytes, account_file
-from appliance.planner.pages import is_demand_mapped, resident_file_bytes
+from appliance.planner.pages import embedding_rows_bytes, is_demand_mapped, resident_file_bytes
 from tests.models import tiny_model
 
 
@@ -39,6 +39,37 @@ def test_a_layout_worked_out_by_hand(model: Path) -> None:
     assert resident_file_bytes(hand, [(1, 1)]) == 2 * PAGE_BYTES  # another layer's expert: none here
     assert resident_file_bytes(hand, []) == 2 * PAGE_BYTES
     assert resident_file_bytes(hand) == 7 * PAGE_BYTES  # pages 0 to 6, without a router's choice
+
+
+def test_only_the_rows_looked_up_of_an_untied_embedding_are_held(model: Path) -> None:
+    acc = account_file(model)
+    # 8 rows of 4000 bytes: each row's pages counted whole (2 a row, a row may straddle a page
+    # boundary), never more than the table's own 9 (7.8 pages, rounded up, plus one)
+    embedding = TensorBytes("token_embd.weight", "F16", (2000, 8), 32000, 8192, "embeddings", -1)
+    tensors = [
+        embedding,  # [8192, 40192): pages 2 to 9
+        TensorBytes("output.weight", "F16", (2000, 8), 32000, 40960, "output", -1),  # pages 10 to 17
+        TensorBytes("blk.0.ffn_up_exps.weight", "F16", (2, 1500, 3), 18000, 81920, "routed_experts", 0),
+    ]
+    hand = dataclasses.replace(acc, header_bytes=100, tensors=tensors)
+    # header page 0, the output head's 8 pages, expert 1 = [87920, 93920): pages 21 and 22
+    assert resident_file_bytes(hand, [(0, 1)], tokens=0) == 11 * PAGE_BYTES
+    assert resident_file_bytes(hand, [(0, 1)], tokens=1) == (11 + 2) * PAGE_BYTES
+    assert resident_file_bytes(hand, [(0, 1)], tokens=4) == (11 + 8) * PAGE_BYTES
+    assert resident_file_bytes(hand, [(0, 1)], tokens=5) == (11 + 9) * PAGE_BYTES  # the table's bound
+    assert resident_file_bytes(hand, [(0, 1)]) == (11 + 8) * PAGE_BYTES  # no token count: the whole table
+    tied = dataclasses.replace(hand, tensors=[embedding, tensors[2]])  # the head reads every row
+    assert resident_file_bytes(tied, [(0, 1)], tokens=1) == (1 + 8 + 2) * PAGE_BYTES
+    counts = [embedding_rows_bytes(embedding, tokens) for tokens in (0, 1, 4, 5, 100)]
+    assert counts == [0, 2 * PAGE_BYTES, 8 * PAGE_BYTES, 9 * PAGE_BYTES, 9 * PAGE_BYTES]
+    assert all(type(count) is int for count in counts)
+
+
+def test_embedding_rows_of_a_one_row_and_a_one_dimensional_table() -> None:
+    one_row = TensorBytes("token_embd.weight", "F16", (6144, 1), 12288, 0, "embeddings", -1)
+    assert embedding_rows_bytes(one_row, 1) == 4 * PAGE_BYTES  # 3 pages, plus one for straddling
+    flat = TensorBytes("token_embd.weight", "F32", (4,), 16, 0, "embeddings", -1)  # 4 rows of 4 bytes
+    assert embedding_rows_bytes(flat, 1) == 2 * PAGE_BYTES
 
 
 def test_an_empty_tensor_holds_no_page(model: Path) -> None:

@@ -321,6 +321,20 @@ def test_cache_stats_count_what_each_run_kernel_compiled_and_loaded(restored: py
     assert kernels.cache_stats() == {"_next_use_events": (1, 0)}
 
 
+def test_next_uses_are_32_bit_while_every_event_index_fits_below_never32() -> None:
+    """The boundary, on zero-stride ptr arrays of the event counts around it (nothing allocated)."""
+
+    def ptr_of(n_events: int) -> np.ndarray:
+        return np.broadcast_to(np.int64(0), (n_events + 1,))
+
+    assert kernels.next_use_type(ptr_of(0)) == (np.int32, kernels.NEVER32)
+    assert kernels.next_use_type(ptr_of(kernels.NEVER32 - 1)) == (np.int32, kernels.NEVER32)
+    assert kernels.next_use_type(ptr_of(kernels.NEVER32)) == (np.int64, kernels.NEVER)
+    ptr, items = np.array([0, 2, 3, 5]), np.array([0, 1, 0, 1, 0])
+    next_use = kernels.next_use_events(ptr, items, 2)
+    assert next_use.dtype == np.int32 and next_use.tolist() == [1, 2, 2, kernels.NEVER32, kernels.NEVER32]
+
+
 # --- trace_events and its pools, worked by hand ---------------------------------------------
 
 # (step, layer, ids) of a 4-expert trace, k=2, MoE layers 1 and 3 (blocks 0 and 2 dense):
@@ -544,6 +558,11 @@ def test_events_do_not_depend_on_where_the_rows_are_cut(chunk_rows: int) -> None
     hand = trace_events(_hand_trace(HAND_ROWS), row_order=True, chunk_rows=chunk_rows).stream
     assert hand.ptr.tolist() == [0, 3, 5, 7, 9, 11]
     assert hand.last_row_slot is not None and hand.last_row_slot.tolist() == HAND_LAST_ROW_SLOT
+
+
+def test_a_chunk_of_no_rows_is_refused() -> None:
+    with pytest.raises(ValueError, match="^chunk_rows is 0: a chunk holds at least one row$"):
+        trace_events(_hand_trace(HAND_ROWS), chunk_rows=0)
 
 
 def test_object_ids_take_two_bytes_up_to_small_objects_inclusive() -> None:
