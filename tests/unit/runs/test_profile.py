@@ -24,6 +24,7 @@ def test_builtins_are_the_three_profiles_of_the_issue() -> None:
         "qwen3-30b-shape-slice",
         "qwen35-8g",
         "qwen35-shape-8g",
+        "qwen35-shape-8g-verdict",
         "qwen35-shape-slice",
         "tiny-oversub",
         "tiny-oversub-cache",
@@ -78,6 +79,16 @@ def test_qwen35_shape_8g_sweeps_exactly_8_gib_forced_from_calibrated_routes(tmp_
     head = struct.unpack_from("<8s7I", made.read_bytes())
     assert head[1:] == (1, 40, 256, 8, 40, 45, 64)
     assert len(p.schedule.prompt.encode()) == 45 and p.schedule.n_predict == 64
+
+
+def test_the_verdict_sweep_is_qwen35_shape_8g_without_its_baseline() -> None:
+    """Finding qwen35-shape-8g-expert-cache-cpu ran it: the same model, routes, limits, engine,
+    schedule and variants, less the baseline (which measures the VM's read-ahead)."""
+    full, verdict = load_profile("qwen35-shape-8g"), load_profile("qwen35-shape-8g-verdict")
+    assert [v for v in full.variants if v.name != "baseline"] == list(verdict.variants)
+    shared = ["model", "routes", "limits", "schedule", "sweep", "experimental", "engine_args", "gpu"]
+    for field in [*shared, "target"]:
+        assert getattr(verdict, field) == getattr(full, field), field
 
 
 @pytest.mark.parametrize(("name", "layers"), [("qwen3-30b-shape", None), ("qwen3-30b-shape-slice", 2)])
@@ -270,7 +281,8 @@ def test_cli_refuses_an_unknown_key_with_exit_2_and_one_line(tmp_path: Path) -> 
 
 
 def test_unknown_profile_name_lists_the_builtins(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="qwen35-8g, qwen35-shape-8g, qwen35-shape-slice, tiny-oversub"):
+    known = "qwen35-8g, qwen35-shape-8g, qwen35-shape-8g-verdict, qwen35-shape-slice, tiny-oversub"
+    with pytest.raises(ConfigError, match=known):
         load_profile("no-such-profile")
 
 
