@@ -340,12 +340,13 @@ def analyze_sweep(
     experts = model_experts(model_path, next(iter(loaded.values())))
     probe = probe_summary(probe_record) if probe_record is not None and probe_record.to_json() else None
     probe_bps = probe["expert_qd1_bytes_per_s"] if probe else None
-    rows = [trial_row(t, loaded.get(t["dir"]), experts, probe_bps) for t in trials]
-    for trial, row in zip(trials, rows, strict=True):
+    rows = []
+    for trial in trials:
+        trace = loaded.get(trial["dir"])
+        row = trial_row(trial, trace, experts, probe_bps)
         if isinstance(trial.get("routes"), dict):
-            row["trace_equals_routes"] = trace_equals_routes(
-                trial, loaded.get(trial["dir"]), model_path.parent
-            )
+            row["trace_equals_routes"] = trace_equals_routes(trial, trace, model_path.parent)
+        rows.append(row)
     add_roofline(rows, probe_bps)
     add_roofline(rows, probe["page_qd1_bytes_per_s"] if probe else None, "roofline_page")
     phase_checks = [r["phase_sum_over_cgroup"] for r in rows if "phase_sum_over_cgroup" in r]

@@ -205,3 +205,18 @@ def test_each_forced_trial_is_checked_against_the_routes_file_beside_the_model(t
         None,
         "absent",
     ]
+
+
+def test_a_routes_file_that_is_not_one_makes_the_analysis_an_error_naming_it(tmp_path: Path) -> None:
+    model = tmp_path / "models" / "model.gguf"
+    model.parent.mkdir()
+    model.symlink_to(tiny_model("qwen3moe", size="32MiB"))
+    garbage = b"not routes at all"
+    (model.parent / "r.routes").write_bytes(garbage)
+    run = tmp_path / "run"
+    routes = {"file": "r.routes", "sha256": sha256_bytes(garbage)}  # the file the trial recorded
+    _trial(run, "001-64MiB-demand-mmap-r1", 64 * MIB, MIB, 1, routes=routes)
+    atomic.write_json(run / "results.json", {"schema_version": 1})
+    assert write_sweep_analysis(run, model) == {
+        "error": f"{model.parent / 'r.routes'}: not a routes file (no MOEROUTE header)"
+    }
