@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -91,6 +92,44 @@ def rounded(knobs: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def search(
+    score_of: Callable[[dict[str, float]], float],
+    bounds: dict[str, tuple[float, float]],
+    trials: int,
+    rng: np.random.Generator,
+    rounded: Callable[[dict[str, float]], dict[str, float]],
+    start: dict[str, float] | None = None,
+) -> tuple[float, dict[str, float]]:
+    """(score, values) of the best candidate: `trials` random ones drawn uniformly from
+    `bounds` (after `start`, when given), then a coordinate descent from the best, a step up
+    and down each value, halving the steps when neither improves anything, until they are a
+    hundredth of the bounds. Prints each improvement."""
+    best: tuple[float, dict[str, float]] = (float("inf"), {})
+    if start is not None:
+        best = (score_of(start), start)
+        print(f"start: score {best[0]:.4f} {start}", flush=True)
+    for trial in range(trials):
+        values = rounded({name: float(rng.uniform(low, high)) for name, (low, high) in bounds.items()})
+        got = score_of(values)
+        if got < best[0]:
+            best = (got, values)
+            print(f"trial {trial}: score {got:.4f} {values}", flush=True)
+    steps = {name: (high - low) / 8 for name, (low, high) in bounds.items()}
+    while best[0] > 0 and any(steps[name] > (high - low) / 100 for name, (low, high) in bounds.items()):
+        improved = False
+        for name, (low, high) in bounds.items():
+            for sign in (1, -1):
+                stepped = float(np.clip(best[1][name] + sign * steps[name], low, high))
+                values = rounded(best[1] | {name: stepped})
+                got = score_of(values)
+                if got < best[0]:
+                    best, improved = (got, values), True
+                    print(f"descent: score {got:.4f} {values}", flush=True)
+        if not improved:
+            steps = {name: step / 2 for name, step in steps.items()}
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200, help="random candidates before the descent")
@@ -111,32 +150,11 @@ def main() -> None:
     shapes = tuple(tuple(int(x) for x in shape.split("x")) for shape in args.shape)
     seeds = tuple(range(args.trace_seeds))
     start = time.perf_counter()
-    best: tuple[float, dict[str, float]] = (float("inf"), {})
-    if args.start is not None:
-        best = (score(args.start, ranges, decode, shapes, seeds), args.start)
-        print(f"start: score {best[0]:.4f} {args.start}", flush=True)
-    for trial in range(args.trials):  # random candidates
-        knobs = rounded({name: float(rng.uniform(low, high)) for name, (low, high) in BOUNDS.items()})
-        got = score(knobs, ranges, decode, shapes, seeds)
-        if got < best[0]:
-            best = (got, knobs)
-            print(f"trial {trial}: score {got:.4f} {knobs}", flush=True)
-    # coordinate descent from the best: a step up and down each knob, halving the steps when
-    # neither improves anything, until they are a hundredth of the bounds
-    steps = {name: (high - low) / 8 for name, (low, high) in BOUNDS.items()}
-    while best[0] > 0 and any(steps[name] > (high - low) / 100 for name, (low, high) in BOUNDS.items()):
-        improved = False
-        for name, (low, high) in BOUNDS.items():
-            for sign in (1, -1):
-                knobs = rounded(
-                    best[1] | {name: float(np.clip(best[1][name] + sign * steps[name], low, high))}
-                )
-                got = score(knobs, ranges, decode, shapes, seeds)
-                if got < best[0]:
-                    best, improved = (got, knobs), True
-                    print(f"descent: score {got:.4f} {knobs}", flush=True)
-        if not improved:
-            steps = {name: step / 2 for name, step in steps.items()}
+
+    def score_of(knobs: dict[str, float]) -> float:
+        return score(knobs, ranges, decode, shapes, seeds)
+
+    best = search(score_of, BOUNDS, args.trials, rng, rounded, args.start)
     print(f"best {best[1]} score {best[0]:.4f} after {time.perf_counter() - start:.0f} s")
     for spec in specs(best[1], decode, shapes):  # type: ignore[arg-type]
         misses = outside(locality(synth_trace(spec)), ranges)

@@ -608,8 +608,15 @@ def compare_cmd(first: Path, second: Path, as_json: bool) -> None:
 
 @trace_group.command("calibration")
 @click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option(
+    "--same-length",
+    is_flag=True,
+    help="Also show the range of the real traces cut to TRACE's number of decode tokens (their "
+    "first N): the like-for-like view for the statistics that depend on length. The exit status "
+    "still follows the whole traces' range.",
+)
 @json_option
-def calibration_cmd(trace_path: Path, as_json: bool) -> None:
+def calibration_cmd(trace_path: Path, same_length: bool, as_json: bool) -> None:
     """TRACE's decode locality beside the range of the three real traces, statistic by
     statistic (exit 1 when one lies outside)."""
     from appliance.trace.calibration import outside, real_range, statistics
@@ -619,24 +626,50 @@ def calibration_cmd(trace_path: Path, as_json: bool) -> None:
     ranges = real_range()
     loc = locality(read_trace(trace_path))
     misses = outside(loc, ranges)
+    tokens = int(loc["decode_tokens"])
+    cut = real_range(decode_tokens=tokens) if same_length else None
+    cut_misses = outside(loc, cut) if cut is not None else []
     rows: list[dict[str, Any]] = [
         {"statistic": name, "values": values, "real_min": ranges[name][0], "real_max": ranges[name][1]}
         for name, values in statistics(loc).items()
     ]
     if as_json:
-        _emit({"trace": trace_path.name, "statistics": rows, "outside": misses})
+        out: dict[str, Any] = {"trace": trace_path.name, "statistics": rows, "outside": misses}
+        if cut is not None:
+            out["same_length"] = {
+                "decode_tokens": tokens,
+                "ranges": {name: list(bounds) for name, bounds in cut.items()},
+                "outside": cut_misses,
+            }
+        _emit(out)
     else:
+
+        def shown_range(name: str, bounds: tuple[float, float]) -> str:
+            if name == "hottest / uniform":
+                return f"{bounds[0]:.1f} .. {bounds[1]:.1f}"
+            return f"{_pct(bounds[0])} .. {_pct(bounds[1])}"
+
+        def mark(name: str, lines: list[str]) -> str:
+            return "  OUTSIDE" if any(m.startswith(name + ":") for m in lines) else ""
+
         width = max(len(r["statistic"]) for r in rows)
-        click.echo(f"{'statistic':<{width}}  {'this trace':>15}  real range")
+        header = f"{'statistic':<{width}}  {'this trace':>15}  real range"
+        if cut is not None:
+            header = f"{header:<{width + 46}}  first {tokens} decode tokens of each"
+        click.echo(header)
         for r in rows:
-            vals = r["values"]
+            name, vals = r["statistic"], r["values"]
             shown = _pct(vals[0]) if len(vals) == 1 else f"{_pct(min(vals))}-{_pct(max(vals))}"
-            if r["statistic"] == "hottest / uniform":
-                shown, real = f"{vals[0]:.1f}", f"{r['real_min']:.1f} .. {r['real_max']:.1f}"
-            else:
-                real = f"{_pct(r['real_min'])} .. {_pct(r['real_max'])}"
-            mark = "" if not any(m.startswith(r["statistic"] + ":") for m in misses) else "  OUTSIDE"
-            click.echo(f"{r['statistic']:<{width}}  {shown:>15}  {real}{mark}")
+            if name == "hottest / uniform":
+                shown = f"{vals[0]:.1f}"
+            line = f"{name:<{width}}  {shown:>15}  {shown_range(name, (r['real_min'], r['real_max']))}"
+            line += mark(name, misses)
+            if cut is not None:
+                line = f"{line:<{width + 46}}  {shown_range(name, cut[name])}{mark(name, cut_misses)}"
+            click.echo(line.rstrip())
+        if cut is not None:
+            inside = len(rows) - len(cut_misses)
+            click.echo(f"{inside} of {len(rows)} inside the first {tokens} decode tokens' range")
     if misses:
         raise ApplianceError(
             f"{len(misses)} of {len(rows)} statistics of {trace_path.name} outside the real range"

@@ -6,18 +6,26 @@ The synthetic routers are calibrated against this range (docs/trace-format.md, "
 routing against real routing"); it is computed from the traces every time, never typed in.
 A statistic is one number, except next-token reuse per layer, whose range spans every layer of
 every real trace and which a trace meets when each of its layers lies inside.
+
+The range is over the whole real traces (128, 128 and 64 decode tokens). Several statistics
+depend on a trace's length (pairs touched, the reuse distances of 17 tokens and more, first
+touches, the hit rates), so `real_range(decode_tokens=N)` also gives the range of the real
+traces cut to their first N decode tokens, a like-for-like view for a trace of N: shown beside
+the whole range (`trace calibration --same-length`), never in its place.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from appliance.core.errors import ConfigError
 from appliance.core.paths import repo_root
 from appliance.core.vendored import VENDORED
 from appliance.trace.format import Trace
 from appliance.trace.interchange import import_trace
-from appliance.trace.locality import locality
+from appliance.trace.locality import decode_trace, locality
 
 PER_LAYER_REUSE = "next-token reuse per layer"
 
@@ -62,9 +70,19 @@ def statistic_ranges(locs: list[dict[str, Any]]) -> dict[str, tuple[float, float
     return {name: (min(values), max(values)) for name, values in merged.items() if values}
 
 
-def real_range() -> dict[str, tuple[float, float]]:
-    """Each statistic's range over the real traces."""
-    return statistic_ranges([locality(trace) for _, trace in real_traces()])
+def first_decode_tokens(trace: Trace, n: int) -> Trace:
+    """The trace's first `n` decode tokens, as a decode-only trace (whole if it has fewer)."""
+    decode = decode_trace(trace)
+    kept = np.unique(decode.steps)[:n]
+    return Trace(header=decode.header, rows=decode.rows[np.isin(decode.steps, kept)])
+
+
+def real_range(decode_tokens: int | None = None) -> dict[str, tuple[float, float]]:
+    """Each statistic's range over the real traces, whole or cut to their first `decode_tokens`."""
+    traces = [trace for _, trace in real_traces()]
+    if decode_tokens is not None:
+        traces = [first_decode_tokens(trace, decode_tokens) for trace in traces]
+    return statistic_ranges([locality(trace) for trace in traces])
 
 
 def outside(loc: dict[str, Any], ranges: dict[str, tuple[float, float]]) -> list[str]:

@@ -294,7 +294,19 @@ def ensure_synth_model(
         )
         console.print(f"model {path.name}: {full.size_bytes} bytes, sha256 {full.sha256}")
         return path
-    spec = ModelSynthSpec(
+    spec = tiny_synth_spec(synth)
+    console.print(
+        f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
+        f"skew {synth['skew']}, seed {synth['seed']})"
+    )
+    result = synthesize(spec, path, progress)
+    console.print(f"model {path.name}: {result.size_bytes} bytes, sha256 {result.sha256}")
+    return path
+
+
+def tiny_synth_spec(synth: dict[str, Any]) -> ModelSynthSpec:
+    """A tiny model's `model.synth` parameters as the synthesizer's spec."""
+    return ModelSynthSpec(
         arch=str(synth["arch"]),
         size_bytes=parse_size(str(synth["size"])),
         experts=int(synth["experts"]),
@@ -304,13 +316,6 @@ def ensure_synth_model(
         seed=int(synth["seed"]),
         expert_type=str(synth.get("type", "f16")),
     )
-    console.print(
-        f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
-        f"skew {synth['skew']}, seed {synth['seed']})"
-    )
-    result = synthesize(spec, path, progress)
-    console.print(f"model {path.name}: {result.size_bytes} bytes, sha256 {result.sha256}")
-    return path
 
 
 def _expected(profile: Profile) -> str:

@@ -3,19 +3,22 @@ traces, and which statistics of a trace fall outside it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from appliance.trace.calibration import (
     PER_LAYER_REUSE,
     TINY_OUTSIDE,
+    first_decode_tokens,
     outside,
     real_range,
     real_traces,
     statistics,
 )
-from appliance.trace.format import write_trace
+from appliance.trace.format import KIND_DECODE, write_trace
 from appliance.trace.locality import locality
 from tests.conftest import run_cli
 from tests.unit.trace.test_locality import TABLE, hand_trace
@@ -89,3 +92,43 @@ def test_without_the_real_traces_the_range_is_one_line(tmp_path: Path) -> None:
         "the real range needs the repository's real traces (run from a checkout, or set "
         "APPLIANCE_ROOT to one)\n"
     )
+
+
+def test_the_range_at_a_length_cuts_each_real_trace_to_its_first_decode_tokens(
+    ranges: dict[str, tuple[float, float]],
+) -> None:
+    _, qwen = next((name, t) for name, t in real_traces() if name.startswith("qwen3-30b"))
+    cut = first_decode_tokens(qwen, 5)
+    decode = qwen.rows[qwen.rows["kind"] == KIND_DECODE]
+    assert len(np.unique(cut.steps)) == 5 and set(cut.rows["kind"]) == {KIND_DECODE}
+    assert cut.rows.tobytes() == decode[: len(cut.rows)].tobytes()  # the first ones, in order
+    assert len(first_decode_tokens(qwen, 10**6).rows) == len(decode)  # shorter: whole
+
+    at_64 = real_range(decode_tokens=64)
+    assert ranges["reuse distance >64"][1] > 0 and at_64["reuse distance >64"] == (0.0, 0.0)
+    assert at_64["pairs touched"][1] < ranges["pairs touched"][1]  # fewer tokens touch fewer pairs
+    assert real_range(decode_tokens=10**6) == ranges
+
+
+def test_cli_same_length_shows_the_cut_range_beside_the_whole(tmp_path: Path) -> None:
+    real = tmp_path / "qwen.moetrace"
+    assert cli_import(FIXTURES / "qwen3-30b-a3b-q4_k_m.route.csv", real)[0] == 0
+    shown = run_cli("trace", "calibration", str(real), "--same-length")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].split()[-6:] == ["first", "128", "decode", "tokens", "of", "each"]
+    # 128 decode tokens is every real trace's whole length: the same range twice
+    assert lines[1].split() == ["pairs", "touched", "49.8%", "28.0%", "..", "52.3%", "28.0%", "..", "52.3%"]
+    assert lines[-2] == "19 of 19 inside the first 128 decode tokens' range"
+    assert lines[-1] == "all 19 statistics inside the real range"
+
+    hand = tmp_path / "hand.moetrace"
+    trace = hand_trace()
+    write_trace(hand, trace.header, trace.rows)
+    result = run_cli("trace", "calibration", str(hand), "--same-length", "--json")
+    assert result.returncode == 1
+    out = json.loads(result.stdout)
+    same = out["same_length"]
+    assert same["decode_tokens"] == locality(trace)["decode_tokens"]
+    assert same["ranges"]["reuse distance >64"] == [0.0, 0.0]
+    assert len(out["outside"]) == 16 and all(line.split(":")[0] in same["ranges"] for line in same["outside"])
