@@ -625,8 +625,13 @@ def calibration_cmd(trace_path: Path, same_length: bool, as_json: bool) -> None:
 
     ranges = real_range()
     loc = locality(read_trace(trace_path))
-    misses = outside(loc, ranges)
     tokens = int(loc["decode_tokens"])
+    if tokens == 0:
+        raise ConfigError(
+            f"{trace_path}: no decode tokens; the statistics are of decode routing: "
+            "trace a run that decodes (-n 1 or more)"
+        )
+    misses = outside(loc, ranges)
     cut = real_range(decode_tokens=tokens) if same_length else None
     cut_misses = outside(loc, cut) if cut is not None else []
     rows: list[dict[str, Any]] = [

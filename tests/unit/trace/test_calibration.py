@@ -132,3 +132,16 @@ def test_cli_same_length_shows_the_cut_range_beside_the_whole(tmp_path: Path) ->
     assert same["decode_tokens"] == locality(trace)["decode_tokens"]
     assert same["ranges"]["reuse distance >64"] == [0.0, 0.0]
     assert len(out["outside"]) == 16 and all(line.split(":")[0] in same["ranges"] for line in same["outside"])
+
+
+@pytest.mark.parametrize("flags", [(), ("--same-length",)])
+def test_a_trace_without_decode_tokens_is_one_line(tmp_path: Path, flags: tuple[str, ...]) -> None:
+    trace = hand_trace()
+    prompt_only = tmp_path / "prompt.moetrace"
+    write_trace(prompt_only, trace.header, trace.rows[trace.rows["kind"] != KIND_DECODE])
+    result = run_cli("trace", "calibration", str(prompt_only), *flags)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"error: {prompt_only}: no decode tokens; the statistics are of decode routing: "
+        "trace a run that decodes (-n 1 or more)\n"
+    )
