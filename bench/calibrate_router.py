@@ -28,13 +28,12 @@ from typing import Any
 import numpy as np
 
 from appliance.models import weights
-from appliance.models.shapes import ModelSynthSpec
+from appliance.models.shapes import spec_from_synth
 from appliance.models.synth import synthesize
 from appliance.runs.profile import load_profile
 from appliance.trace.calibration import outside, real_range
 from appliance.trace.format import read_trace
 from appliance.trace.locality import locality
-from appliance.workflows.run import tiny_synth_spec
 from bench.calibrate_synth import distance_outside, search
 
 PROFILE = "tiny-oversub"  # make demo's
@@ -47,10 +46,7 @@ BOUNDS = {
 }
 
 
-def demo_spec(seed: int) -> ModelSynthSpec:
-    synth = load_profile(PROFILE).model.synth
-    assert synth is not None, f"profile {PROFILE} has no model.synth"
-    return tiny_synth_spec(synth | {"seed": seed})
+DEMO = load_profile(PROFILE)
 
 
 def traced_locality(constants: dict[str, float], seed: int, decode: int, engine_bin: Path, work: Path) -> Any:
@@ -58,8 +54,9 @@ def traced_locality(constants: dict[str, float], seed: int, decode: int, engine_
     for name, value in constants.items():
         setattr(weights, name, value)
     model, trace = work / f"seed{seed}.gguf", work / f"seed{seed}.moetrace"
-    synthesize(demo_spec(seed), model)
-    prompt = load_profile(PROFILE).schedule.prompt
+    assert DEMO.model.synth is not None, f"profile {PROFILE} has no model.synth"
+    synthesize(spec_from_synth(DEMO.model.synth | {"seed": seed}), model)
+    prompt = DEMO.schedule.prompt
     command = [str(engine_bin / "llama-moe-trace"), "-m", str(model), "-p", prompt, "-n", str(decode)]
     subprocess.run([*command, "--ignore-eos", "-t", "2", "-o", str(trace)], check=True, capture_output=True)
     return locality(read_trace(trace))

@@ -619,7 +619,7 @@ def compare_cmd(first: Path, second: Path, as_json: bool) -> None:
 def calibration_cmd(trace_path: Path, same_length: bool, as_json: bool) -> None:
     """TRACE's decode locality beside the range of the three real traces, statistic by
     statistic (exit 1 when one lies outside)."""
-    from appliance.trace.calibration import outside, real_range, statistics
+    from appliance.trace.calibration import named, outside, real_range, statistics
     from appliance.trace.format import read_trace
     from appliance.trace.locality import locality
 
@@ -654,24 +654,26 @@ def calibration_cmd(trace_path: Path, same_length: bool, as_json: bool) -> None:
                 return f"{bounds[0]:.1f} .. {bounds[1]:.1f}"
             return f"{_pct(bounds[0])} .. {_pct(bounds[1])}"
 
-        def mark(name: str, lines: list[str]) -> str:
-            return "  OUTSIDE" if any(m.startswith(name + ":") for m in lines) else ""
-
         width = max(len(r["statistic"]) for r in rows)
-        header = f"{'statistic':<{width}}  {'this trace':>15}  real range"
-        if cut is not None:
-            header = f"{header:<{width + 46}}  first {tokens} decode tokens of each"
-        click.echo(header)
+        lines = [
+            (
+                f"{'statistic':<{width}}  {'this trace':>15}  real range",
+                f"first {tokens} decode tokens of each",
+            )
+        ]
+        outside_whole, outside_cut = named(misses), named(cut_misses)
         for r in rows:
             name, vals = r["statistic"], r["values"]
             shown = _pct(vals[0]) if len(vals) == 1 else f"{_pct(min(vals))}-{_pct(max(vals))}"
             if name == "hottest / uniform":
                 shown = f"{vals[0]:.1f}"
-            line = f"{name:<{width}}  {shown:>15}  {shown_range(name, (r['real_min'], r['real_max']))}"
-            line += mark(name, misses)
-            if cut is not None:
-                line = f"{line:<{width + 46}}  {shown_range(name, cut[name])}{mark(name, cut_misses)}"
-            click.echo(line.rstrip())
+            whole = shown_range(name, (r["real_min"], r["real_max"]))
+            left = f"{name:<{width}}  {shown:>15}  {whole}" + ("  OUTSIDE" if name in outside_whole else "")
+            right = "" if cut is None else shown_range(name, cut[name])
+            lines.append((left, right + ("  OUTSIDE" if name in outside_cut else "")))
+        left_width = max(len(left) for left, _ in lines)
+        for left, right in lines:
+            click.echo(f"{left:<{left_width}}  {right}".rstrip() if cut is not None else left)
         if cut is not None:
             inside = len(rows) - len(cut_misses)
             click.echo(f"{inside} of {len(rows)} inside the first {tokens} decode tokens' range")

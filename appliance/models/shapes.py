@@ -8,12 +8,15 @@ extra tensors, so the lists are exact. Shapes are in ggml order (ne[0] first).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from appliance.core.errors import ApplianceError
 from appliance.core.limits import MAX_MODEL_EXPERTS, MAX_MODEL_LAYERS, MAX_SEED
+from appliance.core.units import parse_size
 
 ARCHES = ("qwen3moe", "qwen35moe")
 EXPERT_TYPES = {"f16": GGMLQuantizationType.F16, "q8_0": GGMLQuantizationType.Q8_0}
@@ -38,6 +41,20 @@ class ModelSynthSpec:
     seed: int = 0
     expert_type: str = "f16"
     embd: int = 256
+
+
+def spec_from_synth(synth: Mapping[str, Any]) -> ModelSynthSpec:
+    """A profile's tiny `model.synth` parameters as the synthesizer's spec."""
+    return ModelSynthSpec(
+        arch=str(synth["arch"]),
+        size_bytes=parse_size(str(synth["size"])),
+        experts=int(synth["experts"]),
+        used=int(synth["used"]),
+        layers=int(synth["layers"]),
+        skew=float(synth["skew"]),
+        seed=int(synth["seed"]),
+        expert_type=str(synth.get("type", "f16")),
+    )
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,11 @@ TINY_OUTSIDE = frozenset(
 )
 
 
+def named(lines: list[str]) -> set[str]:
+    """The statistics that `outside` lines name."""
+    return {line.split(":", 1)[0] for line in lines}
+
+
 def outside_names(loc: dict[str, Any], ranges: dict[str, tuple[float, float]]) -> set[str]:
     """The statistics of `loc` with a value outside `ranges`."""
-    return {line.split(":", 1)[0] for line in outside(loc, ranges)}
+    return named(outside(loc, ranges))

@@ -29,7 +29,7 @@ from appliance.attest.trust import init_trusted_keys
 from appliance.attest.verify import Verdict, Verification, verify_bundle
 from appliance.core.errors import ApplianceError
 from appliance.core.progress import ProgressFn
-from appliance.core.units import format_size, parse_size
+from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.engine.source import fetch_source
 from appliance.evidence.compare import REPRODUCED, compare_with_evidence
@@ -38,7 +38,7 @@ from appliance.host.docker import docker_client
 from appliance.images import labels as L
 from appliance.images.build import build_image
 from appliance.models.full_synth import synthesize_like
-from appliance.models.shapes import ModelSynthSpec
+from appliance.models.shapes import spec_from_synth
 from appliance.models.skeleton import input_path
 from appliance.models.synth import synthesize
 from appliance.runs.execute import RunOutcome, execute_run
@@ -294,7 +294,7 @@ def ensure_synth_model(
         )
         console.print(f"model {path.name}: {full.size_bytes} bytes, sha256 {full.sha256}")
         return path
-    spec = tiny_synth_spec(synth)
+    spec = spec_from_synth(synth)
     console.print(
         f"synthesizing {path.name} ({synth['size']}, {synth['arch']}, "
         f"skew {synth['skew']}, seed {synth['seed']})"
@@ -302,20 +302,6 @@ def ensure_synth_model(
     result = synthesize(spec, path, progress)
     console.print(f"model {path.name}: {result.size_bytes} bytes, sha256 {result.sha256}")
     return path
-
-
-def tiny_synth_spec(synth: dict[str, Any]) -> ModelSynthSpec:
-    """A tiny model's `model.synth` parameters as the synthesizer's spec."""
-    return ModelSynthSpec(
-        arch=str(synth["arch"]),
-        size_bytes=parse_size(str(synth["size"])),
-        experts=int(synth["experts"]),
-        used=int(synth["used"]),
-        layers=int(synth["layers"]),
-        skew=float(synth["skew"]),
-        seed=int(synth["seed"]),
-        expert_type=str(synth.get("type", "f16")),
-    )
 
 
 def _expected(profile: Profile) -> str:
