@@ -5,12 +5,14 @@ Each candidate sets the constants of `BOUNDS`, synthesizes `make demo`'s model (
 tiny-oversub's `model.synth`, one model per seed of --model-seeds), runs llama-moe-trace on it
 with the profile's prompt for --decode tokens (greedy, 2 threads) and scores how far the
 trace's locality statistics lie outside the real range (bench.calibrate_synth's
-distance_outside: 0 means every statistic inside), the mean over the seeds. A seeded random
-search, then a coordinate descent from the best point. Prints the best constants and, for
+distance_outside: 0 means every statistic inside), the mean over the seeds and lengths; with
+--same-shape the range is the like-for-like one, of the real traces' slices of the model's
+layer count at each length (appliance.trace.calibration). A seeded random search, then a
+coordinate descent from the best point. Prints the best constants and, for
 each model seed, the statistics its trace misses; the chosen values go into weights.py by
 hand (tests/e2e/test_tracer.py then checks the demo's model against the range).
 
-    PYTHONPATH=. python -m bench.calibrate_router --engine-bin BIN --trials 60 --decode 64
+    PYTHONPATH=. python -m bench.calibrate_router --engine-bin BIN --trials 60 --decode 64 128 --same-shape
 
 BIN: a local build of the patched engine (`make engine-local`), holding llama-moe-trace.
 """
@@ -71,27 +73,40 @@ def main() -> None:
     parser.add_argument("--engine-bin", type=Path, required=True, help="bin/ of a local engine build")
     parser.add_argument("--trials", type=int, default=60, help="random candidates before the descent")
     parser.add_argument("--seed", type=int, default=1, help="the search's own seed")
-    parser.add_argument("--decode", type=int, default=64, help="decode tokens (the demo sweep's)")
+    parser.add_argument(
+        "--decode", type=int, nargs="+", default=[64], help="decode lengths (the demo sweep's)"
+    )
+    parser.add_argument("--same-shape", action="store_true", help="score against the real slices' range")
     parser.add_argument("--model-seeds", type=int, nargs="+", default=[1, 2, 3], help="model seeds scored")
     parser.add_argument("--start", type=json.loads, default=None, help="constants (JSON) to start from")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    ranges = real_range()
+    layers = int(DEMO.model.synth["layers"]) if DEMO.model.synth else None
+    ranges = {
+        decode: real_range(decode_tokens=decode, layers=layers) if args.same_shape else real_range()
+        for decode in args.decode
+    }
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="calibrate-router-") as tmp:
         work = Path(tmp)
 
         def score(constants: dict[str, float]) -> float:
-            seeds = args.model_seeds
-            locs = [traced_locality(constants, seed, args.decode, args.engine_bin, work) for seed in seeds]
-            return sum(distance_outside(loc, ranges) for loc in locs) / len(locs)
+            total = 0.0
+            for decode in args.decode:
+                for seed in args.model_seeds:
+                    loc = traced_locality(constants, seed, decode, args.engine_bin, work)
+                    total += distance_outside(loc, ranges[decode])
+            return total / (len(args.decode) * len(args.model_seeds))
 
         start = args.start or {name: float(getattr(weights, name)) for name in BOUNDS}
         best = search(score, BOUNDS, args.trials, rng, rounded, start)
         print(f"best {best[1]} score {best[0]:.4f} after {time.perf_counter() - began:.0f} s")
-        for seed in args.model_seeds:
-            misses = outside(traced_locality(best[1], seed, args.decode, args.engine_bin, work), ranges)
-            print(f"model seed {seed}: {len(misses)} outside" + "".join(f"\n  {m}" for m in misses))
+        for decode in args.decode:
+            for seed in args.model_seeds:
+                loc = traced_locality(best[1], seed, decode, args.engine_bin, work)
+                misses = outside(loc, ranges[decode])
+                where = f"model seed {seed}, {decode} decode tokens"
+                print(f"{where}: {len(misses)} outside" + "".join(f"\n  {m}" for m in misses))
 
 
 if __name__ == "__main__":

@@ -75,14 +75,16 @@ def specs(
 
 def score(
     knobs: dict[str, float],
-    ranges: dict[str, tuple[float, float]],
+    ranges: dict[int, dict[str, tuple[float, float]]],
     decode_steps: tuple[int, ...],
     shapes: tuple[tuple[int, int, int], ...],
     seeds: tuple[int, ...],
 ) -> float:
     """The mean over trace seeds of the distances outside, summed over shapes and lengths."""
     traces = specs(knobs, decode_steps, shapes, seeds)
-    return sum(distance_outside(locality(synth_trace(spec)), ranges) for spec in traces) / len(seeds)
+    return sum(distance_outside(locality(synth_trace(spec)), ranges[spec.n_decode]) for spec in traces) / len(
+        seeds
+    )
 
 
 def rounded(knobs: dict[str, float]) -> dict[str, float]:
@@ -138,6 +140,9 @@ def main() -> None:
     parser.add_argument(
         "--shape", nargs="+", default=["x".join(map(str, shape)) for shape in SHAPES], help="LxExK shapes"
     )
+    parser.add_argument(
+        "--same-length", action="store_true", help="score against the real traces cut to each decode length"
+    )
     parser.add_argument("--trace-seeds", type=int, default=1, help="score the mean over trace seeds 0..N-1")
     parser.add_argument("--check-seeds", type=int, default=20, help="then count the seeds 0..N-1 all inside")
     parser.add_argument(
@@ -145,8 +150,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    ranges = real_range()
     decode = tuple(args.decode)
+    ranges = {n: real_range(decode_tokens=n) if args.same_length else real_range() for n in decode}
     shapes = tuple(tuple(int(x) for x in shape.split("x")) for shape in args.shape)
     seeds = tuple(range(args.trace_seeds))
     start = time.perf_counter()
@@ -157,11 +162,13 @@ def main() -> None:
     best = search(score_of, BOUNDS, args.trials, rng, rounded, args.start)
     print(f"best {best[1]} score {best[0]:.4f} after {time.perf_counter() - start:.0f} s")
     for spec in specs(best[1], decode, shapes):  # type: ignore[arg-type]
-        misses = outside(locality(synth_trace(spec)), ranges)
+        misses = outside(locality(synth_trace(spec)), ranges[spec.n_decode])
         shape = f"{spec.n_layers}x{spec.n_experts}x{spec.k}, {spec.n_decode} decode, seed 0"
         print(f"  {shape}: " + ("all inside" if not misses else "; ".join(misses)))
     checked = specs(best[1], decode, shapes, tuple(range(args.check_seeds)))  # type: ignore[arg-type]
-    inside = [spec.seed for spec in checked if not outside(locality(synth_trace(spec)), ranges)]
+    inside = [
+        spec.seed for spec in checked if not outside(locality(synth_trace(spec)), ranges[spec.n_decode])
+    ]
     print(f"  all inside for {len(inside)} of {len(checked)} traces (seeds {inside})")
 
 

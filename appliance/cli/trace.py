@@ -612,39 +612,73 @@ def compare_cmd(first: Path, second: Path, as_json: bool) -> None:
     "--same-length",
     is_flag=True,
     help="Also show the range of the real traces cut to TRACE's number of decode tokens (their "
-    "first N): the like-for-like view for the statistics that depend on length. The exit status "
-    "still follows the whole traces' range.",
+    "first N): the like-for-like view for the statistics that depend on length.",
+)
+@click.option(
+    "--same-shape",
+    is_flag=True,
+    help="Also show the range of the real traces' slices of TRACE's number of MoE layers, cut "
+    "to its decode tokens (random layer sets, each real trace's middle 90%), and let that range "
+    "decide the exit status: the like-for-like gate for a model with fewer layers than the real "
+    "ones, whose statistics move more than the whole traces' spread.",
 )
 @json_option
-def calibration_cmd(trace_path: Path, same_length: bool, as_json: bool) -> None:
+def calibration_cmd(trace_path: Path, same_length: bool, same_shape: bool, as_json: bool) -> None:
     """TRACE's decode locality beside the range of the three real traces, statistic by
-    statistic (exit 1 when one lies outside)."""
-    from appliance.trace.calibration import named, outside, real_range, statistics
+    statistic (exit 1 when one lies outside the deciding range: the whole traces', or with
+    --same-shape the slices')."""
+    from appliance.trace.calibration import (
+        SLICE_SHARE,
+        SLICES_PER_TRACE,
+        named,
+        outside,
+        real_range,
+        statistics,
+    )
     from appliance.trace.format import read_trace
     from appliance.trace.locality import locality
 
-    ranges = real_range()
-    loc = locality(read_trace(trace_path))
-    tokens = int(loc["decode_tokens"])
+    whole = real_range()
+    trace = read_trace(trace_path)
+    loc = locality(trace)
+    tokens, layers = int(loc["decode_tokens"]), len(trace.moe_layers)
     if tokens == 0:
         raise ConfigError(
             f"{trace_path}: no decode tokens; the statistics are of decode routing: "
             "trace a run that decodes (-n 1 or more)"
         )
-    misses = outside(loc, ranges)
-    cut = real_range(decode_tokens=tokens) if same_length else None
-    cut_misses = outside(loc, cut) if cut is not None else []
+    columns = [("real range", "whole", whole)]
+    if same_length:
+        columns.append(
+            (f"first {tokens} decode tokens of each", "same_length", real_range(decode_tokens=tokens))
+        )
+    if same_shape:
+        shape_range = real_range(decode_tokens=tokens, layers=layers)
+        columns.append((f"real {layers}-layer slices, {tokens} decode tokens", "same_shape", shape_range))
+    misses = {key: outside(loc, ranges) for _, key, ranges in columns}
+    gate = "same_shape" if same_shape else "whole"
     rows: list[dict[str, Any]] = [
-        {"statistic": name, "values": values, "real_min": ranges[name][0], "real_max": ranges[name][1]}
+        {"statistic": name, "values": values, "real_min": whole[name][0], "real_max": whole[name][1]}
         for name, values in statistics(loc).items()
     ]
     if as_json:
-        out: dict[str, Any] = {"trace": trace_path.name, "statistics": rows, "outside": misses}
-        if cut is not None:
-            out["same_length"] = {
+        out: dict[str, Any] = {
+            "trace": trace_path.name,
+            "statistics": rows,
+            "outside": misses["whole"],
+            "gate": gate,
+        }
+        for _, key, ranges in columns[1:]:
+            out[key] = {
                 "decode_tokens": tokens,
-                "ranges": {name: list(bounds) for name, bounds in cut.items()},
-                "outside": cut_misses,
+                "ranges": {name: list(bounds) for name, bounds in ranges.items()},
+                "outside": misses[key],
+            }
+        if same_shape:
+            out["same_shape"] |= {
+                "layers": layers,
+                "slices_per_trace": SLICES_PER_TRACE,
+                "slice_share": SLICE_SHARE,
             }
         _emit(out)
     else:
@@ -655,34 +689,31 @@ def calibration_cmd(trace_path: Path, same_length: bool, as_json: bool) -> None:
             return f"{_pct(bounds[0])} .. {_pct(bounds[1])}"
 
         width = max(len(r["statistic"]) for r in rows)
-        lines = [
-            (
-                f"{'statistic':<{width}}  {'this trace':>15}  real range",
-                f"first {tokens} decode tokens of each",
-            )
-        ]
-        outside_whole, outside_cut = named(misses), named(cut_misses)
+        marked = {key: named(lines) for key, lines in misses.items()}
+        table = [[f"{'statistic':<{width}}  {'this trace':>15}", *(title for title, _, _ in columns)]]
         for r in rows:
             name, vals = r["statistic"], r["values"]
             shown = _pct(vals[0]) if len(vals) == 1 else f"{_pct(min(vals))}-{_pct(max(vals))}"
             if name == "hottest / uniform":
                 shown = f"{vals[0]:.1f}"
-            whole = shown_range(name, (r["real_min"], r["real_max"]))
-            left = f"{name:<{width}}  {shown:>15}  {whole}" + ("  OUTSIDE" if name in outside_whole else "")
-            right = "" if cut is None else shown_range(name, cut[name])
-            lines.append((left, right + ("  OUTSIDE" if name in outside_cut else "")))
-        left_width = max(len(left) for left, _ in lines)
-        for left, right in lines:
-            click.echo(f"{left:<{left_width}}  {right}".rstrip() if cut is not None else left)
-        if cut is not None:
-            inside = len(rows) - len(cut_misses)
-            click.echo(f"{inside} of {len(rows)} inside the first {tokens} decode tokens' range")
-    if misses:
+            cells = [
+                shown_range(name, ranges[name]) + ("  OUTSIDE" if name in marked[key] else "")
+                for _, key, ranges in columns
+            ]
+            table.append([f"{name:<{width}}  {shown:>15}", *cells])
+        widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+        for line in table:
+            click.echo("  ".join(f"{cell:<{w}}" for cell, w in zip(line, widths, strict=True)).rstrip())
+        for title, key, _ in columns[1:]:
+            inside = len(rows) - len(misses[key])
+            click.echo(f"{inside} of {len(rows)} inside the range of the {title}")
+    deciding = "the real range" if gate == "whole" else f"the range of the {columns[-1][0]}"
+    if misses[gate]:
         raise ApplianceError(
-            f"{len(misses)} of {len(rows)} statistics of {trace_path.name} outside the real range"
+            f"{len(misses[gate])} of {len(rows)} statistics of {trace_path.name} outside {deciding}"
         )
     if not as_json:
-        click.echo(f"all {len(rows)} statistics inside the real range")
+        click.echo(f"all {len(rows)} statistics inside {deciding}")
 
 
 @trace_group.command("lookahead")

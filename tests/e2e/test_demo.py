@@ -80,8 +80,10 @@ def test_make_demo_sweeps_the_miniature_and_predicts_its_reads(demo_run: DemoRun
     assert share[limits[0]] >= 0.3 and share[limits[-1]] == 0, share
 
     # the model's own routing, 64 decode tokens: inside the real range (tests/e2e/test_tracer.py)
+    same_shape = real_range(decode_tokens=64, layers=4)
     for trial in sorted(run.glob("trials/*/trace.moetrace")):
         loc = locality(read_trace(trial))
+        assert outside(loc, same_shape) == [], trial
         missed = outside_names(loc, real_range())
         assert missed <= TINY_OUTSIDE, (trial, outside(loc, real_range()))
 

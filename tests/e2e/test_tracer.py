@@ -240,16 +240,19 @@ def test_disk_probe_refuses_bad_options_in_one_line(
 
 def test_the_demo_models_routing_lies_in_the_real_range(engine_bin: Path, tmp_path: Path) -> None:
     """`make demo`'s model (profile tiny-oversub), its sweep's 64 decode tokens: every locality
-    statistic inside the range of the three real traces but those TINY_OUTSIDE names (why: in
-    appliance/trace/calibration.py), headline statistics always inside."""
+    statistic inside the range of the real traces' 4-layer slices cut to 64 tokens (the
+    like-for-like gate), and inside the whole traces' range but those TINY_OUTSIDE names (why:
+    in appliance/trace/calibration.py), headline statistics always inside."""
     profile = load_profile("tiny-oversub")
     model = ensure_synth_model(profile, tmp_path / "models", Console(quiet=True))
     assert sha256_file(model) == profile.model.sha256  # the pinned model, byte for byte
     assert profile.sweep is not None and profile.sweep.n_predict == 64
     decode = ("-n", str(profile.sweep.n_predict), "--ignore-eos")
     run = run_tracer(engine_bin, model, tmp_path / "run", *decode, prompt=profile.schedule.prompt)
-    loc = locality(read_trace(run.trace))
-    assert loc["decode_tokens"] == 64
+    trace = read_trace(run.trace)
+    loc = locality(trace)
+    assert loc["decode_tokens"] == 64 and len(trace.moe_layers) == 4
+    assert outside(loc, real_range(decode_tokens=64, layers=4)) == []
     missed = outside_names(loc, real_range())
     assert missed <= TINY_OUTSIDE, outside(loc, real_range())
     assert not missed & {"pairs touched", "hottest / uniform", "next-token reuse", PER_LAYER_REUSE}

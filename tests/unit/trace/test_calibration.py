@@ -13,13 +13,16 @@ from appliance.trace.calibration import (
     PER_LAYER_REUSE,
     TINY_OUTSIDE,
     first_decode_tokens,
+    layer_slice,
+    layer_slices,
     outside,
     real_range,
     real_traces,
     statistics,
 )
-from appliance.trace.format import KIND_DECODE, write_trace
+from appliance.trace.format import KIND_DECODE, Trace, write_trace
 from appliance.trace.locality import locality
+from appliance.trace.synth import TraceSynthSpec, synth_trace
 from tests.conftest import run_cli
 from tests.unit.trace.test_locality import TABLE, hand_trace
 from tests.unit.trace.test_route_import import FIXTURES, cli_import
@@ -119,7 +122,7 @@ def test_cli_same_length_shows_the_cut_range_beside_the_whole(tmp_path: Path) ->
     assert lines[0].split()[-6:] == ["first", "128", "decode", "tokens", "of", "each"]
     # 128 decode tokens is every real trace's whole length: the same range twice
     assert lines[1].split() == ["pairs", "touched", "49.8%", "28.0%", "..", "52.3%", "28.0%", "..", "52.3%"]
-    assert lines[-2] == "19 of 19 inside the first 128 decode tokens' range"
+    assert lines[-2] == "19 of 19 inside the range of the first 128 decode tokens of each"
     assert lines[-1] == "all 19 statistics inside the real range"
 
     hand = tmp_path / "hand.moetrace"
@@ -134,7 +137,92 @@ def test_cli_same_length_shows_the_cut_range_beside_the_whole(tmp_path: Path) ->
     assert len(out["outside"]) == 16 and all(line.split(":")[0] in same["ranges"] for line in same["outside"])
 
 
-@pytest.mark.parametrize("flags", [(), ("--same-length",)])
+def qwen_trace() -> Trace:
+    return next(t for name, t in real_traces() if name.startswith("qwen3-30b"))
+
+
+def test_a_layer_slice_keeps_the_rows_of_its_layers_only() -> None:
+    qwen = qwen_trace()
+    piece = layer_slice(qwen, [7, 4, 5, 6])
+    assert piece.moe_layers == [4, 5, 6, 7]
+    assert piece.rows.tobytes() == qwen.rows[np.isin(qwen.rows["layer"], [4, 5, 6, 7])].tobytes()
+    assert locality(piece)["pairs"] == 4 * 128
+    drawn = layer_slices(qwen, 4, 3, np.random.default_rng(0))
+    assert [len(p.moe_layers) for p in drawn] == [4, 4, 4] and len({tuple(p.moe_layers) for p in drawn}) == 3
+    assert layer_slices(qwen, 48, 3, np.random.default_rng(0)) == [qwen]  # no fewer layers: whole
+
+
+def test_the_range_of_slices_is_like_for_like_for_a_model_of_few_layers(
+    ranges: dict[str, tuple[float, float]],
+) -> None:
+    # as many layers as the real traces have: one slice each, the whole range exactly
+    assert real_range(layers=48) == ranges
+    four = real_range(decode_tokens=64, layers=4)
+    assert real_range(decode_tokens=64, layers=4) == four  # a seeded draw: the same every time
+    whole_64 = real_range(decode_tokens=64)
+    for name in ("reuse distance 3-4", "next-token reuse", "lru hits at 10%"):  # few layers spread more
+        assert four[name][0] < whole_64[name][0] and four[name][1] > whole_64[name][1], name
+    # a real model's own 4-layer slices (drawn afresh) lie inside on every statistic far more
+    # often than in the whole range, where none does (measured: 23, 36 and 25 of 50)
+    four_128 = real_range(layers=4)
+    for _, trace in real_traces():
+        fresh = [locality(p) for p in layer_slices(trace, 4, 20, np.random.default_rng(99))]
+        assert sum(not outside(loc, ranges) for loc in fresh) == 0
+        assert sum(not outside(loc, four_128) for loc in fresh) >= 5
+    # it still tells routing unlike a real model's: next-token reuse of 88% (the old demo's)
+    sticky = synth_trace(
+        TraceSynthSpec(n_layers=4, n_experts=128, k=4, n_prompt=5, n_decode=64, correlation=0.9)
+    )
+    missed = {line.split(":")[0] for line in outside(locality(sticky), four)}
+    assert {"next-token reuse", "reuse distance 1", "lru hits at 10%"} <= missed
+
+
+def test_cli_same_shape_decides_by_the_slices_of_the_traces_layer_count(tmp_path: Path) -> None:
+    piece = layer_slice(qwen_trace(), [4, 5, 6, 7])  # outside the whole range on 12 statistics
+    path = tmp_path / "qwen-4-7.moetrace"
+    write_trace(path, piece.header, piece.rows)
+    whole = run_cli("trace", "calibration", str(path))
+    assert whole.returncode == 1
+    assert whole.stderr == "error: 12 of 19 statistics of qwen-4-7.moetrace outside the real range\n"
+    shape = run_cli("trace", "calibration", str(path), "--same-shape")
+    assert shape.returncode == 0, shape.stderr
+    lines = shape.stdout.splitlines()
+    assert lines[0].split()[-6:] == ["real", "4-layer", "slices,", "128", "decode", "tokens"]
+    assert lines[2].split() == [
+        "hottest",
+        "/",
+        "uniform",
+        "18.5",
+        "20.2",
+        "..",
+        "53.0",
+        "OUTSIDE",
+        "14.5",
+        "..",
+        "37.0",
+    ]
+    assert lines[-2] == "19 of 19 inside the range of the real 4-layer slices, 128 decode tokens"
+    assert lines[-1] == "all 19 statistics inside the range of the real 4-layer slices, 128 decode tokens"
+
+    as_json = run_cli("trace", "calibration", str(path), "--same-shape", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    out = json.loads(as_json.stdout)
+    assert out["gate"] == "same_shape" and len(out["outside"]) == 12
+    same = out["same_shape"]
+    assert (same["layers"], same["decode_tokens"], same["outside"]) == (4, 128, [])
+    assert same["ranges"] == {name: list(b) for name, b in real_range(decode_tokens=128, layers=4).items()}
+
+    hand = tmp_path / "hand.moetrace"  # 2 layers: outside their range too, and then exit 1
+    trace = hand_trace()
+    write_trace(hand, trace.header, trace.rows)
+    refused = run_cli("trace", "calibration", str(hand), "--same-shape")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: ") and refused.stderr.endswith(
+        "statistics of hand.moetrace outside the range of the real 2-layer slices, 3 decode tokens\n"
+    )
+
+
+@pytest.mark.parametrize("flags", [(), ("--same-length",), ("--same-shape",)])
 def test_a_trace_without_decode_tokens_is_one_line(tmp_path: Path, flags: tuple[str, ...]) -> None:
     trace = hand_trace()
     prompt_only = tmp_path / "prompt.moetrace"
