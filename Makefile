@@ -34,7 +34,7 @@ test: bootstrap ## bootstrap, then unit, integration (Docker) and e2e tests
 lint: venv ## ruff, the formatter's check and mypy
 	$(VENV)/bin/ruff check $(LINT_TREES)
 	$(VENV)/bin/ruff format --check $(LINT_TREES)
-	$(VENV)/bin/mypy appliance fuzz
+	$(VENV)/bin/mypy appliance fuzz bench
 
 format: venv ## rewrite the lint trees with the formatter
 	$(VENV)/bin/ruff format $(LINT_TREES)

@@ -43,7 +43,7 @@ BOUNDS = {
 def distance_outside(loc: dict[str, object], ranges: dict[str, tuple[float, float]]) -> float:
     """Sum over statistics of how far each value lies outside its range, in range widths."""
     total = 0.0
-    for name, values in statistics(loc).items():  # type: ignore[arg-type]
+    for name, values in statistics(loc).items():
         low, high = ranges[name]
         width = max(high - low, 0.01)
         total += sum(max(low - v, 0.0, v - high) / width for v in values)
@@ -132,6 +132,12 @@ def search(
     return best
 
 
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """A shape written LxExK (48x128x6) as (layers, experts, k)."""
+    layers, experts, k = (int(x) for x in text.split("x"))
+    return layers, experts, k
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200, help="random candidates before the descent")
@@ -152,7 +158,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     decode = tuple(args.decode)
     ranges = {n: real_range(decode_tokens=n) if args.same_length else real_range() for n in decode}
-    shapes = tuple(tuple(int(x) for x in shape.split("x")) for shape in args.shape)
+    shapes = tuple(parse_shape(shape) for shape in args.shape)
     seeds = tuple(range(args.trace_seeds))
     start = time.perf_counter()
 
@@ -161,11 +167,11 @@ def main() -> None:
 
     best = search(score_of, BOUNDS, args.trials, rng, rounded, args.start)
     print(f"best {best[1]} score {best[0]:.4f} after {time.perf_counter() - start:.0f} s")
-    for spec in specs(best[1], decode, shapes):  # type: ignore[arg-type]
+    for spec in specs(best[1], decode, shapes):
         misses = outside(locality(synth_trace(spec)), ranges[spec.n_decode])
         shape = f"{spec.n_layers}x{spec.n_experts}x{spec.k}, {spec.n_decode} decode, seed 0"
         print(f"  {shape}: " + ("all inside" if not misses else "; ".join(misses)))
-    checked = specs(best[1], decode, shapes, tuple(range(args.check_seeds)))  # type: ignore[arg-type]
+    checked = specs(best[1], decode, shapes, tuple(range(args.check_seeds)))
     inside = [
         spec.seed for spec in checked if not outside(locality(synth_trace(spec)), ranges[spec.n_decode])
     ]
