@@ -69,15 +69,6 @@ def real_traces() -> list[tuple[str, Trace]]:
     return out
 
 
-def statistic_ranges(locs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
-    """statistic -> (least, greatest) over the localities' values."""
-    merged: dict[str, list[float]] = {}
-    for loc in locs:
-        for name, values in statistics(loc).items():
-            merged.setdefault(name, []).extend(values)
-    return {name: (min(values), max(values)) for name, values in merged.items() if values}
-
-
 def first_decode_tokens(trace: Trace, n: int) -> Trace:
     """The trace's first `n` decode tokens, as a decode-only trace (whole if it has fewer)."""
     decode = decode_trace(trace)
@@ -138,15 +129,13 @@ def envelope(ranges: list[dict[str, tuple[float, float]]]) -> dict[str, tuple[fl
 
 def real_range(decode_tokens: int | None = None, layers: int | None = None) -> dict[str, tuple[float, float]]:
     """Each statistic's range over the real traces: whole, cut to their first `decode_tokens`,
-    and with `layers` over slices of that many of their layers (the module's docstring)."""
-    traces = [trace for _, trace in real_traces()]
-    if layers is None:
-        if decode_tokens is not None:
-            traces = [first_decode_tokens(trace, decode_tokens) for trace in traces]
-        return statistic_ranges([locality(trace) for trace in traces])
+    and with `layers` over slices of that many of their layers (the module's docstring). A
+    trace is one slice of itself when `layers` is None or not fewer than its own, so its part
+    of the range is its least and greatest value."""
     per_trace = []
-    for trace in traces:
-        slices = layer_slices(trace, layers, SLICES_PER_TRACE, np.random.default_rng(SLICE_SEED))
+    for _, trace in real_traces():
+        wanted = len(trace.moe_layers) if layers is None else layers
+        slices = layer_slices(trace, wanted, SLICES_PER_TRACE, np.random.default_rng(SLICE_SEED))
         if decode_tokens is not None:
             slices = [first_decode_tokens(piece, decode_tokens) for piece in slices]
         per_trace.append(slice_range([locality(piece) for piece in slices]))
