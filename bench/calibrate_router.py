@@ -33,10 +33,10 @@ from appliance.models import weights
 from appliance.models.shapes import spec_from_synth
 from appliance.models.synth import synthesize
 from appliance.runs.profile import load_profile
-from appliance.trace.calibration import outside, real_range
+from appliance.trace.calibration import outside
 from appliance.trace.format import read_trace
 from appliance.trace.locality import locality
-from bench.calibrate_synth import distance_outside, search
+from bench.calibrate_synth import distance_outside, ranges_by_length, search
 
 PROFILE = "tiny-oversub"  # make demo's
 # (low, high) of each constant the search draws from, uniformly
@@ -82,10 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     layers = int(DEMO.model.synth["layers"]) if DEMO.model.synth else None
-    ranges = {
-        decode: real_range(decode_tokens=decode, layers=layers) if args.same_shape else real_range()
-        for decode in args.decode
-    }
+    ranges = ranges_by_length(tuple(args.decode), args.same_shape, layers)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="calibrate-router-") as tmp:
         work = Path(tmp)

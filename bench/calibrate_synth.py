@@ -132,6 +132,14 @@ def search(
     return best
 
 
+def ranges_by_length(
+    lengths: tuple[int, ...], like_for_like: bool, layers: int | None = None
+) -> dict[int, dict[str, tuple[float, float]]]:
+    """decode length -> the range a trace of that length is scored against: the whole real
+    traces', or like for like the real traces cut to that length (and sliced to `layers`)."""
+    return {n: real_range(decode_tokens=n, layers=layers) if like_for_like else real_range() for n in lengths}
+
+
 def parse_shape(text: str) -> tuple[int, int, int]:
     """A shape written LxExK (48x128x6) as (layers, experts, k)."""
     layers, experts, k = (int(x) for x in text.split("x"))
@@ -157,7 +165,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     decode = tuple(args.decode)
-    ranges = {n: real_range(decode_tokens=n) if args.same_length else real_range() for n in decode}
+    ranges = ranges_by_length(decode, args.same_length)
     shapes = tuple(parse_shape(shape) for shape in args.shape)
     seeds = tuple(range(args.trace_seeds))
     start = time.perf_counter()

@@ -707,7 +707,8 @@ def calibration_cmd(trace_path: Path, same_length: bool, same_shape: bool, as_js
         for title, key, _ in columns[1:]:
             inside = len(rows) - len(misses[key])
             click.echo(f"{inside} of {len(rows)} inside the range of the {title}")
-    deciding = "the real range" if gate == "whole" else f"the range of the {columns[-1][0]}"
+    titles = {key: title for title, key, _ in columns}
+    deciding = "the real range" if gate == "whole" else f"the range of the {titles[gate]}"
     if misses[gate]:
         raise ApplianceError(
             f"{len(misses[gate])} of {len(rows)} statistics of {trace_path.name} outside {deciding}"

@@ -120,7 +120,7 @@ def slice_range(locs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
 
 def envelope(ranges: list[dict[str, tuple[float, float]]]) -> dict[str, tuple[float, float]]:
     """statistic -> (least low, greatest high) over the ranges."""
-    names = {name for r in ranges for name in r}
+    names = dict.fromkeys(name for r in ranges for name in r)  # first-seen order: stable output
     return {
         name: (min(r[name][0] for r in ranges if name in r), max(r[name][1] for r in ranges if name in r))
         for name in names
