@@ -8,10 +8,23 @@ from appliance.cli.options import POSITIVE, SEED, OutputPath, finite, json_optio
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError
 from appliance.core.units import format_size, parse_size
-from appliance.models.full_synth import digest_like, synthesize_like
+from appliance.models.full_synth import DEFAULT_ROUTER, ROUTERS, digest_like, synthesize_like
 from appliance.models.shapes import ARCHES, EXPERT_TYPES, ModelSynthSpec
 from appliance.models.skeleton import write_skeleton
 from appliance.models.synth import synthesize
+
+ROUTER_OPTION = click.option(
+    "--router",
+    "router_design",
+    type=click.Choice(ROUTERS),
+    default=DEFAULT_ROUTER,
+    show_default=True,
+    help=(
+        "With --like: walk, routing calibrated to real models' (a token walk the decoding "
+        "follows, centered random blocks); zipf, the format-1 design (popularity only, far more "
+        "reuse than real routing), which the pinned shape profiles were made with."
+    ),
+)
 
 
 @click.group("model")
@@ -52,9 +65,11 @@ def model_group() -> None:
     show_default=True,
     help=(
         "Router popularity: 0 none, 1 the calibrated tail (tiny models: inside real routing's "
-        "range at 128 experts, k = 4; --like: heavy Zipf, uncalibrated). docs/trace-format.md."
+        "range at 128 experts, k = 4; --like: with --router walk, calibrated at the input's "
+        "shape). docs/trace-format.md."
     ),
 )
+@ROUTER_OPTION
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(
     "--type",
@@ -72,6 +87,7 @@ def synth_command(
     used: int | None,
     layers: int | None,
     skew: float,
+    router_design: str,
     seed: int,
     expert_type: str | None,
     as_json: bool,
@@ -91,10 +107,12 @@ def synth_command(
             raise ApplianceError(
                 f"{', '.join(given)} {verb} a tiny model; --like takes its shape from {like}"
             )
-        synth_like(like, out, seed, skew, layers, used, as_json)
+        synth_like(like, out, seed, skew, layers, used, router_design, as_json)
         return
     if arch is None:
         raise ApplianceError("give --arch (a tiny model) or --like INPUT.json (a full-size one)")
+    if router_design != DEFAULT_ROUTER:
+        raise ApplianceError("--router chooses the design of a --like model; a tiny model has its own")
     spec = ModelSynthSpec(
         arch=arch,
         size_bytes=parse_size(size_text or "400MiB"),
@@ -146,10 +164,26 @@ def echo_written(
 
 
 def synth_like(
-    like: Path, out: Path, seed: int, skew: float, layers: int | None, used: int | None, as_json: bool
+    like: Path,
+    out: Path,
+    seed: int,
+    skew: float,
+    layers: int | None,
+    used: int | None,
+    router_design: str,
+    as_json: bool,
 ) -> None:
     with progress_display(quiet=as_json) as progress:
-        result = synthesize_like(like, out, seed=seed, skew=skew, layers=layers, progress=progress, used=used)
+        result = synthesize_like(
+            like,
+            out,
+            seed=seed,
+            skew=skew,
+            layers=layers,
+            progress=progress,
+            used=used,
+            router_design=router_design,
+        )
     record = {
         "path": str(result.path),
         "size_bytes": result.size_bytes,
@@ -160,12 +194,13 @@ def synth_like(
         "used": result.used,
         "tensors": result.tensors,
         "skew": skew,
+        "router": router_design,
         "seed": seed,
         "expert_bytes": result.expert_bytes,
     }
     summary = (
         f"{result.arch} like {like.name}, {result.layers} layers ({result.used} experts per token), "
-        f"{result.tensors} tensors"
+        f"{result.tensors} tensors, {router_design} router"
     )
     echo_written(record, result.stale_removed, summary, result.expert_bytes, as_json)
 
@@ -182,15 +217,30 @@ def synth_like(
 @click.option("--layers", type=POSITIVE, help="The first N layers at full width (default all).")
 @click.option("--used", type=POSITIVE, help="Experts chosen per token in place of the input's.")
 @click.option("--skew", type=finite(min=0), default=1.0, show_default=True, help="As for `model synth`.")
+@ROUTER_OPTION
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @json_option
 def digest_command(
-    like: Path, layers: int | None, used: int | None, skew: float, seed: int, as_json: bool
+    like: Path,
+    layers: int | None,
+    used: int | None,
+    skew: float,
+    router_design: str,
+    seed: int,
+    as_json: bool,
 ) -> None:
     """The size and sha256 `model synth --like` would write with these options, without writing
     the file: the same stream, hashed only (to pin a full-size model at no disk cost)."""
     with progress_display(quiet=as_json) as progress:
-        size, sha256 = digest_like(like, seed=seed, skew=skew, layers=layers, progress=progress, used=used)
+        size, sha256 = digest_like(
+            like,
+            seed=seed,
+            skew=skew,
+            layers=layers,
+            progress=progress,
+            used=used,
+            router_design=router_design,
+        )
     if as_json:
         click.echo(strict_json({"like": like.name, "size_bytes": size, "sha256": sha256}, indent=2))
         return

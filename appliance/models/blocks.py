@@ -49,6 +49,15 @@ CODE_MAX: dict[GGMLQuantizationType, int] = {
     T.Q5_K: 63 * 31,
     T.Q6_K: 128 * 32,
 }
+# K-quants whose random sub-scales and minimums give every value a positive mean (a Q4_K
+# block's is about a fifth of its bound): centered, every sub-block's scale 2 and minimum the
+# codes' midpoint, so d x (2 q - top) is symmetric about 0. type -> (scale bytes, their offset,
+# the largest magnitude in units of d)
+CENTERED: dict[GGMLQuantizationType, tuple[bytes, int, int]] = {
+    T.Q2_K: (bytes([0x32] * 16), 0, 3),  # scales[16]: sc | m << 4 = 2 | 3 << 4: 2 q - 3
+    T.Q4_K: (bytes([2] * 4 + [15] * 4 + [0xF2] * 4), 4, 15),  # get_scale_min_k4: 2 q - 15
+    T.Q5_K: (bytes([2] * 4 + [0x5F] * 4 + [0xF2] * 4), 4, 31),  # m = 31 (high bits in 4..7): 2 q - 31
+}
 FLOAT_TYPES = (T.F32, T.F16)
 GENERATED = tuple(SCALE_OFFSETS) + FLOAT_TYPES
 
@@ -62,9 +71,9 @@ def refuse_ungenerated(qtype: GGMLQuantizationType, tensor: str, where: str) -> 
         )
 
 
-def scale_for(qtype: GGMLQuantizationType, amax: float) -> np.float16:
-    """The largest fp16 d with CODE_MAX x d <= amax."""
-    target = amax / CODE_MAX[qtype]
+def scale_for(qtype: GGMLQuantizationType, amax: float, code_max: int | None = None) -> np.float16:
+    """The largest fp16 d with code_max (default CODE_MAX) x d <= amax."""
+    target = amax / (CODE_MAX[qtype] if code_max is None else code_max)
     d = np.float16(target)
     while float(d) > target:
         d = np.nextafter(d, np.float16(0))
@@ -86,4 +95,21 @@ def random_blocks(
     d = np.frombuffer(scale_for(qtype, amax).astype("<f2").tobytes(), dtype=np.uint8)
     for offset in SCALE_OFFSETS[qtype]:
         raw[:, offset : offset + 2] = d
+    return raw
+
+
+def centered_blocks(
+    bitgen: np.random.BitGenerator, qtype: GGMLQuantizationType, n_blocks: int, amax: float
+) -> np.ndarray:
+    """random_blocks whose values have mean 0: the CENTERED types' scale bytes set (and d = dmin
+    = amax / their largest magnitude); other types as random_blocks. A matrix of biased blocks
+    adds its mean x the sum of its input to every output, and through many layers that common
+    direction swamps the hidden state (every token then routes alike)."""
+    raw = random_blocks(bitgen, qtype, n_blocks, amax)
+    if qtype in CENTERED:
+        scales, offset, code_max = CENTERED[qtype]
+        d = np.frombuffer(scale_for(qtype, amax, code_max).astype("<f2").tobytes(), dtype=np.uint8)
+        for field in SCALE_OFFSETS[qtype]:
+            raw[:, field : field + 2] = d
+        raw[:, offset : offset + len(scales)] = np.frombuffer(scales, dtype=np.uint8)
     return raw

@@ -67,17 +67,22 @@ class Design:
     free_dims: slice
 
 
-def drifting_noise(rng: np.random.Generator, n: int, width: int) -> np.ndarray:
-    """n rows of unit-variance noise whose rows drift: row i is sqrt(DRIFT_SHARE) x an AR(1)
-    process (correlation DRIFT_CORRELATION from row i - 1) plus fresh noise for the rest."""
+def drifting_noise(
+    rng: np.random.Generator, n: int, width: int, share: float | None = None, correlation: float | None = None
+) -> np.ndarray:
+    """n rows of unit-variance noise whose rows drift: row i is sqrt(share) x an AR(1)
+    process (`correlation` from row i - 1) plus fresh noise for the rest (defaults: the tiny
+    synth's DRIFT_SHARE and DRIFT_CORRELATION)."""
+    share = DRIFT_SHARE if share is None else share
+    correlation = DRIFT_CORRELATION if correlation is None else correlation
     fresh = rng.standard_normal((n, width), dtype=np.float32)
     steps = rng.standard_normal((n, width), dtype=np.float32)
     slow = np.empty((n, width), dtype=np.float32)
     slow[0] = steps[0]
-    keep, add = DRIFT_CORRELATION, np.sqrt(1.0 - DRIFT_CORRELATION**2)
+    keep, add = correlation, np.sqrt(1.0 - correlation**2)
     for i in range(1, n):
         slow[i] = keep * slow[i - 1] + add * steps[i]
-    mixed = np.sqrt(DRIFT_SHARE) * slow + np.sqrt(1.0 - DRIFT_SHARE) * fresh
+    mixed = np.sqrt(share) * slow + np.sqrt(1.0 - share) * fresh
     return mixed.astype(np.float32)
 
 

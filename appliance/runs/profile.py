@@ -19,6 +19,7 @@ from appliance.core.strict_load import parse_yaml, read_text
 from appliance.core.units import SizeError, format_size, parse_size
 from appliance.core.validation import validate
 from appliance.models import skeleton
+from appliance.models.full_synth import DEFAULT_ROUTER, ROUTERS
 from appliance.runs.memory_points import MemoryPoint, parse_memory_point
 from appliance.runs.placement import Placement, check_placement_args, parse_placement
 
@@ -34,6 +35,7 @@ LIKE_SYNTH_KEYS: dict[str, type | tuple[type, ...]] = {
     "skew": (int, float),
     "layers": int,
     "used": int,
+    "router": str,
 }
 
 
@@ -227,6 +229,10 @@ def _check_like_synth(synth: dict[str, Any] | None, path: Path) -> None:
             )
         if not isinstance(value, kind) or isinstance(value, bool):
             raise ConfigError(f"{path}: /model/synth/{key}: {value!r} has the wrong type")
+    if synth.get("router", DEFAULT_ROUTER) not in ROUTERS:
+        raise ConfigError(
+            f"{path}: /model/synth/router: {synth['router']!r} is not one of {', '.join(ROUTERS)}"
+        )
 
 
 def _check_gpu(raw: dict[str, Any], path: Path) -> None:

@@ -37,7 +37,7 @@ from appliance.evidence.finding import current_ids
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
 from appliance.images.build import build_image
-from appliance.models.full_synth import synthesize_like
+from appliance.models.full_synth import DEFAULT_ROUTER, synthesize_like
 from appliance.models.shapes import spec_from_synth
 from appliance.models.skeleton import input_path
 from appliance.models.synth import synthesize
@@ -283,14 +283,22 @@ def ensure_synth_model(
         seed, skew = int(synth.get("seed", 0)), float(synth.get("skew", 1.0))
         layers = int(synth["layers"]) if "layers" in synth else None
         used = int(synth["used"]) if "used" in synth else None
+        router_design = str(synth.get("router", DEFAULT_ROUTER))
         console.print(
-            f"synthesizing {path.name} like {like} (skew {skew:g}, seed {seed}"
+            f"synthesizing {path.name} like {like} ({router_design} router, skew {skew:g}, seed {seed}"
             f"{'' if layers is None else f', first {layers} layers'}"
             f"{'' if used is None else f', {used} experts per token'}): "
             f"{_expected(profile)} written once, in one streaming pass"
         )
         full = synthesize_like(
-            input_path(like), path, seed=seed, skew=skew, layers=layers, progress=progress, used=used
+            input_path(like),
+            path,
+            seed=seed,
+            skew=skew,
+            layers=layers,
+            progress=progress,
+            used=used,
+            router_design=router_design,
         )
         console.print(f"model {path.name}: {full.size_bytes} bytes, sha256 {full.sha256}")
         return path

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from appliance.trace.calibration import PER_LAYER_REUSE, TINY_OUTSIDE, outside, 
 from appliance.trace.format import KIND_DECODE, KIND_PROMPT, read_trace
 from appliance.trace.locality import locality
 from appliance.workflows.run import ensure_synth_model
+from tests.conftest import REPO, run_cli
 from tests.e2e.conftest import run_tracer
 from tests.models import tiny_model
 
@@ -259,3 +261,26 @@ def test_the_demo_models_routing_lies_in_the_real_range(engine_bin: Path, tmp_pa
     again = run_tracer(engine_bin, model, tmp_path / "again", *decode, prompt=profile.schedule.prompt)
     assert again.text == run.text and len(run.text) > 0  # greedy decoding stays deterministic
     assert again.trace.read_bytes() == run.trace.read_bytes()
+
+
+def test_a_full_shape_walk_model_follows_its_walk_and_routes_like_real_models(
+    engine_bin: Path, tmp_path: Path
+) -> None:
+    """`model synth --like` with the walk router (the default) at the Qwen3-30B-A3B shape, its
+    first 4 layers at full width (every tensor, the 151,936-token embedding and head), k = 6:
+    greedy decoding steps along the walk, one filler token after the next, and the 64 decode
+    tokens' locality lies inside the range of the real traces' 4-layer slices at 64 tokens but
+    reuse distance 9-16, which the drift's single time scale leaves just short for 4 of 6
+    prompts measured (docs/trace-format.md, "The full-shape synth's walk")."""
+    model = tmp_path / "m.gguf"
+    like = REPO / "evidence" / "plans" / "qwen3-30b-a3b-q4_k_m.input.json"
+    synth = ("--layers", "4", "--used", "6", "--seed", "1")
+    run_cli("model", "synth", "--like", str(like), str(model), *synth, check=True)
+    run = run_tracer(engine_bin, model, tmp_path / "run", "-n", "64", "--ignore-eos", prompt=PROMPT)
+    walked = [int(n) for n in re.findall(rb"\[synth(\d+)\]", run.text)]
+    assert len(walked) == 64 and walked == list(range(walked[0], walked[0] + 64))
+    trace = read_trace(run.trace)
+    loc = locality(trace)
+    assert loc["decode_tokens"] == 64 and len(trace.moe_layers) == 4 and trace.k == 6
+    same_shape = real_range(decode_tokens=64, layers=4)
+    assert outside_names(loc, same_shape) <= {"reuse distance 9-16"}, outside(loc, same_shape)

@@ -55,3 +55,22 @@ def test_a_type_without_a_generator_is_refused_in_one_line() -> None:
     ):
         blocks.refuse_ungenerated(T.IQ2_XXS, "blk.0.x", "in.json")
     blocks.refuse_ungenerated(T.F32, "blk.0.x", "in.json")
+
+
+@pytest.mark.parametrize("qtype", sorted(blocks.CENTERED, key=lambda t: t.name), ids=lambda t: t.name)
+def test_centered_blocks_have_mean_zero_where_random_ones_lean_positive(qtype: GGMLQuantizationType) -> None:
+    amax = 0.05
+    biased = quants.dequantize(blocks.random_blocks(np.random.SFC64(3), qtype, 4000, amax).reshape(-1), qtype)
+    raw = blocks.centered_blocks(np.random.SFC64(3), qtype, 4000, amax)
+    values = quants.dequantize(raw.reshape(-1), qtype)
+    assert float(biased.mean()) > 0.08 * amax  # why centering exists: a rank-one push per matrix
+    assert abs(float(values.mean())) < 0.005 * amax
+    assert np.allclose(np.sort(np.unique(values)), -np.sort(np.unique(values))[::-1])  # symmetric codes
+    assert float(np.abs(values).max()) <= amax
+    assert float(np.abs(values).max()) >= 0.9 * amax
+
+
+@pytest.mark.parametrize("qtype", [T.Q6_K, T.Q8_0, T.IQ3_S], ids=lambda t: t.name)
+def test_centered_blocks_of_an_unbiased_type_are_its_random_blocks(qtype: GGMLQuantizationType) -> None:
+    centered = blocks.centered_blocks(np.random.SFC64(5), qtype, 100, 1.0)
+    assert np.array_equal(centered, blocks.random_blocks(np.random.SFC64(5), qtype, 100, 1.0))

@@ -89,7 +89,7 @@ def test_reads_back_with_exactly_the_skeleton_plan_and_bounded_values(
     like = small_input(tmp_path, published)
     out = tmp_path / "m.gguf"
     layers = 4 if published == QWEN35 else 3  # a hybrid's slice holds its first attention layer
-    record = synth(like, out, "--layers", str(layers))
+    record = synth(like, out, "--layers", str(layers), "--router", "zipf")
     doc = skeleton.load_input(like)
     specs = skeleton.tensor_specs(doc, str(like), layers)
     reader = GGUFReader(out)

@@ -58,8 +58,9 @@ def test_a_missing_input_is_named_when_the_model_is_to_be_made(tmp_path: Path) -
         (
             "    like: qwen3-30b-a3b-q4_k_m\n    experts: 8\n",
             "/model/synth/experts: not an option of a full-shape synthetic "
-            "(`like` takes like, seed, skew, layers, used)",
+            "(`like` takes like, seed, skew, layers, used, router)",
         ),
+        (LIKE_30B + "    router: clustered\n", "/model/synth/router: 'clustered' is not one of walk, zipf"),
         (LIKE_30B + "    seed: '1'\n", "/model/synth/seed: '1' has the wrong type"),
         (LIKE_30B + "    layers: true\n", "/model/synth/layers: True has the wrong type"),
     ],

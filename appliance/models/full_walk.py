@@ -1,0 +1,97 @@
+"""The token walk of a full-size synthetic model: routing that drifts like a real model's.
+
+The tiny synth's routing design (models/weights.py) carried to `model synth --like`, where
+the vocabulary runs to hundreds of thousands of tokens and the embedding and output head are
+quantized. WALK_TOKENS filler tokens (or as many as the vocabulary has), from the first after
+the byte vocabulary and its specials, form a cycle. Token i's embedding is EMBED_SHARED on
+dimension 0 (the constant the routers' popularity reads) and a free part that drifts along the
+walk (a DRIFT_SHARE share of an AR(1) of correlation DRIFT_CORRELATION, the rest fresh noise:
+weights.drifting_noise). The output head's row for token i + 1 is token i's free part, so
+greedy decoding, from wherever the prompt leaves it, steps along the walk (a decode shorter
+than the walk repeats no token). Every other row stays random. Routers are noise plus skew x
+POPULARITY_GAIN x 1 / rank ** POPULARITY_EXPONENT on dimension 0.
+
+The designed rows are written on a uniform grid (models/grid_blocks.py) with the step that
+puts EMBED_SHARED on the grid. The constants are calibrated against the real traces' range
+at the traced model's shape (docs/trace-format.md, "Synthetic routing against real routing").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf.constants import GGMLQuantizationType
+
+from appliance.models import grid_blocks
+from appliance.models.vocab import byte_vocab
+from appliance.models.weights import EMBED_SHARED, drifting_noise, rng_for
+
+WALK_TOKENS = 4096  # tokens on the walk (fewer when the vocabulary is smaller): more than any decode
+POPULARITY_GAIN = 1.893  # router weight on dimension 0 for the most popular expert (times skew)
+POPULARITY_EXPONENT = 0.11  # popularity 1 / rank ** this
+DRIFT_SHARE = 0.352  # variance share of a walk token's free part that drifts along the walk
+DRIFT_CORRELATION = 0.999  # correlation of the drifting part between consecutive walk tokens
+FIRST_WALK_TOKEN = len(byte_vocab().tokens)  # the first filler token, after bytes, merge and specials
+
+
+@dataclass(frozen=True)
+class Walk:
+    first: int  # token id of the walk's first token; token first + i is the walk's i-th
+    free: np.ndarray  # (WALK_TOKENS, embd - 1) float32: the free parts, in walk order
+
+    @property
+    def tokens(self) -> int:
+        return int(self.free.shape[0])
+
+
+def walk_tokens(n_vocab: int) -> int:
+    """The walk's length in a vocabulary of n_vocab tokens (at least 2 make a cycle)."""
+    return min(WALK_TOKENS, n_vocab - FIRST_WALK_TOKEN)
+
+
+def make_walk(seed: int, embd: int, n_vocab: int) -> Walk:
+    rng = rng_for(seed, "walk")
+    free = drifting_noise(rng, walk_tokens(n_vocab), embd - 1, DRIFT_SHARE, DRIFT_CORRELATION)
+    return Walk(FIRST_WALK_TOKEN, free)
+
+
+def router(seed_rng: np.random.Generator, skew: float, experts: int, embd: int) -> np.ndarray:
+    """ffn_gate_inp rows (experts, embd): noise on the free dimensions plus skew x popularity
+    on dimension 0."""
+    w = np.zeros((experts, embd), dtype=np.float32)
+    w[:, 1:] = seed_rng.standard_normal((experts, embd - 1), dtype=np.float32) / np.sqrt(embd - 1)
+    rank = seed_rng.permutation(experts)
+    w[:, 0] = skew * POPULARITY_GAIN / (rank + 1.0) ** POPULARITY_EXPONENT
+    return w
+
+
+def step_for(qtype: GGMLQuantizationType) -> float:
+    """The grid step that puts EMBED_SHARED on the grid (its highest code)."""
+    if qtype not in grid_blocks.CODE_RANGE:
+        return 1.0
+    return EMBED_SHARED / grid_blocks.CODE_RANGE[qtype][1]
+
+
+def designed_rows(walk: Walk, role: str, first_row: int, n_rows: int) -> tuple[slice, np.ndarray] | None:
+    """The rows of [first_row, first_row + n_rows) on the walk, as a slice of that chunk and
+    their values: embeddings (role token_embd) or output head rows (role output)."""
+    lo, hi = max(first_row, walk.first), min(first_row + n_rows, walk.first + walk.tokens)
+    if lo >= hi:
+        return None
+    walk_index = np.arange(lo, hi) - walk.first
+    values = np.zeros((hi - lo, walk.free.shape[1] + 1), dtype=np.float32)
+    if role == "token_embd":
+        values[:, 0] = EMBED_SHARED
+        values[:, 1:] = walk.free[walk_index]
+    else:  # the head row of walk token i + 1 is token i's free part
+        values[:, 1:] = walk.free[(walk_index - 1) % walk.tokens]
+    return slice(lo - first_row, hi - first_row), values
+
+
+def overlay(walk: Walk, role: str, qtype: GGMLQuantizationType, first_row: int, chunk: np.ndarray) -> None:
+    """Write the walk's designed rows over a chunk of rows (n_rows, bytes per row) in place."""
+    found = designed_rows(walk, role, first_row, chunk.shape[0])
+    if found is not None:
+        rows, values = found
+        chunk[rows] = grid_blocks.grid_blocks(values, qtype, step_for(qtype))

@@ -1,0 +1,123 @@
+"""The full-size synth's token walk: its designed rows, routers and length, and the model
+`model synth --like` writes with it (the walk router, the default)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFReader
+from gguf.constants import GGMLQuantizationType
+
+from appliance.models import full_synth, full_walk
+from tests.conftest import run_cli
+from tests.unit.models.test_full_synth import QWEN3, QWEN35, SMALL, dequantized, leftovers, small_input, synth
+
+# `model synth --like small-qwen3 --layers 2 --router zipf` (seed 0) as written before the walk
+# design existed (commit 28d869e): format 1's bytes stay what the pinned profiles were made with
+ZIPF_SMALL_SHA256 = "b5aeb1822305a0b01fb1025c82d9009a9637955eb10cdd5f087ffa32ca94e781"
+
+
+def test_the_walk_takes_its_tokens_from_the_filler_tokens() -> None:
+    assert full_walk.walk_tokens(151936) == full_walk.WALK_TOKENS == 4096
+    assert full_walk.walk_tokens(full_walk.FIRST_WALK_TOKEN + 10) == 10
+    assert full_walk.FIRST_WALK_TOKEN == 260  # 256 bytes, one merge, three specials
+
+
+def test_the_walk_is_the_same_for_a_seed_and_drifts() -> None:
+    one, again, other = (full_walk.make_walk(s, 64, 800) for s in (1, 1, 2))
+    assert np.array_equal(one.free, again.free) and not np.array_equal(one.free, other.free)
+    assert one.free.shape == (800 - full_walk.FIRST_WALK_TOKEN, 63) and one.tokens == 540
+    corr = np.corrcoef(one.free[:-1].reshape(-1), one.free[1:].reshape(-1))[0, 1]
+    assert corr == pytest.approx(full_walk.DRIFT_SHARE * full_walk.DRIFT_CORRELATION, abs=0.05)
+
+
+def test_designed_rows_cover_only_the_walk_and_the_head_leads_each_token_to_the_next() -> None:
+    walk = full_walk.make_walk(3, 8, full_walk.FIRST_WALK_TOKEN + 5)
+    assert full_walk.designed_rows(walk, "token_embd", 0, full_walk.FIRST_WALK_TOKEN) is None
+    found = full_walk.designed_rows(walk, "token_embd", full_walk.FIRST_WALK_TOKEN - 2, 4)
+    assert found is not None
+    rows, values = found
+    assert rows == slice(2, 4) and values.shape == (2, 8)
+    assert (values[:, 0] == full_walk.EMBED_SHARED).all() and np.array_equal(values[:, 1:], walk.free[:2])
+    head = full_walk.designed_rows(walk, "output", full_walk.FIRST_WALK_TOKEN, 100)
+    assert head is not None and head[0] == slice(0, 5)
+    assert (head[1][:, 0] == 0).all()
+    assert np.array_equal(head[1][:, 1:], np.roll(walk.free, 1, axis=0))  # row i + 1 = token i
+
+
+def test_routers_read_popularity_on_dimension_0_times_skew() -> None:
+    w = full_walk.router(np.random.default_rng(0), 1.0, 16, 32)
+    ranked = np.sort(w[:, 0])[::-1]
+    assert ranked[0] == pytest.approx(full_walk.POPULARITY_GAIN)
+    assert ranked[-1] == pytest.approx(full_walk.POPULARITY_GAIN / 16**full_walk.POPULARITY_EXPONENT)
+    assert (full_walk.router(np.random.default_rng(0), 0.0, 16, 32)[:, 0] == 0).all()
+    assert w[:, 1:].std() == pytest.approx(1 / np.sqrt(31), rel=0.2)
+
+
+def test_the_walk_design_writes_its_rows_centers_the_blocks_and_names_itself(tmp_path: Path) -> None:
+    like = small_input(tmp_path, QWEN3)
+    record = synth(like, tmp_path / "m.gguf", "--layers", "2")  # --router walk, the default
+    assert record["router"] == "walk"
+    reader = GGUFReader(tmp_path / "m.gguf")
+    assert bytes(reader.fields["appliance.synth.router"].parts[-1]) == b"walk"
+    tensors = {t.name: t for t in reader.tensors}
+    embd, vocab = SMALL["hidden_size"], SMALL["vocab_size"]
+    first, walk = full_walk.FIRST_WALK_TOKEN, full_walk.walk_tokens(vocab)
+    assert walk == vocab - first  # a small vocabulary: every filler token is on the walk
+    emb = dequantized(tensors["token_embd.weight"]).reshape(vocab, embd)
+    head = dequantized(tensors["output.weight"]).reshape(vocab, embd)
+    on = slice(first, first + walk)
+    assert np.allclose(emb[:, 0], full_synth.EMBED_SHARED, rtol=1e-3)  # the routers' constant, everywhere
+    assert np.abs(emb[:first, 1:]).max() <= full_synth.EMBED_AMAX  # off the walk: random, bounded
+    assert emb[on, 1:].std() > 0.9  # on it: unit-variance free parts
+    # token i + 1's head row is token i's free part (both rounded to their grids)
+    follows = [np.corrcoef(head[first + (i + 1) % walk, 1:], emb[first + i, 1:])[0, 1] for i in range(walk)]
+    assert min(follows) > 0.98
+    assert (head[on, 0] == 0).all()
+    # and no other walk token's: greedy decoding from token i picks i + 1
+    logits = emb[on, 1:] @ head[on, 1:].T
+    assert (np.argmax(logits, axis=1) == (np.arange(walk) + 1) % walk).all()
+    consecutive = np.mean(
+        [np.corrcoef(emb[first + i, 1:], emb[first + i + 1, 1:])[0, 1] for i in range(walk - 1)]
+    )
+    assert 0.2 < consecutive < 0.6  # drift: about DRIFT_SHARE x DRIFT_CORRELATION
+    router = dequantized(tensors["blk.0.ffn_gate_inp.weight"]).reshape(SMALL["num_experts"], embd)
+    popularity = np.sort(router[:, 0])[::-1]
+    assert popularity[0] == pytest.approx(full_walk.POPULARITY_GAIN)  # skew 1 x the top expert's gain
+    assert popularity[1] == pytest.approx(full_walk.POPULARITY_GAIN / 2**full_walk.POPULARITY_EXPONENT)
+    for name, tensor in tensors.items():  # Q4_K matrices centered: no rank-one push through the layers
+        if full_synth.role(name) == "dense" and GGMLQuantizationType(tensor.tensor_type).name == "Q4_K":
+            values = dequantized(tensor)
+            assert abs(float(values.mean())) < 0.02 * float(np.abs(values).max()), name
+    zipf = synth(like, tmp_path / "z.gguf", "--layers", "2", "--router", "zipf")
+    assert "appliance.synth.router" not in GGUFReader(tmp_path / "z.gguf").fields
+    assert zipf["sha256"] == ZIPF_SMALL_SHA256  # the format-1 bytes, unchanged by the walk
+
+
+def test_the_walk_refuses_a_vocabulary_too_small_and_a_head_it_cannot_write(tmp_path: Path) -> None:
+    tiny_vocab = small_input(tmp_path, QWEN3)
+    doc = json.loads(tiny_vocab.read_text())
+    doc["config"]["vocab_size"] = full_walk.FIRST_WALK_TOKEN + 1
+    tiny_vocab.write_text(json.dumps(doc))
+    refused = run_cli("model", "synth", "--like", str(tiny_vocab), str(tmp_path / "m.gguf"), "--layers", "1")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        f"error: {tiny_vocab}: the walk router needs at least {full_walk.FIRST_WALK_TOKEN + 2} tokens, "
+        f"token_embd.weight has {full_walk.FIRST_WALK_TOKEN + 1}; use --router zipf\n"
+    )
+    iq_head = small_input(tmp_path, QWEN35)
+    doc = json.loads(iq_head.read_text())
+    doc["types"]["output"] = "IQ4_NL"
+    iq_head.write_text(json.dumps(doc))
+    refused = run_cli("model", "synth", "--like", str(iq_head), str(tmp_path / "m.gguf"), "--layers", "4")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        f"error: {iq_head}: the walk router writes designed rows into output.weight, which is IQ4_NL; "
+        "give it one of Q8_0, Q6_K, Q4_K, or use --router zipf\n"
+    )
+    assert leftovers(tmp_path) == []
+    synth(iq_head, tmp_path / "z.gguf", "--layers", "4", "--router", "zipf")
+    tiny = run_cli("model", "synth", str(tmp_path / "t.gguf"), "--arch", "qwen3moe", "--router", "zipf")
+    assert tiny.returncode == 1
+    assert tiny.stderr == "error: --router chooses the design of a --like model; a tiny model has its own\n"
