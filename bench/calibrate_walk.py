@@ -45,6 +45,10 @@ BOUNDS = {
     "POPULARITY_EXPONENT": (0.0, 0.5),
     "DRIFT_SHARE": (0.1, 0.7),
     "DRIFT_CORRELATION": (0.9, 0.9999),
+    "LAYER_GAIN_SPREAD": (0.0, 0.8),
+    "REVISIT_SHARE": (0.0, 0.7),
+    "REVISIT_MIN_GAP": (2.0, 24.0),
+    "REVISIT_TAIL": (0.3, 3.0),
 }
 
 

@@ -6,10 +6,14 @@ quantized. WALK_TOKENS filler tokens (or as many as the vocabulary has), from th
 the byte vocabulary and its specials, form a cycle. Token i's embedding is EMBED_SHARED on
 dimension 0 (the constant the routers' popularity reads) and a free part that drifts along the
 walk (a DRIFT_SHARE share of an AR(1) of correlation DRIFT_CORRELATION, the rest fresh noise:
-weights.drifting_noise). The output head's row for token i + 1 is token i's free part, so
-greedy decoding, from wherever the prompt leaves it, steps along the walk (a decode shorter
-than the walk repeats no token). Every other row stays random. Routers are noise plus skew x
-POPULARITY_GAIN x 1 / rank ** POPULARITY_EXPONENT on dimension 0.
+weights.drifting_noise) and whose fresh noise recurs: REVISIT_SHARE of it is the fresh noise of
+a token a heavy-tailed gap back (revisiting), so experts come back after 8-64 tokens as in real
+routing without the tokens between keeping them. The output head's row for token i + 1 is
+token i's free part, so greedy decoding, from wherever the prompt leaves it, steps along the
+walk (a decode shorter than the walk repeats no token). Every other row stays random.
+Routers are noise plus skew x POPULARITY_GAIN x 1 / rank ** POPULARITY_EXPONENT on dimension
+0, each layer's gain spread lognormally (LAYER_GAIN_SPREAD): real models' layers differ in
+how much of the previous token's experts they keep (Qwen3-30B-A3B's from 6% to 70%).
 
 The designed rows are written on a uniform grid (models/grid_blocks.py) with the step that
 puts EMBED_SHARED on the grid. The constants are calibrated against the real traces' range
@@ -19,6 +23,7 @@ at the traced model's shape (docs/trace-format.md, "Synthetic routing against re
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from gguf.constants import GGMLQuantizationType
@@ -30,8 +35,12 @@ from appliance.models.weights import EMBED_SHARED, drifting_noise, rng_for
 WALK_TOKENS = 4096  # tokens on the walk (fewer when the vocabulary is smaller): more than any decode
 POPULARITY_GAIN = 1.893  # router weight on dimension 0 for the most popular expert (times skew)
 POPULARITY_EXPONENT = 0.11  # popularity 1 / rank ** this
-DRIFT_SHARE = 0.352  # variance share of a walk token's free part that drifts along the walk
-DRIFT_CORRELATION = 0.999  # correlation of the drifting part between consecutive walk tokens
+DRIFT_SHARE = 0.277  # variance share of a walk token's free part that drifts along the walk
+DRIFT_CORRELATION = 0.9999  # correlation of the drifting part between consecutive walk tokens
+LAYER_GAIN_SPREAD = 0.35  # each layer's gain is POPULARITY_GAIN x exp(this x a standard normal)
+REVISIT_SHARE = 0.3  # variance share of a walk token's fresh noise that is an earlier token's
+REVISIT_MIN_GAP = 10.75  # the shortest gap back to the token revisited, in walk tokens
+REVISIT_TAIL = 1.675  # gaps are MIN_GAP x a Pareto of this index: a smaller index, longer gaps
 FIRST_WALK_TOKEN = len(byte_vocab().tokens)  # the first filler token, after bytes, merge and specials
 
 
@@ -52,17 +61,36 @@ def walk_tokens(n_vocab: int) -> int:
 
 def make_walk(seed: int, embd: int, n_vocab: int) -> Walk:
     rng = rng_for(seed, "walk")
-    free = drifting_noise(rng, walk_tokens(n_vocab), embd - 1, DRIFT_SHARE, DRIFT_CORRELATION)
+    recur = partial(revisiting, rng_for(seed, "walk revisits")) if REVISIT_SHARE > 0 else None
+    free = drifting_noise(rng, walk_tokens(n_vocab), embd - 1, DRIFT_SHARE, DRIFT_CORRELATION, recur)
     return Walk(FIRST_WALK_TOKEN, free)
+
+
+def revisiting(rng: np.random.Generator, fresh: np.ndarray) -> np.ndarray:
+    """The walk's fresh noise (rows independent, unit variance) made to recur: each row past
+    the first gap takes REVISIT_SHARE of its variance from the row a heavy-tailed gap back
+    (itself perhaps a revisit), so an earlier token's experts come back after that gap
+    without the tokens between keeping them. Rows stay unit variance."""
+    pareto = (1.0 - rng.random(fresh.shape[0])) ** (-1.0 / REVISIT_TAIL)
+    gaps = np.floor(REVISIT_MIN_GAP * pareto).astype(np.int64)
+    keep, take = np.float32(np.sqrt(1.0 - REVISIT_SHARE)), np.float32(np.sqrt(REVISIT_SHARE))
+    recurred = fresh.copy()
+    for i, gap in enumerate(gaps):
+        if gap <= i:
+            recurred[i] = keep * fresh[i] + take * recurred[i - gap]
+    return recurred
 
 
 def router(seed_rng: np.random.Generator, skew: float, experts: int, embd: int) -> np.ndarray:
     """ffn_gate_inp rows (experts, embd): noise on the free dimensions plus skew x popularity
-    on dimension 0."""
+    on dimension 0, scaled by the layer's own gain (drawn after the rest)."""
     w = np.zeros((experts, embd), dtype=np.float32)
     w[:, 1:] = seed_rng.standard_normal((experts, embd - 1), dtype=np.float32) / np.sqrt(embd - 1)
     rank = seed_rng.permutation(experts)
-    w[:, 0] = skew * POPULARITY_GAIN / (rank + 1.0) ** POPULARITY_EXPONENT
+    gain = POPULARITY_GAIN
+    if LAYER_GAIN_SPREAD > 0:
+        gain *= float(np.exp(LAYER_GAIN_SPREAD * seed_rng.standard_normal()))
+    w[:, 0] = skew * gain / (rank + 1.0) ** POPULARITY_EXPONENT
     return w
 
 

@@ -31,7 +31,7 @@ depend on write order or chunking.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,11 +68,17 @@ class Design:
 
 
 def drifting_noise(
-    rng: np.random.Generator, n: int, width: int, share: float | None = None, correlation: float | None = None
+    rng: np.random.Generator,
+    n: int,
+    width: int,
+    share: float | None = None,
+    correlation: float | None = None,
+    recur: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """n rows of unit-variance noise whose rows drift: row i is sqrt(share) x an AR(1)
     process (`correlation` from row i - 1) plus fresh noise for the rest (defaults: the tiny
-    synth's DRIFT_SHARE and DRIFT_CORRELATION)."""
+    synth's DRIFT_SHARE and DRIFT_CORRELATION). `recur`, when given, maps the fresh rows to
+    unit-variance rows that repeat earlier ones (full_walk.revisiting)."""
     share = DRIFT_SHARE if share is None else share
     correlation = DRIFT_CORRELATION if correlation is None else correlation
     fresh = rng.standard_normal((n, width), dtype=np.float32)
@@ -82,6 +88,8 @@ def drifting_noise(
     keep, add = correlation, np.sqrt(1.0 - correlation**2)
     for i in range(1, n):
         slow[i] = keep * slow[i - 1] + add * steps[i]
+    if recur is not None:
+        fresh = recur(fresh)
     mixed = np.sqrt(share) * slow + np.sqrt(1.0 - share) * fresh
     return mixed.astype(np.float32)
 

@@ -270,7 +270,7 @@ def test_a_full_shape_walk_model_follows_its_walk_and_routes_like_real_models(
     first 4 layers at full width (every tensor, the 151,936-token embedding and head), k = 6:
     greedy decoding steps along the walk, one filler token after the next, and the 64 decode
     tokens' locality lies inside the range of the real traces' 4-layer slices at 64 tokens but
-    reuse distance 9-16, which the drift's single time scale leaves just short for 4 of 6
+    reuse distance 9-16, which the first fit (the drift alone) left just short for 4 of 6
     prompts measured (docs/trace-format.md, "The full-shape synth's walk")."""
     model = tmp_path / "m.gguf"
     like = REPO / "evidence" / "plans" / "qwen3-30b-a3b-q4_k_m.input.json"

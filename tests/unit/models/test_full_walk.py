@@ -46,13 +46,52 @@ def test_designed_rows_cover_only_the_walk_and_the_head_leads_each_token_to_the_
     assert np.array_equal(head[1][:, 1:], np.roll(walk.free, 1, axis=0))  # row i + 1 = token i
 
 
-def test_routers_read_popularity_on_dimension_0_times_skew() -> None:
+def test_revisits_bring_an_earlier_tokens_noise_back_after_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(full_walk, "REVISIT_SHARE", 0.5)
+    monkeypatch.setattr(full_walk, "REVISIT_MIN_GAP", 6.0)
+    monkeypatch.setattr(full_walk, "REVISIT_TAIL", 1.0)
+    fresh = np.random.default_rng(0).standard_normal((3000, 256), dtype=np.float32)
+    recurred = full_walk.revisiting(np.random.default_rng(1), fresh)
+    assert np.array_equal(recurred[:6], fresh[:6])  # no gap reaches back before the first token
+    assert recurred.var() == pytest.approx(1.0, rel=0.03)  # unit variance, however deep the chain
+    unit = recurred / np.linalg.norm(recurred, axis=1, keepdims=True)
+    lag = [float(np.mean(np.sum(unit[g:] * unit[:-g], axis=1))) for g in (1, 5, 6, 12, 200)]
+    # a Pareto(1) gap from 6 is 6 for a seventh of the tokens (each then sqrt(0.5) alike); shorter
+    # lags only through two tokens revisiting one source, a hundredth of a gap each
+    assert lag[2] > 0.1 and lag[2] > 3 * max(lag[:2])
+    assert lag[2] > lag[3] > 0.03 > lag[4]  # the chance of a gap falls with its length
+
+
+def test_revisits_are_off_without_a_share_and_the_walk_then_is_the_drift_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(full_walk, "REVISIT_SHARE", 0.0)
+    plain = full_walk.make_walk(1, 64, 800).free
+    rng = full_walk.rng_for(1, "walk")
+    drift = full_walk.drifting_noise(rng, 540, 63, full_walk.DRIFT_SHARE, full_walk.DRIFT_CORRELATION)
+    assert np.array_equal(plain, drift)
+    monkeypatch.setattr(full_walk, "REVISIT_SHARE", 0.4)
+    assert not np.array_equal(full_walk.make_walk(1, 64, 800).free, plain)
+
+
+def test_routers_read_popularity_on_dimension_0_times_skew_and_a_gain_of_their_layer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(full_walk, "LAYER_GAIN_SPREAD", 0.0)
     w = full_walk.router(np.random.default_rng(0), 1.0, 16, 32)
     ranked = np.sort(w[:, 0])[::-1]
     assert ranked[0] == pytest.approx(full_walk.POPULARITY_GAIN)
     assert ranked[-1] == pytest.approx(full_walk.POPULARITY_GAIN / 16**full_walk.POPULARITY_EXPONENT)
     assert (full_walk.router(np.random.default_rng(0), 0.0, 16, 32)[:, 0] == 0).all()
     assert w[:, 1:].std() == pytest.approx(1 / np.sqrt(31), rel=0.2)
+    monkeypatch.setattr(full_walk, "LAYER_GAIN_SPREAD", 0.5)
+    layer = [full_walk.router(np.random.default_rng(s), 1.0, 16, 32) for s in range(400)]
+    gains = np.array([w[:, 0].max() for w in layer])
+    assert np.array_equal(layer[0], full_walk.router(np.random.default_rng(0), 1.0, 16, 32))
+    assert np.log(gains).mean() == pytest.approx(np.log(full_walk.POPULARITY_GAIN), abs=0.06)
+    assert np.log(gains).std() == pytest.approx(0.5, rel=0.1)  # lognormal across layers
+    spread = full_walk.router(np.random.default_rng(3), 1.0, 16, 32)[:, 0]
+    assert spread.max() / spread.min() == pytest.approx(16**full_walk.POPULARITY_EXPONENT, rel=1e-5)
 
 
 def test_the_walk_design_writes_its_rows_centers_the_blocks_and_names_itself(tmp_path: Path) -> None:
@@ -82,10 +121,14 @@ def test_the_walk_design_writes_its_rows_centers_the_blocks_and_names_itself(tmp
         [np.corrcoef(emb[first + i, 1:], emb[first + i + 1, 1:])[0, 1] for i in range(walk - 1)]
     )
     assert 0.2 < consecutive < 0.6  # drift: about DRIFT_SHARE x DRIFT_CORRELATION
-    router = dequantized(tensors["blk.0.ffn_gate_inp.weight"]).reshape(SMALL["num_experts"], embd)
-    popularity = np.sort(router[:, 0])[::-1]
-    assert popularity[0] == pytest.approx(full_walk.POPULARITY_GAIN)  # skew 1 x the top expert's gain
-    assert popularity[1] == pytest.approx(full_walk.POPULARITY_GAIN / 2**full_walk.POPULARITY_EXPONENT)
+    gains = []
+    for layer in (0, 1):
+        router = dequantized(tensors[f"blk.{layer}.ffn_gate_inp.weight"]).reshape(SMALL["num_experts"], embd)
+        popularity = np.sort(router[:, 0])[::-1]
+        assert popularity[1] == pytest.approx(popularity[0] / 2**full_walk.POPULARITY_EXPONENT)
+        gains.append(float(popularity[0]))  # skew 1 x the layer's own gain
+    spread = np.abs(np.log(np.array(gains) / full_walk.POPULARITY_GAIN)) / full_walk.LAYER_GAIN_SPREAD
+    assert gains[0] != gains[1] and (spread < 4).all()  # each layer drew its own, a lognormal's
     for name, tensor in tensors.items():  # Q4_K matrices centered: no rank-one push through the layers
         if full_synth.role(name) == "dense" and GGMLQuantizationType(tensor.tensor_type).name == "Q4_K":
             values = dequantized(tensor)
