@@ -7,7 +7,7 @@ the byte vocabulary and its specials, form a cycle. Token i's embedding is EMBED
 dimension 0 (the constant the routers' popularity reads) and a free part that drifts along the
 walk (a DRIFT_SHARE share of an AR(1) of correlation DRIFT_CORRELATION, the rest fresh noise:
 weights.drifting_noise) and whose fresh noise recurs: REVISIT_SHARE of it is the fresh noise of
-a token a heavy-tailed gap back (revisiting), so experts come back after 8-64 tokens as in real
+a token a heavy-tailed gap back (revisiting), so experts come back after 10-64 tokens as in real
 routing without the tokens between keeping them. The output head's row for token i + 1 is
 token i's free part, so greedy decoding, from wherever the prompt leaves it, steps along the
 walk (a decode shorter than the walk repeats no token). Every other row stays random.
