@@ -102,6 +102,8 @@ NOT_INPUT_BOUNDS = {
     "engine image is built; it bounds no user input",
     "appliance.release.check.SCAN_LIMIT": "git blobs over this size are reported as large and not read for "
     "credentials; it bounds the release check's memory over the project's own history, not user input",
+    "appliance.models.full_walk.REVISIT_MIN_GAP": "a fitted constant of the walk router's design (the "
+    "least gap back a revisit reaches, in walk tokens); it bounds no user input",
 }
 
 
