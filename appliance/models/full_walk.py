@@ -61,7 +61,7 @@ def walk_tokens(n_vocab: int) -> int:
 
 def make_walk(seed: int, embd: int, n_vocab: int) -> Walk:
     rng = rng_for(seed, "walk")
-    recur = partial(revisiting, rng_for(seed, "walk revisits")) if REVISIT_SHARE > 0 else None
+    recur = partial(revisiting, rng_for(seed, "walk revisits"))
     free = drifting_noise(rng, walk_tokens(n_vocab), embd - 1, DRIFT_SHARE, DRIFT_CORRELATION, recur)
     return Walk(FIRST_WALK_TOKEN, free)
 
@@ -87,9 +87,7 @@ def router(seed_rng: np.random.Generator, skew: float, experts: int, embd: int) 
     w = np.zeros((experts, embd), dtype=np.float32)
     w[:, 1:] = seed_rng.standard_normal((experts, embd - 1), dtype=np.float32) / np.sqrt(embd - 1)
     rank = seed_rng.permutation(experts)
-    gain = POPULARITY_GAIN
-    if LAYER_GAIN_SPREAD > 0:
-        gain *= float(np.exp(LAYER_GAIN_SPREAD * seed_rng.standard_normal()))
+    gain = POPULARITY_GAIN * float(np.exp(LAYER_GAIN_SPREAD * seed_rng.standard_normal()))
     w[:, 0] = skew * gain / (rank + 1.0) ** POPULARITY_EXPONENT
     return w
 
