@@ -90,14 +90,17 @@ def traced(model: Path, decode: int, engine_bin: Path) -> Any:
 
 def walk_start(trace: Any, like: Path, seed: int, layers: int, used: int) -> int:
     """Where on the walk the engine's decode began: the walk token whose first-layer routes
-    without residual are the first decode token's (the first of them, if several)."""
+    without residual are those of one of the first decode tokens, less that token's place (the
+    token the prompt leaves may lie off the walk; the next one is on it)."""
     first_layer = walk_proxy.routes(like, seed, SKEW, 1, used, 0, full_walk.WALK_TOKENS, residual=0.0)[0]
     decode = trace.rows[trace.rows["kind"] == 1]
-    chosen = set(decode["ids"][decode["layer"] == trace.moe_layers[0]][0].tolist())
-    matches = [i for i, ids in enumerate(first_layer) if set(ids.tolist()) == chosen]
-    if not matches:
-        raise SystemExit("no walk token routes like the first decode token: is this a walk model?")
-    return matches[0]
+    chosen = decode["ids"][decode["layer"] == trace.moe_layers[0]]
+    for place in range(min(4, len(chosen))):
+        wanted = set(chosen[place].tolist())
+        matches = [i for i, ids in enumerate(first_layer) if set(ids.tolist()) == wanted]
+        if matches:
+            return matches[0] - place
+    raise SystemExit("no walk token routes like the first decode tokens: is this a walk model?")
 
 
 def proxy_localities(
