@@ -38,7 +38,7 @@ from appliance.models import full_walk
 from appliance.models.full_synth import WALK_ROLES, plan_for, role, synthesize_like, tensor_chunks
 from appliance.trace.calibration import outside, real_range, statistics
 from appliance.trace.format import read_trace
-from appliance.trace.locality import locality
+from appliance.trace.locality import decode_trace, locality
 from bench import walk_proxy
 from bench.calibrate_synth import distance_outside, search
 
@@ -93,8 +93,8 @@ def walk_start(trace: Any, like: Path, seed: int, layers: int, used: int) -> int
     without residual are those of one of the first decode tokens, less that token's place (the
     token the prompt leaves may lie off the walk; the next one is on it)."""
     first_layer = walk_proxy.routes(like, seed, SKEW, 1, used, 0, full_walk.WALK_TOKENS, residual=0.0)[0]
-    decode = trace.rows[trace.rows["kind"] == 1]
-    chosen = decode["ids"][decode["layer"] == trace.moe_layers[0]]
+    decode = decode_trace(trace)
+    chosen = decode.ids[decode.layers == trace.moe_layers[0]]
     for place in range(min(4, len(chosen))):
         wanted = set(chosen[place].tolist())
         matches = [i for i, ids in enumerate(first_layer) if set(ids.tolist()) == wanted]

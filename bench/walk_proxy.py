@@ -6,13 +6,10 @@ writes it on) plus what the layers before add to the residual, modelled as a ran
 the layers of RESIDUAL_STEP per dimension, independent per token. Decode token i is walk token
 first + i (the prompt decides `first`; any start on the walk is a sample).
 
-Against llama-moe-trace on the 48 x 128 x 6 (Qwen3-30B-A3B shape) walk model, 64 and 128 decode
-tokens, model seeds 1 and 2: the predicted routes share 96-98% of their experts with the engine's
-at the first layer and about 73% at the last; the whole-trace statistics agree within 0.04
-(pairs touched and LRU at 10% the farthest), a single layer's next-token reuse within 0.19
-(docs/trace-format.md, "The full-shape synth's walk"). So a candidate is scored on several model
-seeds in seconds (bench.calibrate_walk --proxy-seeds), where the engine takes minutes a seed;
-the engine then checks what the proxy chose.
+How close that comes to llama-moe-trace is measured in docs/trace-format.md ("The full-shape
+synth's walk"; `bench.calibrate_walk --score-only` prints it for a model): close enough to
+score a candidate on several model seeds in seconds (bench.calibrate_walk --proxy-seeds),
+where the engine takes minutes a seed; the engine then checks what the proxy chose.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from gguf.constants import GGMLQuantizationType
 
 from appliance.models import full_walk, grid_blocks
 from appliance.models.full_synth import bitgen_for, plan_for, role
-from appliance.models.weights import EMBED_SHARED
 from appliance.trace.format import KIND_DECODE, Trace, row_dtype
 
 RESIDUAL_STEP = 0.05  # per dimension and layer: fitted to the engine's statistics (seed 1, 128 tokens)
@@ -39,14 +35,11 @@ def _plan(like: Path, layers: int, used: int) -> tuple[dict[str, Any], tuple[Any
 
 
 def embeddings(walk: full_walk.Walk, indices: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
-    """The walk tokens' embedding rows as the file holds them (on the grid, when quantized)."""
-    values = np.zeros((len(indices), walk.free.shape[1] + 1), dtype=np.float32)
-    values[:, 0] = EMBED_SHARED
-    values[:, 1:] = walk.free[indices % walk.tokens]
-    if qtype not in grid_blocks.CODE_RANGE:
-        return values
-    step = full_walk.step_for(qtype)
-    return grid_blocks.codes(values, qtype, step).astype(np.float32) * np.float32(np.float16(step))
+    """The embedding rows of walk tokens `indices` (modulo the walk) as the file holds them."""
+    found = full_walk.designed_rows(walk, "token_embd", walk.first, walk.tokens)
+    assert found is not None
+    rows = found[1][indices % walk.tokens]
+    return grid_blocks.grid_values(rows, qtype, full_walk.step_for(qtype))
 
 
 def routes(

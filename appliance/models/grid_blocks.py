@@ -39,6 +39,13 @@ def codes(values: np.ndarray, qtype: GGMLQuantizationType, step: float) -> np.nd
     return np.clip(np.rint(values / float(np.float16(step))), lo, hi).astype(np.int16)
 
 
+def grid_values(values: np.ndarray, qtype: GGMLQuantizationType, step: float) -> np.ndarray:
+    """The float32 values that grid_blocks(values, qtype, step) decode to."""
+    if qtype in (T.F32, T.F16):
+        return values.astype("<f4" if qtype == T.F32 else "<f2").astype(np.float32)
+    return codes(values, qtype, step).astype(np.float32) * np.float32(np.float16(step))
+
+
 def grid_blocks(values: np.ndarray, qtype: GGMLQuantizationType, step: float) -> np.ndarray:
     """(n, bytes per row) uint8: rows of `values` (n, row length) as blocks of step x code
     (F32 and F16: the values themselves)."""

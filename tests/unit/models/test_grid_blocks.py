@@ -23,6 +23,7 @@ def test_values_decode_to_the_nearest_grid_point_within_the_codes(qtype: GGMLQua
     decoded = quants.dequantize(raw.reshape(-1), qtype).reshape(5, 512)
     expected = np.clip(np.rint(values / step), low, high) * step
     assert np.array_equal(decoded, expected.astype(np.float32))
+    assert np.array_equal(grid_blocks.grid_values(values, qtype, step), decoded)
     assert decoded[0, :4].tolist() == [low * step, high * step, 0.0, low * step]
     inside = (values >= low * step) & (values <= high * step)
     assert np.abs(decoded - values)[inside].max() <= step / 2
@@ -34,6 +35,7 @@ def test_float_types_hold_the_values_themselves(qtype: GGMLQuantizationType) -> 
     raw = grid_blocks.grid_blocks(values, qtype, 1.0)
     dtype = "<f4" if qtype == T.F32 else "<f2"
     assert np.array_equal(raw.view(dtype).astype(np.float32), values.astype(dtype).astype(np.float32))
+    assert np.array_equal(grid_blocks.grid_values(values, qtype, 1.0), raw.view(dtype).astype(np.float32))
 
 
 def test_a_type_without_a_grid_is_refused() -> None:
