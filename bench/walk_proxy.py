@@ -2,9 +2,12 @@
 
 Norms are 1, so each MoE layer's top k are those of its router times the layer's input, whatever
 the RMS scale; the input is the token's embedding (the walk's designed row, on the grid the file
-writes it on) plus what the layers before add to the residual, modelled as a random walk over
-the layers of RESIDUAL_STEP per dimension, independent per token. Decode token i is walk token
-first + i (the prompt decides `first`; any start on the walk is a sample).
+writes it on) plus what the layers before add to the residual, modelled as two random walks
+over the layers: one of RESIDUAL_STEP per dimension, independent per token, and one of
+STATIC_STEP, the same for every token of a model (attention and the experts add a part that
+changes little from token to token: the engine's picks beyond the proxy's persist from the
+first half of a decode to the second). Decode token i is walk token first + i (the prompt
+decides `first`; any start on the walk is a sample).
 
 How close that comes to llama-moe-trace is measured in docs/trace-format.md ("The full-shape
 synth's walk"; `bench.calibrate_walk --score-only` prints it for a model): close enough to
@@ -25,7 +28,11 @@ from appliance.models import full_walk, grid_blocks
 from appliance.models.full_synth import bitgen_for, plan_for, role
 from appliance.trace.format import KIND_DECODE, Trace, row_dtype
 
-RESIDUAL_STEP = 0.05  # per dimension and layer: fitted to the engine's statistics (seed 1, 128 tokens)
+# what each layer adds to the residual, per dimension: a part of each token's own and a part the
+# same for every token of a model (a fixed random walk over the layers, drawn from the model's seed)
+RESIDUAL_STEP = 0.04
+STATIC_STEP = 0.04
+STATIC_STREAM = 1 << 20  # seeds the static part's draws apart from any token's (whose stream is the start)
 
 
 @cache
@@ -51,6 +58,7 @@ def routes(
     first: int,
     n: int,
     residual: float = RESIDUAL_STEP,
+    static: float = STATIC_STEP,
 ) -> np.ndarray:
     """(MoE layers, n, used) expert ids of decode tokens first .. first + n - 1 on the walk,
     best first, under the walk constants in full_walk now."""
@@ -60,10 +68,12 @@ def routes(
     embed_qtype = next(qtype for name, _, qtype in specs if role(name) == "token_embd")
     hidden = embeddings(walk, np.arange(first, first + n), embed_qtype)
     noise = np.random.default_rng([seed, first])
+    bias = np.random.default_rng([seed, STATIC_STREAM])
     routers = [(name, shape, qtype) for name, shape, qtype in specs if role(name) == "router"]
     out = np.empty((len(routers), n, used), dtype=np.int64)
     for layer, (name, shape, qtype) in enumerate(routers):
         hidden += residual * noise.standard_normal(hidden.shape, dtype=np.float32)
+        hidden += static * bias.standard_normal(hidden.shape[1], dtype=np.float32)
         w = full_walk.router(np.random.Generator(bitgen_for(seed, name)), skew, shape[1], shape[0])
         if qtype == GGMLQuantizationType.F16:
             w = w.astype(np.float16).astype(np.float32)

@@ -22,7 +22,7 @@ def test_without_the_residual_the_predicted_routes_are_the_written_models_top_k(
     emb = dequantized(tensors["token_embd.weight"]).reshape(vocab, embd)
     first, n = 5, 40
     walked = emb[full_walk.FIRST_WALK_TOKEN + first : full_walk.FIRST_WALK_TOKEN + first + n]
-    predicted = walk_proxy.routes(like, 3, 1.0, 2, used, first, n, residual=0.0)
+    predicted = walk_proxy.routes(like, 3, 1.0, 2, used, first, n, residual=0.0, static=0.0)
     assert predicted.shape == (2, n, used)
     for layer in range(2):
         router = dequantized(tensors[f"blk.{layer}.ffn_gate_inp.weight"]).reshape(-1, embd)
@@ -31,8 +31,8 @@ def test_without_the_residual_the_predicted_routes_are_the_written_models_top_k(
         # the predicted experts are the top k, best first (ties aside, to float rounding)
         assert np.all(np.diff(chosen, axis=1) <= 1e-6)
         assert np.allclose(chosen[:, -1], np.sort(logits, axis=1)[:, -used], rtol=1e-5)
-    assert len({tuple(row) for row in predicted[0]}) > n // 4  # the walk moves the routes
-    other = walk_proxy.routes(like, 3, 1.0, 2, used, first, n)
+    assert len({tuple(row) for row in predicted[0]}) > n // 8  # the walk moves the routes
+    other = walk_proxy.routes(like, 3, 1.0, 2, used, first, n, residual=0.5)
     assert not np.array_equal(other, predicted)  # the residual moves some
 
 
