@@ -47,14 +47,15 @@ PROMPT = "The quick brown fox jumps over the lazy dog"
 SKEW = 1.0
 # (low, high) of each constant the search draws from, uniformly
 BOUNDS = {
-    "POPULARITY_GAIN": (1.0, 3.0),
-    "POPULARITY_EXPONENT": (0.0, 0.5),
+    "POPULARITY_GAIN": (0.25, 1.5),
+    "POPULARITY_SHAPE": (-1.0, 1.5),
     "DRIFT_SHARE": (0.1, 0.7),
     "DRIFT_CORRELATION": (0.9, 0.9999),
     "LAYER_GAIN_SPREAD": (0.0, 0.8),
     "REVISIT_SHARE": (0.0, 0.7),
     "REVISIT_MIN_GAP": (2.0, 24.0),
     "REVISIT_TAIL": (0.3, 3.0),
+    "ECHO_SHARE": (0.0, 0.4),
 }
 
 
@@ -92,7 +93,7 @@ def walk_start(trace: Any, like: Path, seed: int, layers: int, used: int) -> int
     """Where on the walk the engine's decode began: the walk token whose first-layer routes
     without residual are those of one of the first decode tokens, less that token's place (the
     token the prompt leaves may lie off the walk; the next one is on it)."""
-    first_layer = walk_proxy.routes(like, seed, SKEW, 1, used, 0, full_walk.WALK_TOKENS, residual=0.0)[0]
+    first_layer = walk_proxy.routes(like, seed, SKEW, 1, used, 0, full_walk.WALK_TOKENS, 0.0, 0.0)[0]
     decode = decode_trace(trace)
     chosen = decode.ids[decode.layers == trace.moe_layers[0]]
     for place in range(min(4, len(chosen))):

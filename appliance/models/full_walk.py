@@ -8,12 +8,15 @@ dimension 0 (the constant the routers' popularity reads) and a free part that dr
 walk (a DRIFT_SHARE share of an AR(1) of correlation DRIFT_CORRELATION, the rest fresh noise:
 weights.drifting_noise) and whose fresh noise recurs: REVISIT_SHARE of it is the fresh noise of
 a token a heavy-tailed gap back (revisiting), so experts come back after 10-64 tokens as in real
-routing without the tokens between keeping them. The output head's row for token i + 1 is
-token i's free part, so greedy decoding, from wherever the prompt leaves it, steps along the
-walk (a decode shorter than the walk repeats no token). Every other row stays random.
-Routers are noise plus skew x POPULARITY_GAIN x 1 / rank ** POPULARITY_EXPONENT on dimension
-0, each layer's gain spread lognormally (LAYER_GAIN_SPREAD): real models' layers differ in
-how much of the previous token's experts they keep (Qwen3-30B-A3B's from 6% to 70%).
+routing without the tokens between keeping them, and ECHO_SHARE of it is the previous token's
+(echoing), so a token keeps more of the previous token's experts than of the one two back. The
+output head's row for token i + 1 is token i's free part, so greedy decoding, from wherever the
+prompt leaves it, steps along the walk (a decode shorter than the walk repeats no token). Every
+other row stays random.
+Routers are noise plus skew x POPULARITY_GAIN x popularity(rank) on dimension 0 (falling from
+1 for the most popular expert to 0 for the least, its curve set by POPULARITY_SHAPE), each
+layer's gain spread lognormally (LAYER_GAIN_SPREAD): real models' layers differ in how much of
+the previous token's experts they keep (Qwen3-30B-A3B's from 6% to 70%).
 
 The designed rows are written on a uniform grid (models/grid_blocks.py) with the step that
 puts EMBED_SHARED on the grid. The constants are calibrated against the real traces' range
@@ -23,7 +26,6 @@ at the traced model's shape (docs/trace-format.md, "Synthetic routing against re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 from gguf.constants import GGMLQuantizationType
@@ -33,14 +35,15 @@ from appliance.models.vocab import byte_vocab
 from appliance.models.weights import EMBED_SHARED, drifting_noise, rng_for
 
 WALK_TOKENS = 4096  # tokens on the walk (fewer when the vocabulary is smaller): more than any decode
-POPULARITY_GAIN = 1.893  # router weight on dimension 0 for the most popular expert (times skew)
-POPULARITY_EXPONENT = 0.11  # popularity 1 / rank ** this
-DRIFT_SHARE = 0.277  # variance share of a walk token's free part that drifts along the walk
+POPULARITY_GAIN = 0.7817  # router weight on dimension 0, most over least popular expert (x skew)
+POPULARITY_SHAPE = 0.2025  # the popularity curve's power of rank (popularity() below)
+DRIFT_SHARE = 0.2114  # variance share of a walk token's free part that drifts along the walk
 DRIFT_CORRELATION = 0.9999  # correlation of the drifting part between consecutive walk tokens
-LAYER_GAIN_SPREAD = 0.35  # each layer's gain is POPULARITY_GAIN x exp(this x a standard normal)
-REVISIT_SHARE = 0.3  # variance share of a walk token's fresh noise that is an earlier token's
-REVISIT_MIN_GAP = 10.75  # the shortest gap back to the token revisited, in walk tokens
+LAYER_GAIN_SPREAD = 0.325  # each layer's gain is POPULARITY_GAIN x exp(this x a standard normal)
+REVISIT_SHARE = 0.4969  # variance share of a walk token's fresh noise that is an earlier token's
+REVISIT_MIN_GAP = 16.25  # the shortest gap back to the token revisited, in walk tokens
 REVISIT_TAIL = 1.675  # gaps are MIN_GAP x a Pareto of this index: a smaller index, longer gaps
+ECHO_SHARE = 0.05  # variance share of a walk token's fresh noise that is the previous token's
 FIRST_WALK_TOKEN = len(byte_vocab().tokens)  # the first filler token, after bytes, merge and specials
 
 
@@ -61,7 +64,11 @@ def walk_tokens(n_vocab: int) -> int:
 
 def make_walk(seed: int, embd: int, n_vocab: int) -> Walk:
     rng = rng_for(seed, "walk")
-    recur = partial(revisiting, rng_for(seed, "walk revisits"))
+    revisits = rng_for(seed, "walk revisits")
+
+    def recur(fresh: np.ndarray) -> np.ndarray:
+        return echoing(revisiting(revisits, fresh))
+
     free = drifting_noise(rng, walk_tokens(n_vocab), embd - 1, DRIFT_SHARE, DRIFT_CORRELATION, recur)
     return Walk(FIRST_WALK_TOKEN, free)
 
@@ -81,14 +88,37 @@ def revisiting(rng: np.random.Generator, fresh: np.ndarray) -> np.ndarray:
     return recurred
 
 
+def echoing(fresh: np.ndarray) -> np.ndarray:
+    """Rows of unit variance made to echo: each takes ECHO_SHARE of its variance from the
+    row before (the first from the last: the walk is a cycle), so consecutive rows are alike
+    and rows two apart are not (a moving average, not a memory). Rows stay unit variance."""
+    if ECHO_SHARE == 0:
+        return fresh
+    keep, take = np.float32(np.sqrt(1.0 - ECHO_SHARE)), np.float32(np.sqrt(ECHO_SHARE))
+    return keep * fresh + take * np.roll(fresh, 1, axis=0)
+
+
+def popularity(experts: int) -> np.ndarray:
+    """(experts,) popularity by rank, 1 for the most popular falling to 0 for the least:
+    1 - ((rank + 1) ** s - 1) / (experts ** s - 1) for s = POPULARITY_SHAPE (its limit
+    1 - log(rank + 1) / log(experts) at 0). s = 1 falls evenly; the smaller s, the more of the
+    fall comes at the head (a few hot experts and a flat, long tail); above 1, at the tail."""
+    if experts == 1:
+        return np.ones(1)
+    rank = np.arange(1, experts + 1, dtype=np.float64)
+    s = POPULARITY_SHAPE
+    fall = np.log(rank) / np.log(experts) if s == 0 else (rank**s - 1) / (experts**s - 1)
+    return 1.0 - fall
+
+
 def router(seed_rng: np.random.Generator, skew: float, experts: int, embd: int) -> np.ndarray:
     """ffn_gate_inp rows (experts, embd): noise on the free dimensions plus skew x popularity
-    on dimension 0, scaled by the layer's own gain (drawn after the rest)."""
+    (of a random ranking) on dimension 0, scaled by the layer's own gain (drawn after the rest)."""
     w = np.zeros((experts, embd), dtype=np.float32)
     w[:, 1:] = seed_rng.standard_normal((experts, embd - 1), dtype=np.float32) / np.sqrt(embd - 1)
     rank = seed_rng.permutation(experts)
     gain = POPULARITY_GAIN * float(np.exp(LAYER_GAIN_SPREAD * seed_rng.standard_normal()))
-    w[:, 0] = skew * gain / (rank + 1.0) ** POPULARITY_EXPONENT
+    w[:, 0] = skew * gain * popularity(experts)[rank]
     return w
 
 

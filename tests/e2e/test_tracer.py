@@ -271,7 +271,8 @@ def test_a_full_shape_walk_model_follows_its_walk_and_routes_like_real_models(
     greedy decoding steps along the walk, one filler token after the next, and the 64 decode
     tokens' locality lies inside the range of the real traces' 4-layer slices at 64 tokens but
     reuse distance 9-16, which the first fit (the drift alone) left just short for 4 of 6
-    prompts measured (docs/trace-format.md, "The full-shape synth's walk")."""
+    prompts measured and the current constants for this prompt (docs/trace-format.md, "The
+    full-shape synth's walk")."""
     model = tmp_path / "m.gguf"
     like = REPO / "evidence" / "plans" / "qwen3-30b-a3b-q4_k_m.input.json"
     synth = ("--layers", "4", "--used", "6", "--seed", "1")

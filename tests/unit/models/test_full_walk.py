@@ -29,7 +29,9 @@ def test_the_walk_is_the_same_for_a_seed_and_drifts() -> None:
     assert np.array_equal(one.free, again.free) and not np.array_equal(one.free, other.free)
     assert one.free.shape == (800 - full_walk.FIRST_WALK_TOKEN, 63) and one.tokens == 540
     corr = np.corrcoef(one.free[:-1].reshape(-1), one.free[1:].reshape(-1))[0, 1]
-    assert corr == pytest.approx(full_walk.DRIFT_SHARE * full_walk.DRIFT_CORRELATION, abs=0.05)
+    drift = full_walk.DRIFT_SHARE * full_walk.DRIFT_CORRELATION
+    echo = (1 - full_walk.DRIFT_SHARE) * np.sqrt(full_walk.ECHO_SHARE * (1 - full_walk.ECHO_SHARE))
+    assert corr == pytest.approx(drift + echo, abs=0.05)
 
 
 def test_designed_rows_cover_only_the_walk_and_the_head_leads_each_token_to_the_next() -> None:
@@ -66,6 +68,7 @@ def test_revisits_are_off_without_a_share_and_the_walk_then_is_the_drift_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(full_walk, "REVISIT_SHARE", 0.0)
+    monkeypatch.setattr(full_walk, "ECHO_SHARE", 0.0)
     plain = full_walk.make_walk(1, 64, 800).free
     rng = full_walk.rng_for(1, "walk")
     drift = full_walk.drifting_noise(rng, 540, 63, full_walk.DRIFT_SHARE, full_walk.DRIFT_CORRELATION)
@@ -74,14 +77,42 @@ def test_revisits_are_off_without_a_share_and_the_walk_then_is_the_drift_alone(
     assert not np.array_equal(full_walk.make_walk(1, 64, 800).free, plain)
 
 
+def test_an_echo_makes_consecutive_tokens_alike_and_tokens_two_apart_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fresh = np.random.default_rng(0).standard_normal((4000, 256), dtype=np.float32)
+    monkeypatch.setattr(full_walk, "ECHO_SHARE", 0.0)
+    assert full_walk.echoing(fresh) is fresh
+    monkeypatch.setattr(full_walk, "ECHO_SHARE", 0.2)
+    echoed = full_walk.echoing(fresh)
+    assert echoed.dtype == np.float32 and echoed.var() == pytest.approx(1.0, rel=0.02)
+    lag = [float(np.mean(echoed[g:] * echoed[:-g])) for g in (1, 2)]
+    assert lag[0] == pytest.approx(np.sqrt(0.2 * 0.8), abs=0.01) and abs(lag[1]) < 0.01
+    assert np.allclose(echoed[0], np.sqrt(0.8) * fresh[0] + np.sqrt(0.2) * fresh[-1])  # a cycle
+
+
+def test_popularity_falls_from_1_to_0_and_its_shape_says_where(monkeypatch: pytest.MonkeyPatch) -> None:
+    for shape in (-0.5, 0.0, 0.2025, 1.0, 2.0):
+        monkeypatch.setattr(full_walk, "POPULARITY_SHAPE", shape)
+        curve = full_walk.popularity(128)
+        assert curve[0] == 1.0 and curve[-1] == pytest.approx(0.0, abs=1e-12) and (np.diff(curve) < 0).all()
+        falls = -np.diff(curve)
+        assert (np.diff(falls) < 0).all() if shape < 1 else True  # below 1: the fall is steepest at the head
+        assert (np.diff(falls) > 0).all() if shape > 1 else True  # above 1: at the tail
+    monkeypatch.setattr(full_walk, "POPULARITY_SHAPE", 1.0)
+    assert np.allclose(full_walk.popularity(5), [1.0, 0.75, 0.5, 0.25, 0.0])  # even steps
+    monkeypatch.setattr(full_walk, "POPULARITY_SHAPE", 0.0)
+    assert np.allclose(full_walk.popularity(4), 1 - np.log([1, 2, 3, 4]) / np.log(4))
+    assert full_walk.popularity(1).tolist() == [1.0]
+
+
 def test_routers_read_popularity_on_dimension_0_times_skew_and_a_gain_of_their_layer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(full_walk, "LAYER_GAIN_SPREAD", 0.0)
     w = full_walk.router(np.random.default_rng(0), 1.0, 16, 32)
     ranked = np.sort(w[:, 0])[::-1]
-    assert ranked[0] == pytest.approx(full_walk.POPULARITY_GAIN)
-    assert ranked[-1] == pytest.approx(full_walk.POPULARITY_GAIN / 16**full_walk.POPULARITY_EXPONENT)
+    assert np.allclose(ranked, full_walk.POPULARITY_GAIN * full_walk.popularity(16), rtol=1e-6, atol=1e-7)
     assert (full_walk.router(np.random.default_rng(0), 0.0, 16, 32)[:, 0] == 0).all()
     assert w[:, 1:].std() == pytest.approx(1 / np.sqrt(31), rel=0.2)
     monkeypatch.setattr(full_walk, "LAYER_GAIN_SPREAD", 0.5)
@@ -90,8 +121,9 @@ def test_routers_read_popularity_on_dimension_0_times_skew_and_a_gain_of_their_l
     assert np.array_equal(layer[0], full_walk.router(np.random.default_rng(0), 1.0, 16, 32))
     assert np.log(gains).mean() == pytest.approx(np.log(full_walk.POPULARITY_GAIN), abs=0.06)
     assert np.log(gains).std() == pytest.approx(0.5, rel=0.1)  # lognormal across layers
-    spread = full_walk.router(np.random.default_rng(3), 1.0, 16, 32)[:, 0]
-    assert spread.max() / spread.min() == pytest.approx(16**full_walk.POPULARITY_EXPONENT, rel=1e-5)
+    spread = np.sort(full_walk.router(np.random.default_rng(3), 1.0, 16, 32)[:, 0])[::-1]
+    # one curve, scaled by the layer's gain
+    assert np.allclose(spread / spread[0], full_walk.popularity(16), rtol=1e-5, atol=1e-7)
 
 
 def test_the_walk_design_writes_its_rows_centers_the_blocks_and_names_itself(tmp_path: Path) -> None:
@@ -120,12 +152,12 @@ def test_the_walk_design_writes_its_rows_centers_the_blocks_and_names_itself(tmp
     consecutive = np.mean(
         [np.corrcoef(emb[first + i, 1:], emb[first + i + 1, 1:])[0, 1] for i in range(walk - 1)]
     )
-    assert 0.2 < consecutive < 0.6  # drift: about DRIFT_SHARE x DRIFT_CORRELATION
+    assert 0.2 < consecutive < 0.6  # drift and echo: about DRIFT_SHARE x DRIFT_CORRELATION + 0.17
     gains = []
     for layer in (0, 1):
         router = dequantized(tensors[f"blk.{layer}.ffn_gate_inp.weight"]).reshape(SMALL["num_experts"], embd)
         popularity = np.sort(router[:, 0])[::-1]
-        assert popularity[1] == pytest.approx(popularity[0] / 2**full_walk.POPULARITY_EXPONENT)
+        assert np.allclose(popularity / popularity[0], full_walk.popularity(len(popularity)), atol=0.01)
         gains.append(float(popularity[0]))  # skew 1 x the layer's own gain
     spread = np.abs(np.log(np.array(gains) / full_walk.POPULARITY_GAIN)) / full_walk.LAYER_GAIN_SPREAD
     assert gains[0] != gains[1] and (spread < 4).all()  # each layer drew its own, a lognormal's
