@@ -93,7 +93,8 @@ def walk_start(trace: Any, like: Path, seed: int, layers: int, used: int) -> int
     """Where on the walk the engine's decode began: the walk token whose first-layer routes
     without residual are those of one of the first decode tokens, less that token's place (the
     token the prompt leaves may lie off the walk; the next one is on it)."""
-    first_layer = walk_proxy.routes(like, seed, SKEW, 1, used, 0, full_walk.WALK_TOKENS, 0.0, 0.0)[0]
+    bare = walk_proxy.routes(like, seed, SKEW, 1, used, 0, full_walk.WALK_TOKENS, residual=0.0, static=0.0)
+    first_layer = bare[0]
     decode = decode_trace(trace)
     chosen = decode.ids[decode.layers == trace.moe_layers[0]]
     for place in range(min(4, len(chosen))):

@@ -28,10 +28,8 @@ from appliance.models import full_walk, grid_blocks
 from appliance.models.full_synth import bitgen_for, plan_for, role
 from appliance.trace.format import KIND_DECODE, Trace, row_dtype
 
-# what each layer adds to the residual, per dimension: a part of each token's own and a part the
-# same for every token of a model (a fixed random walk over the layers, drawn from the model's seed)
-RESIDUAL_STEP = 0.04
-STATIC_STEP = 0.04
+RESIDUAL_STEP = 0.04  # per dimension and layer, each token's own (the module's docstring)
+STATIC_STEP = 0.04  # per dimension and layer, the same for every token of a model
 STATIC_STREAM = 1 << 20  # seeds the static part's draws apart from any token's (whose stream is the start)
 
 
