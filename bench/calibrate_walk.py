@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFReader
 
+from appliance.host.meminfo import meminfo_bytes
 from appliance.models import full_walk
 from appliance.models.full_synth import WALK_ROLES, plan_for, role, synthesize_like, tensor_chunks
 from appliance.trace.calibration import outside, real_range, statistics
@@ -83,10 +84,23 @@ def rewrite_walk(model: Path, like: Path, layers: int, used: int, seed: int) -> 
 
 
 def traced(model: Path, decode: int, engine_bin: Path) -> Any:
+    check_room_for(model)
     trace = model.with_suffix(f".{decode}.moetrace")
     command = [str(engine_bin / "llama-moe-trace"), "-m", str(model), "-p", PROMPT, "-n", str(decode)]
     subprocess.run([*command, "--ignore-eos", "-t", "2", "-o", str(trace)], check=True, capture_output=True)
     return read_trace(trace)
+
+
+def check_room_for(model: Path) -> None:
+    """Refuse to start the engine when the host has less memory available than the model's size:
+    llama-moe-trace's peak memory is about the model's (two 48-layer runs at once on a 23 GiB
+    host were both killed by the kernel's OOM killer), so the kernel would end it mid-run."""
+    available, size = meminfo_bytes("MemAvailable"), model.stat().st_size
+    if available is not None and available < size:
+        raise SystemExit(
+            f"error: {model} is {size / 2**30:.1f} GiB and only {available / 2**30:.1f} GiB of memory is "
+            "available: stop other engines or large jobs (one engine at a time) and rerun"
+        )
 
 
 def walk_start(trace: Any, like: Path, seed: int, layers: int, used: int) -> int:

@@ -26,6 +26,7 @@ from appliance.engine.tools import IMAGE_TOOL_PATHS
 from appliance.host.cgroups import cgroup_version
 from appliance.host.containers import Kind, run_to_exit
 from appliance.host.gpu import visible_gpus
+from appliance.host.meminfo import meminfo_bytes
 from appliance.images import labels as L
 from appliance.runs.records import RunRecord
 from appliance.runs.run_dir import (
@@ -69,11 +70,6 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _meminfo_bytes(meminfo: str, key: str) -> int | None:
-    match = re.search(rf"^{key}:\s+(\d+) kB$", meminfo, re.MULTILINE)
-    return int(match.group(1)) * 1024 if match else None
-
-
 def cpu_model() -> str:
     cpuinfo = _read_text(Path("/proc/cpuinfo")) or ""
     match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
@@ -82,7 +78,6 @@ def cpu_model() -> str:
 
 def host_facts(docker_client: Any = None) -> dict[str, Any]:
     """Kernel, cgroup version, CPU, RAM, swap, Docker and GPUs of this machine (no names)."""
-    meminfo = _read_text(Path("/proc/meminfo")) or ""
     facts: dict[str, Any] = {
         "os": platform.system(),
         "kernel": platform.release(),
@@ -90,8 +85,8 @@ def host_facts(docker_client: Any = None) -> dict[str, Any]:
         "cgroup_version": cgroup_version(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "ram_bytes": _meminfo_bytes(meminfo, "MemTotal"),
-        "swap_bytes": _meminfo_bytes(meminfo, "SwapTotal"),
+        "ram_bytes": meminfo_bytes("MemTotal"),
+        "swap_bytes": meminfo_bytes("SwapTotal"),
         "docker_version": None,
         "gpus": [gpu.record() for gpu in visible_gpus()],
     }

@@ -2,7 +2,6 @@
 
 import shutil
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from appliance.core.checks import Check, Status, worst
@@ -10,6 +9,7 @@ from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock
 from appliance.host.docker import buildkit_client, connect, docker_endpoint, engine_fix, one_line
 from appliance.host.gpu import Gpu, NvmlUnavailable, detect_gpus, driver_satisfies, fitting_target
+from appliance.host.meminfo import meminfo_bytes
 
 PASS, WARN, FAIL = Status.PASS, Status.WARN, Status.FAIL
 
@@ -137,18 +137,15 @@ def _gpu_checks(lock: Lock) -> tuple[list[Check], list[Gpu], str]:
 
 
 def _swap_check() -> tuple[Check, int]:
-    swap_kib = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("SwapTotal:"):
-            swap_kib = int(line.split()[1])
-    if swap_kib:
+    swap_bytes = meminfo_bytes("SwapTotal") or 0
+    if swap_bytes:
         return Check(
             "swap",
             WARN,
-            f"on ({swap_kib // 1024} MiB)",
+            f"on ({swap_bytes // 2**20} MiB)",
             fix="runs set memswap_limit == mem_limit, so swap is not used by trials; "
             "disable swap for host-level comparisons",
-        ), swap_kib * 1024
+        ), swap_bytes
     return Check("swap", PASS, "off"), 0
 
 

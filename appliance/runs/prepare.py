@@ -20,6 +20,7 @@ from appliance.engine.lock import Lock
 from appliance.host.cgroups import block_device_for, cgroup_version
 from appliance.host.filesystems import refuse_volatile_model
 from appliance.host.gpu import Gpu, target_for_capability, visible_gpus
+from appliance.host.meminfo import MEMINFO, meminfo_bytes
 from appliance.images.labels import (
     IMAGE_REPOSITORY,
     candidate_images,
@@ -97,10 +98,10 @@ def find_image(
 
 
 def host_memory_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    raise ApplianceError("cannot read MemTotal from /proc/meminfo")
+    total = meminfo_bytes("MemTotal")
+    if total is None:
+        raise ApplianceError(f"cannot read MemTotal from {MEMINFO}")
+    return total
 
 
 def check_limit_fits_host(profile: Profile, trials: list[Trial]) -> None:
