@@ -19,7 +19,8 @@ go into full_walk.py by hand (tests/e2e/test_tracer.py then checks a 4-layer sli
     PYTHONPATH=. python -m bench.calibrate_walk --proxy-seeds 6 --score-only --decode 64 128
 
 BIN: a local build of the patched engine (`make engine-local`), holding llama-moe-trace. DIR:
-a directory on a disk (not tmpfs) with room for the model (18.6 GB at 48 layers).
+a directory on a disk (not tmpfs) with room for the model (18.6 GB at 48 layers). The engine
+needs about the model's size in memory: it refuses to start with less available (one at a time).
 """
 
 from __future__ import annotations
