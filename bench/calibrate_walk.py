@@ -156,6 +156,7 @@ def main() -> None:
     model = args.work / f"{args.like.stem}.l{args.layers}.k{args.used}.s{args.model_seed}.walk.gguf"
     began = time.perf_counter()
     ranges = {n: real_range(decode_tokens=n, layers=args.layers) for n in args.decode}
+    windows = {n: real_range(decode_tokens=n, layers=args.layers, every_window=True) for n in args.decode}
 
     narrowed = {n: {name: _narrowed(span, args.margin) for name, span in ranges[n].items()} for n in ranges}
 
@@ -189,13 +190,20 @@ def main() -> None:
         for seed, locs in enumerate(per_seed, start=1):
             for decode, loc in locs.items():
                 names = [m.split(":")[0] for m in outside(loc, ranges[decode])]
-                print(f"proxy, model seed {seed}, {decode} tokens: {len(names)} outside {', '.join(names)}")
+                print(
+                    f"proxy, model seed {seed}, {decode} tokens: {len(names)} outside {', '.join(names)}"
+                    f" ({len(outside(loc, windows[decode]))} outside the range of every window)"
+                )
     if args.engine_bin is None:
         return
     for decode, trace in traces(best[1]).items():
         loc = locality(trace)
         misses = outside(loc, ranges[decode])
-        print(f"{decode} decode tokens: {len(misses)} outside" + "".join(f"\n  {m}" for m in misses))
+        in_windows = len(outside(loc, windows[decode]))
+        print(
+            f"{decode} decode tokens: {len(misses)} outside ({in_windows} outside the range of every window)"
+            + "".join(f"\n  {m}" for m in misses)
+        )
         first = walk_start(trace, args.like, args.model_seed, args.layers, args.used)
         ids = walk_proxy.routes(args.like, args.model_seed, SKEW, args.layers, args.used, first, decode)
         predicted = statistics(locality(walk_proxy.as_trace(ids, trace.n_experts)))

@@ -622,8 +622,18 @@ def compare_cmd(first: Path, second: Path, as_json: bool) -> None:
     "decide the exit status: the like-for-like gate for a model with fewer layers than the real "
     "ones, whose statistics move more than the whole traces' spread.",
 )
+@click.option(
+    "--every-window",
+    is_flag=True,
+    help="Also show the range over every window of TRACE's number of decode tokens in each real "
+    "trace (one every half window), not only its first; with --same-shape, that range's slices "
+    "span every window too. A real model's own later windows leave several statistics outside "
+    "the range of the first ones.",
+)
 @json_option
-def calibration_cmd(trace_path: Path, same_length: bool, same_shape: bool, as_json: bool) -> None:
+def calibration_cmd(
+    trace_path: Path, same_length: bool, same_shape: bool, every_window: bool, as_json: bool
+) -> None:
     """TRACE's decode locality beside the range of the three real traces, statistic by
     statistic (exit 1 when one lies outside the deciding range: the whole traces', or with
     --same-shape the slices')."""
@@ -652,9 +662,14 @@ def calibration_cmd(trace_path: Path, same_length: bool, same_shape: bool, as_js
         columns.append(
             (f"first {tokens} decode tokens of each", "same_length", real_range(decode_tokens=tokens))
         )
+    if every_window:
+        windows = real_range(decode_tokens=tokens, every_window=True)
+        columns.append((f"{tokens}-token decode windows of each", "every_window", windows))
     if same_shape:
-        shape_range = real_range(decode_tokens=tokens, layers=layers)
-        columns.append((f"real {layers}-layer slices, {tokens} decode tokens", "same_shape", shape_range))
+        shape_range = real_range(decode_tokens=tokens, layers=layers, every_window=every_window)
+        title = f"real {layers}-layer slices, {tokens} decode tokens"
+        title += ", every window" if every_window else ""
+        columns.append((title, "same_shape", shape_range))
     misses = {key: outside(loc, ranges) for _, key, ranges in columns}
     gate = "same_shape" if same_shape else "whole"
     rows: list[dict[str, Any]] = [
@@ -677,6 +692,7 @@ def calibration_cmd(trace_path: Path, same_length: bool, same_shape: bool, as_js
         if same_shape:
             out["same_shape"] |= {
                 "layers": layers,
+                "every_window": every_window,
                 "slices_per_trace": SLICES_PER_TRACE,
                 "slice_share": SLICE_SHARE,
             }

@@ -11,7 +11,12 @@ The range is over the whole real traces (128, 128 and 64 decode tokens). Several
 depend on a trace's length (pairs touched, the reuse distances of 17 tokens and more, first
 touches, the hit rates), so `real_range(decode_tokens=N)` also gives the range of the real
 traces cut to their first N decode tokens, a like-for-like view for a trace of N: shown beside
-the whole range (`trace calibration --same-length`), never in its place.
+the whole range (`trace calibration --same-length`), never in its place. A real model's
+routing moves from one stretch of a decode to the next as much as from one model to another
+(Qwen3-30B-A3B's decode tokens 32-95 lie outside the range of the three traces' first 64 on 8
+statistics, its tokens 64-127 on 4), so `real_range(decode_tokens=N, every_window=True)` spans
+every window of N decode tokens each real trace holds (starting every N / 2 tokens), not only
+its first (`trace calibration --every-window`).
 
 A model with fewer MoE layers than the real ones (the demo's has 4, they have 30 to 48) is
 compared like for like with `real_range(decode_tokens=N, layers=L)`: from each real trace
@@ -69,11 +74,25 @@ def real_traces() -> list[tuple[str, Trace]]:
     return out
 
 
+def decode_window(trace: Trace, first: int, n: int) -> Trace:
+    """The trace's decode tokens `first` .. `first` + n - 1 (counted from its first decode
+    token), as a decode-only trace (to its end if it has fewer)."""
+    decode = decode_trace(trace)
+    kept = np.unique(decode.steps)[first : first + n]
+    return Trace(header=decode.header, rows=decode.rows[np.isin(decode.steps, kept)])
+
+
 def first_decode_tokens(trace: Trace, n: int) -> Trace:
     """The trace's first `n` decode tokens, as a decode-only trace (whole if it has fewer)."""
-    decode = decode_trace(trace)
-    kept = np.unique(decode.steps)[:n]
-    return Trace(header=decode.header, rows=decode.rows[np.isin(decode.steps, kept)])
+    return decode_window(trace, 0, n)
+
+
+def window_starts(trace: Trace, n: int) -> list[int]:
+    """Where each window of `n` decode tokens begins: every n // 2 tokens, and the last window
+    ends at the trace's last decode token (one window, from 0, when the trace has no more)."""
+    tokens = len(np.unique(decode_trace(trace).steps))
+    last = max(tokens - n, 0)
+    return sorted({*range(0, last + 1, max(n // 2, 1)), last})
 
 
 SLICES_PER_TRACE = 32  # random layer sets drawn from each real trace for a same-shape range
@@ -127,19 +146,24 @@ def envelope(ranges: list[dict[str, tuple[float, float]]]) -> dict[str, tuple[fl
     }
 
 
-def real_range(decode_tokens: int | None = None, layers: int | None = None) -> dict[str, tuple[float, float]]:
-    """Each statistic's range over the real traces: whole, cut to their first `decode_tokens`,
-    and with `layers` over slices of that many of their layers (the module's docstring). A
-    trace is one slice of itself when `layers` is None or not fewer than its own, so its part
-    of the range is its least and greatest value."""
-    per_trace = []
+def real_range(
+    decode_tokens: int | None = None, layers: int | None = None, every_window: bool = False
+) -> dict[str, tuple[float, float]]:
+    """Each statistic's range over the real traces: whole, cut to their first `decode_tokens`
+    (with `every_window`, to each of their windows of that many: window_starts), and with
+    `layers` over slices of that many of their layers (the module's docstring). A trace is one
+    slice of itself when `layers` is None or not fewer than its own, so its part of the range
+    (a window's part) is its least and greatest value."""
+    parts = []
     for _, trace in real_traces():
         wanted = len(trace.moe_layers) if layers is None else layers
         slices = layer_slices(trace, wanted, SLICES_PER_TRACE, np.random.default_rng(SLICE_SEED))
-        if decode_tokens is not None:
-            slices = [first_decode_tokens(piece, decode_tokens) for piece in slices]
-        per_trace.append(slice_range([locality(piece) for piece in slices]))
-    return envelope(per_trace)
+        if decode_tokens is None:
+            parts.append(slice_range([locality(piece) for piece in slices]))
+            continue
+        for first in window_starts(trace, decode_tokens) if every_window else [0]:
+            parts.append(slice_range([locality(decode_window(p, first, decode_tokens)) for p in slices]))
+    return envelope(parts)
 
 
 def outside(loc: dict[str, Any], ranges: dict[str, tuple[float, float]]) -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 from appliance.trace.calibration import (
     PER_LAYER_REUSE,
     TINY_OUTSIDE,
+    decode_window,
     first_decode_tokens,
     layer_slice,
     layer_slices,
@@ -19,6 +20,7 @@ from appliance.trace.calibration import (
     real_range,
     real_traces,
     statistics,
+    window_starts,
 )
 from appliance.trace.format import KIND_DECODE, Trace, write_trace
 from appliance.trace.locality import locality
@@ -222,7 +224,7 @@ def test_cli_same_shape_decides_by_the_slices_of_the_traces_layer_count(tmp_path
     )
 
 
-@pytest.mark.parametrize("flags", [(), ("--same-length",), ("--same-shape",)])
+@pytest.mark.parametrize("flags", [(), ("--same-length",), ("--same-shape",), ("--every-window",)])
 def test_a_trace_without_decode_tokens_is_one_line(tmp_path: Path, flags: tuple[str, ...]) -> None:
     trace = hand_trace()
     prompt_only = tmp_path / "prompt.moetrace"
@@ -233,3 +235,73 @@ def test_a_trace_without_decode_tokens_is_one_line(tmp_path: Path, flags: tuple[
         f"error: {prompt_only}: no decode tokens; the statistics are of decode routing: "
         "trace a run that decodes (-n 1 or more)\n"
     )
+
+
+def test_windows_of_decode_tokens_start_every_half_window_and_end_with_the_trace() -> None:
+    qwen = qwen_trace()  # 128 decode tokens
+    gpt_oss = next(t for name, t in real_traces() if name.startswith("gpt-oss"))  # 64
+    assert window_starts(qwen, 64) == [0, 32, 64]
+    assert window_starts(qwen, 48) == [0, 24, 48, 72, 80]  # the last ends at the trace's end
+    assert window_starts(qwen, 128) == window_starts(qwen, 10**6) == window_starts(gpt_oss, 64) == [0]
+    decode = qwen.rows[qwen.rows["kind"] == KIND_DECODE]
+    steps = np.unique(decode["step"])
+    piece = decode_window(qwen, 32, 5)
+    assert piece.rows.tobytes() == decode[np.isin(decode["step"], steps[32:37])].tobytes()
+    assert decode_window(qwen, 0, 7).rows.tobytes() == first_decode_tokens(qwen, 7).rows.tobytes()
+
+
+def test_a_real_models_later_windows_fall_outside_the_range_of_the_first_ones() -> None:
+    first = real_range(decode_tokens=64)
+    every = real_range(decode_tokens=64, every_window=True)
+    later = {
+        (name.split("-q4")[0], start): outside_names_of(decode_window(trace, start, 64), first)
+        for name, trace in real_traces()
+        for start in window_starts(trace, 64)[1:]
+    }
+    # measured: the real models' own decode tokens 32-95 and 64-127 against the three first 64s
+    assert {key: len(names) for key, names in later.items()} == {
+        ("qwen3-30b-a3b", 32): 8,
+        ("qwen3-30b-a3b", 64): 4,
+        ("gemma-4-26b-a4b", 32): 4,
+        ("gemma-4-26b-a4b", 64): 3,
+    }
+    assert "reuse distance 3-4" in later[("qwen3-30b-a3b", 32)]
+    for name, (low, high) in first.items():  # every window: never narrower
+        assert every[name][0] <= low and every[name][1] >= high, name
+    assert every["reuse distance 3-4"][1] - every["reuse distance 3-4"][0] > 3 * (
+        first["reuse distance 3-4"][1] - first["reuse distance 3-4"][0]
+    )
+    for _, trace in real_traces():  # and each of them inside its range
+        for start in window_starts(trace, 64):
+            assert not outside(locality(decode_window(trace, start, 64)), every)
+    assert real_range(decode_tokens=128, every_window=True) == real_range(decode_tokens=128)  # one each
+
+
+def outside_names_of(trace: Trace, ranges: dict[str, tuple[float, float]]) -> list[str]:
+    return [line.split(":")[0] for line in outside(locality(trace), ranges)]
+
+
+def test_cli_every_window_shows_the_windows_range_and_with_same_shape_decides_by_it(tmp_path: Path) -> None:
+    qwen = qwen_trace()
+    later = tmp_path / "qwen-32-95.moetrace"
+    piece = decode_window(qwen, 32, 64)
+    write_trace(later, piece.header, piece.rows)
+    first = run_cli("trace", "calibration", str(later), "--same-shape", "--json")
+    assert first.returncode == 1
+    assert len(json.loads(first.stdout)["same_shape"]["outside"]) == 8
+    shown = run_cli("trace", "calibration", str(later), "--same-length", "--every-window")
+    lines = shown.stdout.splitlines()
+    assert lines[0].split()[-5:] == ["64-token", "decode", "windows", "of", "each"]
+    row = next(line for line in lines if line.startswith("reuse distance 3-4"))
+    assert row.split()[-7:] == ["12.4%", "..", "13.4%", "OUTSIDE", "11.3%", "..", "14.5%"]
+    assert lines[-2] == "11 of 19 inside the range of the first 64 decode tokens of each"
+    assert lines[-1] == "19 of 19 inside the range of the 64-token decode windows of each"
+    assert shown.returncode == 1  # the whole range decides without --same-shape
+    gate = run_cli("trace", "calibration", str(later), "--same-shape", "--every-window", "--json")
+    assert gate.returncode == 0, gate.stderr
+    out = json.loads(gate.stdout)
+    assert out["gate"] == "same_shape" and out["same_shape"]["every_window"] is True
+    assert out["same_shape"]["outside"] == out["every_window"]["outside"] == []
+    assert out["every_window"]["ranges"] == {
+        name: list(b) for name, b in real_range(decode_tokens=64, every_window=True).items()
+    }
