@@ -11,10 +11,9 @@ The range is over the whole real traces (128, 128 and 64 decode tokens). Several
 depend on a trace's length (pairs touched, the reuse distances of 17 tokens and more, first
 touches, the hit rates), so `real_range(decode_tokens=N)` also gives the range of the real
 traces cut to their first N decode tokens, a like-for-like view for a trace of N: shown beside
-the whole range (`trace calibration --same-length`), never in its place. A real model's
-routing moves from one stretch of a decode to the next as much as from one model to another
-(Qwen3-30B-A3B's decode tokens 32-95 lie outside the range of the three traces' first 64 on 8
-statistics, its tokens 64-127 on 4), so `real_range(decode_tokens=N, every_window=True)` spans
+the whole range (`trace calibration --same-length`), never in its place. A real model's own
+later windows fall outside the range of the first ones on several statistics (docs/trace-format.md,
+"Every window of a real trace"), so `real_range(decode_tokens=N, every_window=True)` spans
 every window of N decode tokens each real trace holds (starting every N / 2 tokens), not only
 its first (`trace calibration --every-window`).
 

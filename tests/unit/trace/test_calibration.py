@@ -17,6 +17,7 @@ from appliance.trace.calibration import (
     layer_slice,
     layer_slices,
     outside,
+    outside_names,
     real_range,
     real_traces,
     statistics,
@@ -254,7 +255,7 @@ def test_a_real_models_later_windows_fall_outside_the_range_of_the_first_ones() 
     first = real_range(decode_tokens=64)
     every = real_range(decode_tokens=64, every_window=True)
     later = {
-        (name.split("-q4")[0], start): outside_names_of(decode_window(trace, start, 64), first)
+        (name.split("-q4")[0], start): outside_names(locality(decode_window(trace, start, 64)), first)
         for name, trace in real_traces()
         for start in window_starts(trace, 64)[1:]
     }
@@ -275,10 +276,6 @@ def test_a_real_models_later_windows_fall_outside_the_range_of_the_first_ones() 
         for start in window_starts(trace, 64):
             assert not outside(locality(decode_window(trace, start, 64)), every)
     assert real_range(decode_tokens=128, every_window=True) == real_range(decode_tokens=128)  # one each
-
-
-def outside_names_of(trace: Trace, ranges: dict[str, tuple[float, float]]) -> list[str]:
-    return [line.split(":")[0] for line in outside(locality(trace), ranges)]
 
 
 def test_cli_every_window_shows_the_windows_range_and_with_same_shape_decides_by_it(tmp_path: Path) -> None:
