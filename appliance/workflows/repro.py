@@ -78,14 +78,14 @@ def preflight(
         raise ApplianceError(
             f"no reproduction for target {target_name!r}: choose one of {', '.join(REPRO_PROFILES)}"
         )
+    target = lock.target(target_name)
+    problem = gpu_problem(lock, target, gpus)
+    if problem is not None:  # before Docker: no command on this machine fixes the hardware
+        raise ApplianceError(f"repro-{target_name}: {problem}")
     if docker_problem is not None:
         raise ApplianceError(
             f"repro-{target_name}: {docker_problem}; every reproduction runs in Docker: {engine_fix()}"
         )
-    target = lock.target(target_name)
-    problem = gpu_problem(lock, target, gpus)
-    if problem is not None:
-        raise ApplianceError(f"repro-{target_name}: {problem}")
     if target.cuda is not None:
         if models_dir is None:
             raise ApplianceError(

@@ -53,6 +53,25 @@ def test_gpu_target_needs_models(tmp_path: Path) -> None:
     assert preflight(load_lock(), "sm89", [gpu("8.9")], tmp_path, None) == ["qwen35-8g", "qwen3-30b-16"]
 
 
+NO_DOCKER = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock"
+
+
+def test_no_docker_stops_every_target_with_the_fix(tmp_path: Path) -> None:
+    for target, gpus in (("cpu", []), ("sm89", [gpu("8.9")])):
+        with pytest.raises(ApplianceError, match="every reproduction runs in Docker") as refused:
+            preflight(load_lock(), target, gpus, tmp_path, NO_DOCKER)
+        message = str(refused.value)
+        assert message.startswith(f"repro-{target}: {NO_DOCKER}; every reproduction runs in Docker: ")
+        assert "appliance doctor" in message
+
+
+def test_a_missing_gpu_is_named_before_a_missing_docker_engine() -> None:
+    # starting dockerd would only lead to the GPU refusal; the hardware is the first thing to know
+    with pytest.raises(ApplianceError, match="repro-sm120: target sm120 needs an NVIDIA GPU") as refused:
+        preflight(load_lock(), "sm120", [], Path("/"), NO_DOCKER)
+    assert "Docker" not in str(refused.value)
+
+
 def test_unknown_target() -> None:
     with pytest.raises(ApplianceError, match="no reproduction for target 'sm70'"):
         preflight(load_lock(), "sm70", [], None, None)
