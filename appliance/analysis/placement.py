@@ -6,7 +6,9 @@ buffers per buffer type. The planner's prediction is `appliance.planner.plan.mak
 trial's RAM limit and the profile's `limits.vram` (0 without one), and its predicted cgroup peak
 (`predicted_peak_bytes`, for the context the trial used). A demand-mapped trial holds only the
 pages of the experts its router chose, so its peak is predicted from its own route trace: the
-routing is an input, the page and anonymous-memory model is what is checked. Each figure gets
+routing is an input, the page and anonymous-memory model is what is checked; a trial of the
+engine's expert cache holds at most its capacity's experts whole (`planner.cache_pages`, the
+capacity, readers and lookahead from timing.json `expert_cache`). Each figure gets
 its error in percent of the measured one; a prediction under the measured figure is flagged:
 the planner's goal is within 5% and never under. A trial whose peak cannot be predicted (a
 demand-mapped trial without a trace) leaves the goal undecided, which counts as not met.
@@ -15,7 +17,7 @@ demand-mapped trial without a trace) leaves the goal undecided, which counts as 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.planner.accounting import Accounting
 from appliance.planner.pages import is_demand_mapped
@@ -23,6 +25,9 @@ from appliance.planner.plan import PlanLimits, make_plan, predicted_peak_bytes
 from appliance.runs.records import Placement
 from appliance.runs.run_dir import TIMING_FILE
 from appliance.runs.timing import timing_of
+
+if TYPE_CHECKING:
+    from appliance.planner.cache_pages import CachePeak
 
 GOAL_PCT = 5.0  # the planner's goal: within 5% of the measured figure, and never under it
 HOST = "CPU"  # the device name llama.cpp gives host memory
@@ -42,13 +47,19 @@ def _error_pct(predicted: int, measured: int | None) -> float | None:
     return round((predicted - measured) / measured * 100, 3)
 
 
-def _chosen_experts(trace: Path | None) -> list[tuple[int, int]] | None:
+def _routing(
+    trace: Path | None, accounting: Accounting, cache_record: dict[str, Any] | None
+) -> tuple[list[tuple[int, int]] | None, CachePeak | None]:
+    """The experts a demand-mapped trial's router chose, and with the engine's expert cache what
+    the cache holds at most (None, None without a trace)."""
     if trace is None:
-        return None
+        return None, None
+    from appliance.planner.cache_pages import cache_peak
     from appliance.trace.format import chosen_experts, read_trace
 
     loaded = read_trace(trace)
-    return chosen_experts(loaded.layers, loaded.ids)
+    cache = None if cache_record is None else cache_peak(accounting, loaded, cache_record)
+    return chosen_experts(loaded.layers, loaded.ids), cache
 
 
 def trial_placement(
@@ -90,11 +101,13 @@ def trial_placement(
     measured = {HOST: devices.get(HOST, 0), **({"GPU": measured_gpu} if measured_gpu or gpu_weights else {})}
     peak = (trial.get("cgroup") or {}).get("peak_bytes")
     demand = is_demand_mapped((trial.get("container") or {}).get("environment"))
-    experts = _chosen_experts(trace) if demand else None
+    experts, cache = _routing(trace, accounting, timing.expert_cache) if demand else (None, None)
     predicted_peak = (
         None
         if demand and experts is None
-        else predicted_peak_bytes(accounting, ram_bytes, ctx=ctx, prompt_tokens=prompt, experts=experts)
+        else predicted_peak_bytes(
+            accounting, ram_bytes, ctx=ctx, prompt_tokens=prompt, experts=experts, cache=cache
+        )
     )
     errors = {
         f"model_{device.lower()}": _error_pct(predicted[device], measured.get(device)) for device in predicted
@@ -108,6 +121,8 @@ def trial_placement(
             "planner_peak_pages": (
                 "no route trace: a demand-mapped peak needs the router's choices"
                 if predicted_peak is None
+                else "the chosen experts' pages (route trace), those the expert cache holds at most whole"
+                if cache is not None
                 else "the chosen experts' pages (route trace)"
                 if demand
                 else "every page of the model file"

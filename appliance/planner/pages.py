@@ -11,12 +11,13 @@ expert tensor only the slices of the experts the router chose. At a 248,320-toke
 the table is 540 MB, of which a 28-token run reads a few hundred KiB.
 The header is read with read(2) into the page cache, which the cgroup charges the same way.
 A slice seldom starts or ends on a page boundary, so pages are counted as the union of the
-page-rounded byte ranges, never as bytes.
+page-rounded byte ranges, never as bytes. The engine's expert cache (patch 0004) drops the whole
+pages of every expert it evicts; which experts it holds at most is `planner.cache_pages`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from appliance.core.units import PAGE_BYTES
 from appliance.planner.accounting import Accounting, TensorBytes
@@ -59,12 +60,18 @@ def _tied_output(acc: Accounting) -> bool:
 
 
 def resident_file_bytes(
-    acc: Accounting, experts: Iterable[tuple[int, int]] | None = None, tokens: int | None = None
+    acc: Accounting,
+    experts: Iterable[tuple[int, int]] | None = None,
+    tokens: int | None = None,
+    held: Collection[tuple[int, int]] | None = None,
 ) -> int:
     """Bytes of the model file's pages a run holds: the header and every tensor, or with
     `experts` (the (layer, expert) pairs a demand-mapped run's router chose) every non-expert
     tensor and only those experts' slices of each routed expert tensor, and with `tokens` as
-    well (the tokens it looked up, at most) only their rows of an untied token embedding."""
+    well (the tokens it looked up, at most) only their rows of an untied token embedding.
+    With `held` (the experts the engine's expert cache holds, `planner.cache_pages`) only those
+    of the chosen experts count whole: the cache drops the whole pages of an expert it evicts,
+    so of the others only the pages their slices share with a neighbour stay."""
     chosen: dict[int, set[int]] | None = None
     if experts is not None:
         chosen = {}
@@ -83,5 +90,10 @@ def resident_file_bytes(
         one = expert_slice_bytes(tensor.name, tensor.shape, tensor.nbytes, acc.facts.experts, acc.source)
         for expert in chosen.get(tensor.layer, ()):
             start = tensor.offset + expert * one
-            ranges.append((start, start + one))
+            end = start + one
+            if held is None or (tensor.layer, expert) in held:
+                ranges.append((start, end))
+            else:  # evicted: its partial first and last pages stay
+                ranges.append((start, min(end, -(-start // PAGE_BYTES) * PAGE_BYTES)))
+                ranges.append((max(start, end // PAGE_BYTES * PAGE_BYTES), end))
     return _page_union_bytes(ranges) + extra

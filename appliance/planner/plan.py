@@ -14,12 +14,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.core.errors import ApplianceError
 from appliance.core.units import format_size
 from appliance.planner.accounting import Accounting, ArchFacts
 from appliance.planner.pages import DEMAND_ENV, resident_file_bytes
+
+if TYPE_CHECKING:
+    from appliance.planner.cache_pages import CachePeak
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -399,14 +402,16 @@ def predicted_peak_bytes(
     n_ubatch: int = 512,
     prompt_tokens: int | None = None,
     experts: Iterable[tuple[int, int]] | None = None,
+    cache: CachePeak | None = None,
 ) -> int:
     """Predicted cgroup memory peak of a CPU-only llama.cpp run of this model under `ram_bytes`:
     anonymous memory plus the model file's resident pages (`appliance.planner.pages`: all of
-    them, or for a demand-mapped run only the `experts` its router chose), capped by the limit
-    (file pages beyond it are reclaimed rather than charged); a demand-mapped run's token
-    embeddings count only the rows of at most `ctx` tokens. The compute buffer is touched
-    only as far as the largest batch actually decoded, so a known prompt length narrows it.
-    For the runner's predicted-versus-measured table."""
+    them, or for a demand-mapped run only the `experts` its router chose, and with the engine's
+    expert cache only those it holds at most, `cache`, whose readers' buffers are anonymous
+    memory too), capped by the limit (file pages beyond it are reclaimed rather than charged);
+    a demand-mapped run's token embeddings count only the rows of at most `ctx` tokens. The
+    compute buffer is touched only as far as the largest batch actually decoded, so a known
+    prompt length narrows it. For the runner's predicted-versus-measured table."""
     touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
     plan = make_plan(
         acc, PlanLimits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx, n_ubatch=max(touched_ubatch, 1))
@@ -414,4 +419,8 @@ def predicted_peak_bytes(
     tokens = (
         None if experts is None else ctx
     )  # a demand-mapped run reads embedding rows of at most ctx tokens
-    return min(ram_bytes, plan.ram_anon + resident_file_bytes(acc, experts, tokens))
+    if cache is None:
+        return min(ram_bytes, plan.ram_anon + resident_file_bytes(acc, experts, tokens))
+    chosen = list(experts or ())
+    held_pages = max(resident_file_bytes(acc, chosen, tokens, held) for held in cache.held)
+    return min(ram_bytes, plan.ram_anon + cache.reader_bytes + held_pages)

@@ -41,6 +41,28 @@ def test_a_layout_worked_out_by_hand(model: Path) -> None:
     assert resident_file_bytes(hand) == 7 * PAGE_BYTES  # pages 0 to 6, without a router's choice
 
 
+def test_the_expert_cache_holds_its_experts_whole_and_only_the_shared_pages_of_the_others(
+    model: Path,
+) -> None:
+    acc = account_file(model)
+    tensors = [
+        TensorBytes("blk.0.attn_q.weight", "F16", (2, 2), 8, 4090, "attention_ssm", 0),  # pages 0, 1
+        TensorBytes("blk.0.ffn_up_exps.weight", "F16", (2, 1500, 3), 18000, 8192, "routed_experts", 0),
+    ]
+    hand = dataclasses.replace(acc, header_bytes=100, tensors=tensors)
+    chosen = [(0, 0), (0, 1), (0, 2)]
+    # expert 0 [8192, 14192): page 2 is its own, page 3 shared; expert 2 [20192, 26192): page 5
+    # its own, pages 4 and 6 partial; expert 1 held whole: pages 3 and 4
+    assert resident_file_bytes(hand, chosen, held={(0, 1)}) == 5 * PAGE_BYTES  # pages 0, 1, 3, 4, 6
+    assert resident_file_bytes(hand, chosen, held=set()) == 5 * PAGE_BYTES  # the same edges stay
+    assert resident_file_bytes(hand, chosen, held={(0, 0)}) == 6 * PAGE_BYTES  # 0 to 4 and 6
+    assert resident_file_bytes(hand, chosen, held=set(chosen)) == resident_file_bytes(hand, chosen)
+    assert resident_file_bytes(hand, chosen, held={(1, 0)}) == 5 * PAGE_BYTES  # not chosen: no page
+    aligned = TensorBytes("blk.0.ffn_up_exps.weight", "F16", (2, 1024, 3), 12288, 8192, "routed_experts", 0)
+    page_aligned = dataclasses.replace(hand, tensors=[aligned])
+    assert resident_file_bytes(page_aligned, chosen, held=set()) == PAGE_BYTES  # the header's page only
+
+
 def test_only_the_rows_looked_up_of_an_untied_embedding_are_held(model: Path) -> None:
     acc = account_file(model)
     # 8 rows of 4000 bytes: each row's pages counted whole (2 a row, a row may straddle a page
