@@ -19,6 +19,7 @@ from appliance.core.limits import MAX_REPEATS, MAX_SEED
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from appliance.runs.profile import Profile
     from appliance.workflows.run import RunOptions
 
 MAX_COUNT = 1 << 31
@@ -163,6 +164,7 @@ class TrialArgs:
     lock_path: Path | None
     assume_gpu: Any  # a host.gpu.Gpu, or None
     skeleton: bool
+    variants: tuple[str, ...] = ()  # --variants: the profile's variants to run (none: all)
 
     def __post_init__(self) -> None:
         refuse_key_with_unsigned(self.key, self.unsigned)
@@ -180,6 +182,12 @@ class TrialArgs:
             executor = cluster_executor(self.cluster_address, self.max_attempts)
         return RunOptions(self.key, self.unsigned, self.trial_timeout, executor, self.resume)
 
+    def profile(self, name_or_path: str) -> "Profile":
+        """The profile to run: PROFILE with only the --variants asked for."""
+        from appliance.runs.profile import load_profile, select_variants
+
+        return select_variants(load_profile(name_or_path), self.variants)
+
     def console(self) -> "Console":
         """Where the verb prints: stderr when --json owns stdout; 160 columns into a pipe."""
         import sys
@@ -190,6 +198,15 @@ class TrialArgs:
 
 
 TRIAL_ARGS = tuple(field.name for field in fields(TrialArgs))
+
+
+def _variant_names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    if not names:
+        raise click.BadParameter("name at least one variant, e.g. --variants baseline,demand-mmap")
+    return names
 
 
 def trial_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -251,6 +268,15 @@ def trial_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any
             "--resume",
             is_flag=True,
             help=f"--out names an incomplete {what} of this profile: run only its missing trials.",
+        ),
+        click.option(
+            "--variants",
+            callback=_variant_names,
+            default=None,
+            metavar="NAMES",
+            help="Run only these of the profile's variants (comma-separated, run in the profile's "
+            "order; a variant with a future needs that one too). The bundle keeps the whole profile; "
+            "its schedule lists the variants that ran.",
         ),
         lock_option,
         assume_gpu_option,

@@ -14,7 +14,6 @@ from appliance.host.docker import docker_client
 from appliance.runs.plan import LlamaMoeTraceEngine, trial_plan
 from appliance.runs.prepare import RunRequest, prepare_run
 from appliance.runs.preview import planned_specs, print_header, print_plan
-from appliance.runs.profile import load_profile
 from appliance.runs.status import RunStatus
 from appliance.workflows.run import execute_profile
 
@@ -27,7 +26,7 @@ def run_command(profile_name: str, trial: TrialArgs) -> None:
 
     With --dry-run --json the trial plan is printed as JSON."""
     console = trial.console()
-    profile = load_profile(profile_name)
+    profile = trial.profile(profile_name)
     lock = load_lock(trial.lock_path)
     if trial.dry_run:
         with progress_display(quiet=trial.as_json) as progress:

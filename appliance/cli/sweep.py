@@ -30,13 +30,12 @@ def sweep_command(profile_name: str, memory: str | None, max_hours: float, trial
     from appliance.core.errors import ApplianceError
     from appliance.engine.lock import load_lock
     from appliance.runs.preview import print_header
-    from appliance.runs.profile import load_profile
     from appliance.runs.status import RunStatus
     from appliance.runs.sweep import plan_sweep, print_grid
     from appliance.workflows.sweep import execute_sweep
 
     console = trial.console()
-    profile = load_profile(profile_name)
+    profile = trial.profile(profile_name)
     lock = load_lock(trial.lock_path)
     with progress_display(quiet=trial.as_json) as progress:
         plan, client = plan_sweep(

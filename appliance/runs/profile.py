@@ -7,6 +7,7 @@ engine's memory floor, unique variant names, target against gpu): unknown keys, 
 and impossible limits are refused with one line naming the file and the field's JSON pointer.
 """
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,3 +365,26 @@ def load_profile(name_or_path: str) -> Profile:
     if path.parent == PROFILES_DIR and profile.name != path.stem:
         raise ConfigError(f"{path}: /name: {profile.name!r} differs from the file name")
     return profile
+
+
+def select_variants(profile: Profile, names: tuple[str, ...]) -> Profile:
+    """The profile with only the variants `names` (in the profile's order; none given: all of
+    them). A variant whose future is another needs that one too. The profile's text (what the
+    bundle keeps) is unchanged; the schedule says which variants ran."""
+    if not names:
+        return profile
+    known = [variant.name for variant in profile.variants]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ConfigError(
+            f"--variants: profile {profile.name} has no variant {', '.join(map(repr, unknown))}: "
+            f"choose among {', '.join(known)}"
+        )
+    chosen = tuple(variant for variant in profile.variants if variant.name in names)
+    for variant in chosen:
+        if variant.future is not None and variant.future not in names:
+            raise ConfigError(
+                f"--variants: {variant.name} replays {variant.future}'s route trace as its future: "
+                f"add {variant.future}"
+            )
+    return dataclasses.replace(profile, variants=chosen)

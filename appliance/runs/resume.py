@@ -71,7 +71,7 @@ def _differences(
     checks = {
         "profile": _text_or_none(layout.input(PROFILE_INPUT)) == ctx.profile.source_text,
         "lock": _json_or_none(layout.input(LOCK_INPUT)) == lock_raw,
-        "trial plan (--repeats, --memory)": isinstance(schedule, dict)
+        "trial plan (--repeats, --memory, --variants)": isinstance(schedule, dict)
         and schedule.get("trials") == [t.name for t in trials],
         "image": image_id is None or run.image_id == image_id,
         "model": same_model,

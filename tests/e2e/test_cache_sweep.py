@@ -18,6 +18,7 @@ from rich.console import Console
 
 from appliance.core.paths import cache_dir
 from appliance.runs.profile import PROFILES_DIR, load_profile
+from appliance.runs.run_dir import PROFILE_INPUT, SCHEDULE_INPUT, RunDir
 from appliance.workflows.run import ensure_synth_model
 from tests.conftest import run_cli
 from tests.e2e.conftest import user_env
@@ -137,3 +138,42 @@ def test_an_image_without_the_cache_patch_is_refused_in_one_line(
         "--experimental 0004-expert-cache.patch`\n"
     )
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.docker
+@pytest.mark.engine
+@pytest.mark.slow
+def test_a_sweep_of_some_variants_runs_and_seals_only_those(
+    engine_image_cpu_cache: str, tmp_path: Path
+) -> None:
+    profile = miniature_profile(tmp_path)
+    run = tmp_path / "run"
+    result = run_cli(
+        "sweep",
+        str(profile),
+        "--models",
+        str(private_model(tmp_path)),
+        "--variants",
+        "expert-belady,demand-mmap",  # belady's future, demand-mmap, runs first as in the profile
+        "--out",
+        str(run),
+        env=user_env(tmp_path),
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    layout = RunDir(run)
+    schedule = json.loads(layout.input(SCHEDULE_INPUT).read_text())
+    assert [v["name"] for v in schedule["variants"]] == ["demand-mmap", "expert-belady"]
+    assert [json.loads(p.read_text())["variant"] for p in sorted(run.glob("trials/*/trial.json"))] == [
+        "demand-mmap",
+        "expert-belady",
+    ]
+    assert layout.input(PROFILE_INPUT).read_text() == profile.read_text()  # the whole profile, as written
+    rows = json.loads((run / "results.json").read_text())["sweep"]["expert_cache"]["trials"]
+    assert [r["variant"] for r in rows] == ["demand-mmap", "expert-belady"]
+    belady = rows[1]
+    assert belady["future_trial"] == rows[0]["trial"]
+    assert belady["tool_decode_misses"] == belady["replayed_decode_misses"] > 0, belady
+    assert abs(belady["measured_over_replay"] - 1) <= 0.05, belady
+    verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -30,6 +30,7 @@ SHARED = {
     "--repeats",
     "--resume",
     "--skeleton",
+    "--variants",
     "--skip-digest-check",
     "--trial-timeout",
     "--unsigned",
@@ -116,3 +117,17 @@ def test_the_rules_hold_for_the_value_itself(tmp_path: Path) -> None:
         dataclasses.replace(trial, unsigned=True)
     with pytest.raises(click.UsageError, match=r"^--skeleton needs --dry-run: "):
         dataclasses.replace(trial, skeleton=True)
+
+
+def test_variants_are_a_comma_separated_list_of_names_each_once(tmp_path: Path) -> None:
+    trial = _parsed(["--models", str(tmp_path), "--variants", " expert-lru, baseline,,expert-lru "])
+    assert trial.variants == ("expert-lru", "baseline")
+    assert _parsed(["--models", str(tmp_path)]).variants == ()
+
+
+@pytest.mark.parametrize("verb", ["run", "sweep"])
+def test_an_empty_variant_list_is_refused(verb: str, tmp_path: Path) -> None:
+    args = ["tiny-oversub", "--models", str(tmp_path), "--variants", " , "]
+    result = CliRunner().invoke(COMMANDS[verb], args)
+    assert result.exit_code == 2
+    assert "name at least one variant, e.g. --variants baseline,demand-mmap" in result.output

@@ -11,7 +11,7 @@ from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.units import format_size, parse_size
 from appliance.runs.model_files import check_routes, make_routes
 from appliance.runs.plan import trial_plan
-from appliance.runs.profile import PROFILES_DIR, builtin_profiles, load_profile
+from appliance.runs.profile import PROFILES_DIR, builtin_profiles, load_profile, select_variants
 from tests.conftest import run_cli
 
 GIB = 1 << 30
@@ -483,3 +483,22 @@ def test_qwen35_shape_slice_forces_the_first_4_layers_of_calibrated_routes(tmp_p
     made = make_routes(p.routes, tmp_path)
     assert made is not None and sha256_file(made) == p.routes.sha256
     assert struct.unpack_from("<8s7I", made.read_bytes())[1:] == (1, 4, 256, 8, 4, 19, 64)
+
+
+def test_select_variants_keeps_the_profiles_order_and_text() -> None:
+    profile = load_profile("tiny-oversub-cache")
+    chosen = select_variants(profile, ("expert-belady", "baseline", "demand-mmap"))
+    assert [v.name for v in chosen.variants] == ["baseline", "demand-mmap", "expert-belady"]
+    assert chosen.source_text == profile.source_text  # the bundle keeps the profile as written
+    assert [t.variant.name for t in trial_plan(chosen, 1)] == ["baseline", "demand-mmap", "expert-belady"]
+    assert select_variants(profile, ()) is profile
+
+
+def test_select_variants_refuses_an_unknown_name_and_a_future_left_out() -> None:
+    profile = load_profile("tiny-oversub-cache")
+    with pytest.raises(ConfigError, match=r"no variant 'lfu', 'x': choose among baseline, demand-mmap, "):
+        select_variants(profile, ("lfu", "baseline", "x"))
+    with pytest.raises(
+        ConfigError, match="expert-belady replays demand-mmap's route trace as its future: add demand-mmap"
+    ):
+        select_variants(profile, ("expert-belady",))

@@ -180,7 +180,7 @@ OTHER = {
     "profile": (_other_profile, r"another profile:"),
     "image": (_other_image, r"another image:"),
     "model": (_other_model, r"another model:"),
-    "plan": (_other_plan, r"another trial plan \(--repeats, --memory\):"),
+    "plan": (_other_plan, r"another trial plan \(--repeats, --memory, --variants\):"),
 }
 
 
