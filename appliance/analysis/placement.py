@@ -58,8 +58,8 @@ def _routing(
     from appliance.trace.format import chosen_experts, read_trace
 
     loaded = read_trace(trace)
-    cache = None if cache_record is None else cache_peak(accounting, loaded, cache_record)
-    return chosen_experts(loaded.layers, loaded.ids), cache
+    chosen = chosen_experts(loaded.layers, loaded.ids)
+    return chosen, None if cache_record is None else cache_peak(accounting, loaded, chosen, cache_record)
 
 
 def trial_placement(

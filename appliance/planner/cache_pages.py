@@ -22,7 +22,7 @@ import numpy as np
 
 from appliance.planner.accounting import Accounting
 from appliance.trace.events import trace_events
-from appliance.trace.format import Trace, chosen_experts
+from appliance.trace.format import Trace
 
 READ_CHUNK_BYTES = 256 << 10  # patch 0004's read_chunk: each reader thread's buffer
 
@@ -45,21 +45,21 @@ def _largest(pairs: list[Pair], count: int, expert_bytes: dict[int, int]) -> lis
 
 def _largest_event(trace: Trace, expert_bytes: dict[int, int]) -> list[Pair]:
     """The experts of the event (step, MoE layer) whose experts hold the most bytes."""
-    events = trace_events(trace)
-    stream, n_experts, layers = events.stream, events.n_experts, events.moe_layers
+    stream = (events := trace_events(trace)).stream
     if stream.n_events == 0:
         return []
-    layer_bytes = np.array([expert_bytes.get(layer, 0) for layer in layers], dtype=np.int64)
-    request_bytes = layer_bytes[stream.items.astype(np.int64) // n_experts]
-    event = int(np.argmax(np.add.reduceat(request_bytes, stream.ptr[:-1])))
-    items = stream.items[stream.ptr[event] : stream.ptr[event + 1]].astype(np.int64)
-    return [(int(layers[item // n_experts]), int(item % n_experts)) for item in items]
+    layer_bytes = np.array([expert_bytes.get(layer, 0) for layer in events.moe_layers], dtype=np.int64)
+    event = int(np.argmax(layer_bytes[stream.layer_index] * np.diff(stream.ptr)))
+    j = int(stream.layer_index[event])
+    first = j * events.n_experts  # an event's objects are its layer's: j x n_experts + expert
+    items = stream.items[stream.ptr[event] : stream.ptr[event + 1]].astype(np.int64) - first
+    return [(events.moe_layers[j], int(expert)) for expert in items]
 
 
-def cache_peak(acc: Accounting, trace: Trace, record: dict[str, Any]) -> CachePeak:
-    """The cache's part of a trial's peak from its route trace and timing.json `expert_cache`
-    (`capacity`, `io_depth`, `lookahead`)."""
-    chosen = chosen_experts(trace.layers, trace.ids)
+def cache_peak(acc: Accounting, trace: Trace, chosen: list[Pair], record: dict[str, Any]) -> CachePeak:
+    """The cache's part of a trial's peak from its route trace, the experts it chose
+    (`format.chosen_experts`) and timing.json `expert_cache` (`capacity`, `io_depth`,
+    `lookahead`)."""
     sizes = acc.expert_bytes_by_layer
     ahead = int(record.get("lookahead") or 0) * trace.k
     capacity = int(record["capacity"])
