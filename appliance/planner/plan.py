@@ -5,7 +5,9 @@ ceiling the storage tier imposes.
 The model side is exact (GGUF accounting); the engine side (compute buffers, runtime overhead)
 is estimated with the constants below, each stated in the plan. llama.cpp placement facts this
 relies on: the token embedding table always stays on the CPU; `--n-cpu-moe N` keeps the routed
-experts of layers 0..N-1 in host memory; `-ngl K` offloads the last K layers.
+experts of layers 0..N-1 in host memory; llama.cpp counts n_layer + 1 offload slots, the output
+head being the last (src/llama-model.cpp: `i_gpu_start = max(n_layer + 1 - n_gpu_layers, 0)`), so
+`-ngl K` offloads the output head and the last K - 1 layers, and every layer takes n_layer + 1.
 """
 
 from __future__ import annotations
@@ -107,7 +109,9 @@ class Plan:
     verdict: PlanVerdict
     verdict_text: str
     reason: str
-    gpu_layers: int
+    gpu_layers: int  # repeating layers on the GPU (the last ones)
+    output_on_gpu: bool
+    ngl: int  # the -ngl that realizes both: gpu_layers, plus one slot for the output head
     cpu_moe_layers: int  # routed experts of layers 0..N-1 kept in host memory
     demand_mmap: bool
     args: list[str]
@@ -196,8 +200,8 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
 
     gpu_layers, cpu_moe = 0, layers
     vram_lines: list[BudgetLine] = []
+    gpu_fixed = CUDA_CONTEXT_BYTES + compute + output
     if use_gpu:
-        gpu_fixed = CUDA_CONTEXT_BYTES + compute + output
         all_dense = sum(dense.values())
         cache_all = _cache_bytes(acc, limits.ctx, all_layers)
         if gpu_fixed + all_dense + cache_all <= vram_budget:
@@ -224,14 +228,17 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     experts_host = acc.groups["routed_experts"] - experts_gpu
     dense_gpu = sum(dense.get(i, 0) for i in gpu_set)
     dense_host = sum(dense.get(i, 0) for i in host_set)
-    output_on_gpu = use_gpu and gpu_layers == layers
+    # the output head takes the last offload slot, so any -ngl >= 1 puts it on the GPU; gpu_fixed
+    # budgets it, and it stays on the host only when not even that fits
+    output_on_gpu = use_gpu and gpu_fixed <= vram_budget
+    ngl = gpu_layers + 1 if output_on_gpu else 0
     if use_gpu:
         vram_lines = [
             BudgetLine(
                 "vram",
                 "weights: layers (attention, SSM, shared experts, routers)",
                 dense_gpu,
-                f"{gpu_layers} of {layers} layers",
+                f"{gpu_layers} of {layers} layers (-ngl {ngl} of {layers + 1} slots, output head last)",
             ),
             BudgetLine(
                 "vram",
@@ -321,7 +328,7 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
         "-ub",
         str(min(limits.n_ubatch, limits.ctx)),
         "-ngl",
-        str(gpu_layers),
+        str(ngl),
     ]
     if use_gpu and gpu_layers == layers and 0 < cpu_moe < layers:
         args += ["--n-cpu-moe", str(cpu_moe)]
@@ -371,6 +378,8 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
         verdict_text=verdict.text,
         reason=reason,
         gpu_layers=gpu_layers,
+        output_on_gpu=output_on_gpu,
+        ngl=ngl,
         cpu_moe_layers=cpu_moe if use_gpu else layers,
         demand_mmap=demand,
         args=args,

@@ -67,7 +67,7 @@ def test_gpu_plans_place_top_layers_experts_first() -> None:
     layer_experts = acc.routed_by_layer[3]
     whole = make_plan(acc, PlanLimits(ram_bytes=4 << 30, vram_bytes=4 << 30))
     assert whole.verdict == "fits_in_vram"
-    assert "-ngl" in whole.args and whole.args[whole.args.index("-ngl") + 1] == "4"
+    assert "-ngl" in whole.args and whole.args[whole.args.index("-ngl") + 1] == "5"
     assert "--n-cpu-moe" not in whole.args and "--cpu-moe" not in whole.args
     # room for the fixed part and roughly two layers of experts
     fixed = whole.vram_total - acc.groups["routed_experts"]
@@ -78,6 +78,42 @@ def test_gpu_plans_place_top_layers_experts_first() -> None:
     assert part.vram_total <= two_layers
     vram_experts = next(b.bytes for b in part.budget if b.item == "weights: routed experts")
     assert vram_experts == acc.routed_by_layer[2] + acc.routed_by_layer[3]
+
+
+def test_ngl_counts_llama_cpp_s_output_slot_in_both_branches() -> None:
+    """llama.cpp offloads the last -ngl of n_layer + 1 slots, the output head last: all 4 layers
+    take -ngl 5, and a partial offload of N layers -ngl N + 1 with the output head on the GPU."""
+    acc = account_file(tiny_model("qwen3moe"))
+    output = acc.groups["output"] + acc.groups["other"]
+    whole = make_plan(acc, PlanLimits(ram_bytes=4 << 30, vram_bytes=4 << 30))
+    assert (whole.gpu_layers, whole.ngl, whole.output_on_gpu) == (4, 5, True)
+    host_only = make_plan(acc, PlanLimits(ram_bytes=4 << 30, vram_bytes=0))
+    assert (host_only.ngl, host_only.output_on_gpu) == (0, False)
+    gpu_fixed = (
+        whole.vram_total
+        - sum(
+            b.bytes
+            for b in whole.budget
+            if b.tier == "vram" and b.item.startswith("weights: ") and "output" not in b.item
+        )
+        - next(b.bytes for b in whole.budget if b.item == "KV cache + recurrent state" and b.tier == "vram")
+    )
+    one_layer = next(
+        vram
+        for vram in range(int(gpu_fixed / 0.95), 4 << 30, 1 << 16)
+        if make_plan(acc, PlanLimits(ram_bytes=4 << 30, vram_bytes=vram)).gpu_layers == 1
+    )
+    part = make_plan(acc, PlanLimits(ram_bytes=4 << 30, vram_bytes=one_layer))
+    assert (part.gpu_layers, part.ngl, part.output_on_gpu) == (1, 2, True)
+    assert part.args[part.args.index("-ngl") + 1] == "2"
+    assert next(b.bytes for b in part.budget if b.item == "weights: output head") == output
+    # the output head's pages are the GPU's, not the host's
+    assert part.ram_file == host_only.ram_file - output - sum(
+        b.bytes for b in part.budget if b.item.startswith("weights: layers")
+    )
+    # not even the output head fits: nothing is offloaded
+    tiny = make_plan(acc, PlanLimits(ram_bytes=4 << 30, vram_bytes=int(gpu_fixed / 0.95) - (1 << 20)))
+    assert (tiny.gpu_layers, tiny.ngl, tiny.output_on_gpu) == (0, 0, False)
 
 
 def test_predicted_peak_is_anonymous_plus_file_pages_capped_by_the_limit() -> None:

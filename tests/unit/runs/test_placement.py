@@ -18,9 +18,9 @@ QWEN35 = (PROFILES_DIR / "qwen35-8g.yaml").read_text()
 QWEN35_INPUT = REPO / "evidence" / "plans" / "qwen35-35b-a3b-ud-iq4_nl.input.json"
 QWEN35_FILE = "Qwen3.5-35B-A3B-UD-IQ4_NL.gguf"
 # what the planner gives the pinned Qwen3.5-35B-A3B file for 8 GiB RAM and 4 GiB of VRAM:
-# every layer's dense part and the experts of the last layer on the GPU (`appliance plan
-# SKELETON --ram 8GiB --vram 4GiB` prints the same -ngl and --n-cpu-moe)
-QWEN35_PLAN = "-ngl 40 --n-cpu-moe 39"
+# all 40 layers' dense parts, the output head (llama.cpp's 41st offload slot) and the last
+# layer's experts on the GPU (`appliance plan SKELETON --ram 8GiB --vram 4GiB` prints the same)
+QWEN35_PLAN = "-ngl 41 --n-cpu-moe 39"
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_each_mode_gives_its_arguments(skeleton: Path) -> None:
     assert planned_args(explicit, None, 8 * GiB, None, here) == explicit.args
     assert " ".join(planned_args(Placement("plan"), acc, 8 * GiB, 4 * GiB, here)) == QWEN35_PLAN
     # a budget with room for nothing but the CUDA context: every expert stays on the host
-    assert planned_args(Placement("plan"), acc, 8 * GiB, 2 * GiB, here) == ("-ngl", "2", "--cpu-moe")
+    assert planned_args(Placement("plan"), acc, 8 * GiB, 2 * GiB, here) == ("-ngl", "3", "--cpu-moe")
     assert placement_text(Placement("auto"), ()) == "auto: no arguments (llama.cpp's default placement)"
 
 
