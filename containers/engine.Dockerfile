@@ -16,7 +16,7 @@ ARG RUNTIME_BASE
 FROM ${BUILD_BASE} AS build
 ARG CMAKE_ARGS=""
 ARG CUDA_ARCHITECTURES=""
-ARG TOOLS="llama-moe-trace llama-completion llama-bench"
+ARG TOOLS="llama-moe-trace llama-completion llama-bench ggml-rpc-server"
 ARG JOBS=2
 ARG SOURCE_DATE_EPOCH
 # Debian build bases made by `appliance image base` carry cmake and ninja already; the

@@ -1,8 +1,10 @@
 """Every container the appliance starts, one lifecycle.
 
 - The hardening is `HARDENING`, here only: no network, no capabilities, no privilege gain, a
-  read-only root filesystem. Every kind takes all of it; a kind that could not take a flag would
-  be declared here, with why (none is).
+  read-only root filesystem. Every kind takes all of it, with one declared exception: a trial's
+  engine may join the network namespace of its own device server (`network_mode:
+  container:NAME`, `SHARED_NETWORK`), a container that itself has no network, so the two share a
+  loopback interface and nothing else (the stand-in GPU, `runs.device_server`).
 - Each `Kind` has a configure hook in its own module that adds only what that kind needs:
   `runs.plan.container_spec` (trial: engine command, memory limits, mounts, env),
   `images.selftest.selftest_spec` (image self-test), `attest.provenance.probe_spec` (provenance
@@ -31,6 +33,7 @@ class Kind(StrEnum):
     TRIAL = "trial"
     SELFTEST = "image self-test"
     PROBE = "provenance probe"
+    DEVICE_SERVER = "device server"
 
 
 HARDENING: Mapping[str, Any] = {
@@ -41,26 +44,37 @@ HARDENING: Mapping[str, Any] = {
 }
 # Keys that would undo the hardening by another road; no configure hook may set them.
 WEAKENING = ("network", "cap_add", "privileged", "pid_mode", "ipc_mode", "userns_mode")
+# The one exception: a trial joins its device server's namespace (which has only loopback).
+SHARED_NETWORK = "container:"
+
+
+def _allowed(kind: Kind, key: str, value: Any) -> bool:
+    if value == HARDENING[key]:
+        return True
+    return kind is Kind.TRIAL and key == "network_mode" and str(value).startswith(SHARED_NETWORK)
 
 
 def hardened(kind: Kind, spec: Mapping[str, Any]) -> dict[str, Any]:
     """spec with the hardening added (after its own keys); idempotent. A spec that sets a
-    hardening key to something else, or a key that undoes it, is refused."""
-    clash = [k for k in HARDENING if k in spec and spec[k] != HARDENING[k]]
+    hardening key to something else, or a key that undoes it, is refused; a trial's spec may
+    join its device server's network namespace (`SHARED_NETWORK`)."""
+    clash = [k for k in HARDENING if k in spec and not _allowed(kind, k, spec[k])]
     clash += [k for k in WEAKENING if k in spec]
     if clash:
         raise ApplianceError(
             f"the {kind} container's spec sets {', '.join(clash)}: the hardening is "
             "appliance/host/containers.py's HARDENING; declare an exception there, with why"
         )
-    return {**spec, **{k: list(v) if isinstance(v, list) else v for k, v in HARDENING.items()}}
+    hardening = {k: spec.get(k, v) if k == "network_mode" else v for k, v in HARDENING.items()}
+    return {**spec, **{k: list(v) if isinstance(v, list) else v for k, v in hardening.items()}}
 
 
-def hardening_cli_args() -> list[str]:
-    """The hardening as `docker run` flags, in HARDENING's order (for the printed equivalent)."""
+def hardening_cli_args(spec: Mapping[str, Any] | None = None) -> list[str]:
+    """The hardening as `docker run` flags, in HARDENING's order (for the printed equivalent),
+    with a hardened spec's own network (a trial joined to its device server's)."""
     flags = {"network_mode": "--network", "cap_drop": "--cap-drop", "security_opt": "--security-opt"}
     args: list[str] = []
-    for key, value in HARDENING.items():
+    for key, value in (HARDENING if spec is None else {k: spec[k] for k in HARDENING}).items():
         if key == "read_only":
             args.append("--read-only")
             continue

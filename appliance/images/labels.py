@@ -41,6 +41,9 @@ MIN_DRIVER = f"{OWN}.min-driver"
 BUILD_BASE = f"{OWN}.build-base"
 RUNTIME_BASE = f"{OWN}.runtime-base"
 INPUTS_DIGEST = f"{OWN}.inputs-digest"
+# the device backends built beside the target's own ("rpc": ggml-rpc-server, the stand-in GPU)
+DEVICE_BACKENDS = f"{OWN}.device-backends"
+RPC_CMAKE_FLAG = "-DGGML_RPC=ON"
 # on trial containers, not images
 RUN = f"{OWN}.run"
 RUN_TRIAL = f"{OWN}.run.trial"
@@ -219,6 +222,7 @@ def expected_labels(lock: Lock, inputs: BuildInputs, created: str) -> dict[str, 
         SERIES_DIGEST: inputs.series_digest,
         EXPERIMENTAL: ",".join(inputs.experimental),
         TARGET: target.name,
+        DEVICE_BACKENDS: "rpc" if RPC_CMAKE_FLAG in target.cmake_args else "",
         **cuda_labels(lock, target),
         BUILD_BASE: f"{target.build_base}@{inputs.build_base_id}",
         RUNTIME_BASE: f"{target.runtime_base}@{inputs.runtime_base_id}",

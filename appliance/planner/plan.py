@@ -30,6 +30,16 @@ GiB = 1 << 30
 MiB = 1 << 20
 CUDA_CONTEXT_BYTES = 768 * MiB  # CUDA context, cuBLAS workspace, allocator slack on the GPU
 CUDA_HOST_BYTES = 1 * GiB  # CUDA runtime, driver and pinned staging buffers in host memory
+# the stand-in GPU (llama.cpp's RPC server, appliance.runs.device_server): the server process's
+# own memory, charged to the device's cgroup (12.3 MiB resident idle, b10229 cpu build); the
+# engine's RPC client adds nothing measurable to host memory
+RPC_SERVER_BYTES = 16 * MiB
+CUDA, RPC = "cuda", "rpc"
+# per device kind: (its fixed part in device memory, its runtime's part in host memory, label)
+DEVICE_OVERHEAD = {
+    CUDA: (CUDA_CONTEXT_BYTES, CUDA_HOST_BYTES, "CUDA context and workspace"),
+    RPC: (RPC_SERVER_BYTES, 0, "RPC server process"),
+}
 # llama.cpp binary and libraries, thread stacks, allocator arenas (CPU build): make demo measured
 # at most 10.3 MiB of anonymous memory and charged library pages beside a 260-token model
 PROCESS_BYTES = 16 * MiB
@@ -76,6 +86,7 @@ class PlanLimits:
     pcie_gbps: float = 25.0  # GB/s host to GPU (PCIe 4.0 x16 effective)
     ram_gbps: float = 60.0  # GB/s host memory read bandwidth (dual-channel DDR5)
     hit_rate: float | None = None  # measured expert-cache hit rate from a trace replay
+    device: str = CUDA  # the GPU's kind: CUDA, or RPC for the stand-in (DEVICE_OVERHEAD)
 
 
 @dataclass
@@ -177,6 +188,8 @@ def check_limits(limits: PlanLimits) -> None:
     ):
         if not math.isfinite(rate) or rate <= 0:
             raise ApplianceError(f"{name} must be a finite number above 0, got {rate}")
+    if limits.device not in DEVICE_OVERHEAD:
+        raise ApplianceError(f"unknown device kind {limits.device!r} (one of {', '.join(DEVICE_OVERHEAD)})")
     if limits.hit_rate is not None and not 0 <= limits.hit_rate <= 1:
         raise ApplianceError(f"--hit-rate must be from 0 to 1, got {limits.hit_rate}")
 
@@ -197,10 +210,11 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     compute = compute_buffer_bytes(acc, min(limits.n_ubatch, limits.ctx))
     vram_budget = int(limits.vram_bytes * (1 - VRAM_MARGIN))
     use_gpu = limits.vram_bytes > 0
+    device_fixed, device_host, device_label = DEVICE_OVERHEAD[limits.device]
 
     gpu_layers, cpu_moe = 0, layers
     vram_lines: list[BudgetLine] = []
-    gpu_fixed = CUDA_CONTEXT_BYTES + compute + output
+    gpu_fixed = device_fixed + compute + output
     if use_gpu:
         all_dense = sum(dense.values())
         cache_all = _cache_bytes(acc, limits.ctx, all_layers)
@@ -256,7 +270,7 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
             BudgetLine(
                 "vram", "compute buffer (estimate)", compute, f"ubatch {min(limits.n_ubatch, limits.ctx)}"
             ),
-            BudgetLine("vram", "CUDA context and workspace (estimate)", CUDA_CONTEXT_BYTES),
+            BudgetLine("vram", f"{device_label} (estimate)", device_fixed),
         ]
     vram_total = sum(line.bytes for line in vram_lines)
 
@@ -265,7 +279,7 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
         BudgetLine(
             "ram",
             "process and runtime (estimate)",
-            process_bytes(f) + (CUDA_HOST_BYTES if use_gpu else 0),
+            process_bytes(f) + (device_host if use_gpu else 0),
             "anonymous",
         ),
         BudgetLine("ram", "host compute buffer (estimate)", host_compute, "anonymous"),
@@ -393,8 +407,9 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
         tensor_data_bytes=acc.tensor_data_bytes,
         roofline=roofline,
         assumptions={
-            "cuda_context_bytes": CUDA_CONTEXT_BYTES,
-            "cuda_host_bytes": CUDA_HOST_BYTES,
+            "device": limits.device,
+            "device_fixed_bytes": device_fixed,
+            "device_host_bytes": device_host,
             "process_bytes": process_bytes(f),
             "vram_margin": VRAM_MARGIN,
             "ram_margin": RAM_MARGIN,

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from appliance.core.errors import ConfigError
 from appliance.runs.executor import LocalExecutor, TrialExecutor
 from appliance.runs.plan import (
@@ -141,4 +143,6 @@ def _trial_line(record: dict[str, Any]) -> str:
         parts.append(f"wall {wall:.3f} s")
     if peak is not None:
         parts.append(f"peak {peak / 2**20:.1f} MiB")
+    if record.get("error"):
+        parts.append(escape(str(record["error"])))
     return ", ".join(parts)

@@ -18,7 +18,7 @@ from pathlib import Path
 from appliance.core.errors import ConfigError
 from appliance.core.units import format_size
 from appliance.planner.accounting import Accounting
-from appliance.planner.plan import PlanLimits, PlanVerdict, make_plan
+from appliance.planner.plan import CUDA, PlanLimits, PlanVerdict, make_plan
 
 AUTO, CPU_MOE, PLAN = "auto", "cpu-moe", "plan"
 MODES = (AUTO, CPU_MOE, PLAN)
@@ -102,10 +102,16 @@ def parse_placement(raw: object, vram: int | None, path: Path) -> Placement:
 
 
 def planned_args(
-    placement: Placement, accounting: Accounting | None, ram_bytes: int, vram_bytes: int | None, path: Path
+    placement: Placement,
+    accounting: Accounting | None,
+    ram_bytes: int,
+    vram_bytes: int | None,
+    path: Path,
+    device: str = CUDA,
 ) -> tuple[str, ...]:
     """The engine arguments that realize `placement` for one trial's RAM limit. `plan` needs
-    the model's accounting; a placement the planner cannot satisfy is refused in one line."""
+    the model's accounting (and plans for `device`, a kind of planner.plan's DEVICE_OVERHEAD);
+    a placement the planner cannot satisfy is refused in one line."""
     if placement.mode == AUTO:
         return ()
     if placement.mode == CPU_MOE:
@@ -113,7 +119,7 @@ def planned_args(
     if placement.mode is None:
         return placement.args
     assert accounting is not None and vram_bytes is not None, "plan needs the model and limits.vram"
-    plan = make_plan(accounting, PlanLimits(ram_bytes=ram_bytes, vram_bytes=vram_bytes))
+    plan = make_plan(accounting, PlanLimits(ram_bytes=ram_bytes, vram_bytes=vram_bytes, device=device))
     if plan.verdict is PlanVerdict.DOES_NOT_START:
         raise ConfigError(
             f"{path}: /placement: the planner cannot place {Path(accounting.source).name} under "

@@ -17,6 +17,8 @@ from appliance.core.errors import ConfigError
 from appliance.core.limits import MAX_REPEATS
 from appliance.host.cgroups import BLKIO_UNLIMITED_BPS, BlockDevice
 from appliance.host.containers import Kind, hardened, hardening_cli_args
+from appliance.runs import device_server
+from appliance.runs.device_server import STAND_IN_GPU
 from appliance.runs.memory_points import SweepLimit, limit_label
 from appliance.runs.profile import Profile, Variant
 from appliance.runs.run_dir import OUTPUT_FILE, TIMING_FILE, TRACE_FILE
@@ -84,6 +86,8 @@ class LlamaMoeTraceEngine:
             argv += ["--future", f"{FUTURE_MOUNT}/{TRACE_FILE}"]
         if variant.routes is not None:
             argv += ["--routes-from", f"{MODELS_MOUNT}/{variant.routes}"]
+        if profile.gpu == STAND_IN_GPU:
+            argv += device_server.engine_args()
         return argv + list(placement) + list(profile.engine_args) + list(variant.args)
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:
@@ -289,17 +293,17 @@ def docker_cli_equivalent(spec: dict[str, Any]) -> str:
         str(spec["mem_limit"]),
         "--memory-swap",
         str(spec["memswap_limit"]),
-        *hardening_cli_args(),
+        *hardening_cli_args(spec),
     ]
-    for path, options in spec["tmpfs"].items():
+    for path, options in spec.get("tmpfs", {}).items():
         args += ["--tmpfs", f"{path}:{options}"]
-    for host, bind in spec["volumes"].items():
+    for host, bind in spec.get("volumes", {}).items():
         args += ["-v", f"{host}:{bind['bind']}:{bind['mode']}"]
     for rule in spec.get("device_read_bps", []):
         args += ["--device-read-bps", f"{rule['Path']}:{rule['Rate']}"]
     for request in spec.get("device_requests", []):
         args += ["--gpus", f"device={','.join(request['DeviceIDs'])}"]
-    for key, value in sorted(spec["environment"].items()):
+    for key, value in sorted(spec.get("environment", {}).items()):
         args += ["-e", f"{key}={value}"]
     for key, value in sorted(spec["labels"].items()):
         args += ["--label", f"{key}={value}"]

@@ -28,7 +28,10 @@ from appliance.images.labels import (
     stand_in_of_labels,
 )
 from appliance.planner.accounting import account_file
+from appliance.planner.plan import CUDA, RPC
+from appliance.runs import device_server
 from appliance.runs.cache_capacity import check_cache_capacity
+from appliance.runs.device_server import STAND_IN_GPU
 from appliance.runs.model_files import CheckedModel, check_model, check_routes, locate_model, routes_path
 from appliance.runs.placement import AUTO, PLAN, planned_args
 from appliance.runs.plan import ContainerSettings, Trial
@@ -47,7 +50,7 @@ def choose_target(
     profile: Profile, visible: list[Gpu], lock: Lock, dry_run: bool, gpu_index: int | None = None
 ) -> TargetChoice:
     """The image target and GPU request: `auto` follows the GPU's compute capability."""
-    if profile.gpu == "none" or (profile.gpu == "optional" and not visible):
+    if profile.gpu in ("none", STAND_IN_GPU) or (profile.gpu == "optional" and not visible):
         return TargetChoice("cpu" if profile.target == "auto" else profile.target, None, None)
     if not visible:
         message = (
@@ -108,6 +111,13 @@ def check_limit_fits_host(profile: Profile, trials: list[Trial]) -> None:
     """The largest limit a trial runs under must be below this host's RAM, or it cannot bind."""
     total = host_memory_bytes()
     largest = max(trials, key=lambda t: t.memory_limit(profile), default=None)
+    device = profile.limits.vram or 0 if profile.gpu == STAND_IN_GPU else 0
+    if device and largest is not None and largest.memory_limit(profile) + device > total:
+        raise ConfigError(
+            f"profile {profile.name}: the stand-in device's limits.vram ({format_size(device, trim=True)}) "
+            f"and the largest memory limit ({format_size(largest.memory_limit(profile), trim=True)}) "
+            f"exceed this host's {format_size(total, trim=True)} of RAM, which holds both: lower one"
+        )
     if largest is None or largest.memory_limit(profile) <= total:
         return
     what = (
@@ -152,6 +162,11 @@ def placement_warnings(profile: Profile, model_bytes: int, gpu: Gpu | None) -> l
     ]
 
 
+def device_kind(profile: Profile) -> str:
+    """The planner's kind of device for this profile's GPU: the stand-in's RPC server, or CUDA."""
+    return RPC if profile.gpu == STAND_IN_GPU else CUDA
+
+
 def place_trials(profile: Profile, trials: list[Trial], model_path: Path) -> list[Trial]:
     """Each trial with the engine arguments its placement gives at its RAM limit."""
     accounting = account_file(model_path) if profile.placement.mode == PLAN else None
@@ -161,7 +176,12 @@ def place_trials(profile: Profile, trials: list[Trial], model_path: Path) -> lis
         ram = trial.memory_limit(profile)
         if ram not in by_limit:
             by_limit[ram] = planned_args(
-                profile.placement, accounting, ram, profile.limits.vram, profile.source_path
+                profile.placement,
+                accounting,
+                ram,
+                profile.limits.vram,
+                profile.source_path,
+                device_kind(profile),
             )
         out.append(dataclasses.replace(trial, placement=by_limit[ram]))
     return out
@@ -276,6 +296,8 @@ def prepare_run(
                 f"{choice.target} {' '.join('--experimental ' + name for name in missing)}`"
             )
         stand_in = stand_in_of_labels(labels)
+    if client is not None and profile.gpu == STAND_IN_GPU:
+        device_server.check_image(image, client.images.get(image).labels or {})
     model = check_model(
         profile.model,
         models_dir,

@@ -9,6 +9,7 @@ from rich.table import Table
 from appliance.core.units import format_size
 from appliance.engine.lock import Lock
 from appliance.images import labels as L
+from appliance.runs.device_server import STAND_IN_GPU, joined, server_name, server_spec
 from appliance.runs.model_files import SKELETON, SKIPPED, UNPINNED
 from appliance.runs.placement import placement_text
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
@@ -21,19 +22,33 @@ def planned_specs(prepared: PreparedRun, engine: Engine, run_id: str) -> list[di
     specs = []
     for trial in prepared.trials:
         results = RunDir(prepared.run_dir).scratch_for(trial.name)
-        specs.append(
-            container_spec(
-                prepared.profile,
-                engine,
-                trial,
-                prepared.settings,
-                results,
-                f"appliance-{run_id}-{trial.index:03d}",
-                {L.RUN: run_id},
-                RunDir(prepared.run_dir).trial(trial.future).trace if trial.future else None,
-            )
+        name = f"appliance-{run_id}-{trial.index:03d}"
+        spec = container_spec(
+            prepared.profile,
+            engine,
+            trial,
+            prepared.settings,
+            results,
+            name,
+            {L.RUN: run_id},
+            RunDir(prepared.run_dir).trial(trial.future).trace if trial.future else None,
         )
+        specs.append(joined(spec, server_name(name)) if prepared.profile.gpu == STAND_IN_GPU else spec)
     return specs
+
+
+def print_device_server(console: Console, prepared: PreparedRun, run_id: str) -> None:
+    """A stand-in profile's device server, as each trial starts it before its engine."""
+    vram = prepared.profile.limits.vram
+    if prepared.profile.gpu != STAND_IN_GPU or vram is None:
+        return
+    name = server_name(f"appliance-{run_id}-NNN")
+    spec = server_spec(prepared.image, name, {L.RUN: run_id}, vram, prepared.settings.user)
+    console.print(
+        f"[bold]docker run[/bold] of each trial's stand-in device (started first, removed with the "
+        f"trial; its memory limit, {format_size(vram, trim=True)}, is the device's size):"
+    )
+    console.print(docker_cli_equivalent(spec), highlight=False, soft_wrap=True)
 
 
 def digest_line(prepared: PreparedRun) -> str:
@@ -143,3 +158,5 @@ def print_plan(console: Console, prepared: PreparedRun, specs: list[dict[str, An
         )
         console.print(f"[bold]docker run[/bold] for variant {trial.variant.name}{skeleton}:")
         console.print(docker_cli_equivalent(spec), highlight=False, soft_wrap=True)
+    if specs:
+        print_device_server(console, prepared, specs[0]["labels"][L.RUN])

@@ -21,6 +21,7 @@ from appliance.core.units import SizeError, format_size, parse_size
 from appliance.core.validation import validate
 from appliance.models import skeleton
 from appliance.models.full_synth import DEFAULT_ROUTER, ROUTERS
+from appliance.runs.device_server import STAND_IN_GPU
 from appliance.runs.memory_points import MemoryPoint, parse_memory_point
 from appliance.runs.placement import Placement, check_placement_args, parse_placement
 
@@ -241,8 +242,10 @@ def _check_gpu(raw: dict[str, Any], path: Path) -> None:
 
     if target == "cpu" and gpu == "required":
         raise ConfigError(f"{path}: /gpu: a cpu target cannot require a GPU")
-    if target in ("sm89", "sm120") and gpu == "none":
+    if target in ("sm89", "sm120") and gpu in ("none", STAND_IN_GPU):
         raise ConfigError(f"{path}: /gpu: target {target} runs on a GPU: set gpu to required")
+    if gpu == STAND_IN_GPU and "vram" not in raw["limits"]:
+        raise ConfigError(f"{path}: /limits/vram: gpu stand-in needs the device's size (e.g. vram: 256MiB)")
 
 
 def _sweep(raw: dict[str, Any] | None, path: Path) -> SweepSpec | None:

@@ -55,6 +55,7 @@ class TrialRecord(Record):
     started_utc: str | None = None
     timed_out_after_s: float | None = None
     gpu_memory: dict[str, Any] | None = None  # appliance.host.gpu_memory's samples
+    device_server: dict[str, Any] | None = None  # the stand-in device's (appliance.runs.device_server)
     host_wall_s: float | None = None
     ended_utc: str | None = None
     exit_code: int | None = None  # the engine's (else the container's) exit status

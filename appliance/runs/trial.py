@@ -26,6 +26,15 @@ from appliance.host.cgroups import read_accounting
 from appliance.host.containers import Kind, Lifecycle
 from appliance.host.gpu_memory import GpuMemorySampler
 from appliance.images import labels as L
+from appliance.runs.device_server import (
+    STAND_IN_GPU,
+    DeviceServer,
+    DeviceServerError,
+    joined,
+    server_failure,
+    server_name,
+    server_spec,
+)
 from appliance.runs.model_files import CheckedModel, routes_record
 from appliance.runs.plan import (
     EXIT_FILE,
@@ -202,7 +211,7 @@ def _status(record: dict[str, Any]) -> TrialStatus:
         return TrialStatus.OOM_KILLED
     if "timed_out_after_s" in record:
         return TrialStatus.TIMED_OUT
-    if record.get("exit_code") != 0:
+    if record.get("exit_code") != 0 or server_failure(record.get("device_server") or {}):
         return TrialStatus.FAILED
     if (record.get("gpu_memory") or {}).get("over_budget"):
         return TrialStatus.OVER_BUDGET  # the GPU held more than limits.vram: the VRAM analogue of OOM
@@ -264,6 +273,25 @@ def base_record(trial: Trial, profile: Profile) -> dict[str, Any]:
     }
 
 
+def _device_bytes(ctx: RunContext) -> int:
+    assert ctx.profile.limits.vram is not None, "a stand-in profile has limits.vram (runs.profile)"
+    return ctx.profile.limits.vram
+
+
+def _with_device(
+    ctx: RunContext, device: DeviceServer, spec: dict[str, Any], record: dict[str, Any]
+) -> dict[str, Any]:
+    """Start the trial's stand-in device and return the engine's spec joined to it."""
+    assert device.name is not None
+    labels = {L.RUN: ctx.run_id, L.RUN_TRIAL: str(record["name"])}
+    device.start_ready(
+        server_spec(ctx.engine.image, device.name, labels, _device_bytes(ctx), ctx.settings.user)
+    )
+    joined_spec = joined(spec, device.name)
+    record["container"]["network_mode"] = joined_spec["network_mode"]
+    return joined_spec
+
+
 def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
     """One container from eviction to removal; returns the trial.json record."""
     results = RunDir(ctx.run_dir).scratch_for(trial.name)
@@ -312,11 +340,14 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         record["future"] = {"trial": trial.future, "sha256": sha256_file(future)}
     if trial.variant.routes is not None:  # the file the engine forces its routing from (/models)
         record["routes"] = routes_record(trial.variant.routes, ctx.settings.models_dir, trial.variant.name)
-    with TrialContainer(ctx.client, name) as box:
+    device = DeviceServer(ctx.client, server_name(name)) if ctx.profile.gpu == STAND_IN_GPU else None
+    with device or contextlib.nullcontext(), TrialContainer(ctx.client, name) as box:
         try:
             if ctx.profile.schedule.cold_cache:
                 record["residency_before_evict"] = pagecache.residency(ctx.model.path).as_dict()
                 record["residency_at_start"] = pagecache.evict_and_measure(ctx.model.path).as_dict()
+            if device is not None:
+                spec = _with_device(ctx, device, spec, record)
             record["started_utc"] = utc_now()
             started = time.monotonic()
             gpus = ctx.settings.gpu_device_ids
@@ -325,6 +356,11 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
                 if not _wait_for_engine(container, results, ctx.trial_timeout_s):
                     record["timed_out_after_s"] = ctx.trial_timeout_s
             record["gpu_memory"] = gpu_memory.record(_load_seconds(results), ctx.profile.limits.vram)
+            if device is not None:
+                record["device_server"] = device.collect(_device_bytes(ctx))
+                failure = server_failure(record["device_server"])
+                if failure is not None:
+                    record["error"] = failure
             record["host_wall_s"] = round(time.monotonic() - started, 6)
             record["ended_utc"] = utc_now()
             exited = _read_exit_file(results)
@@ -335,6 +371,11 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
                 record["exit_code"] = record["container_exit_code"]
         except docker.errors.DockerException as exc:
             record["error"] = str(exc).splitlines()[0]
+            record.setdefault("oom_killed", False)
+            record.setdefault("exit_code", None)
+        except DeviceServerError as exc:
+            record["error"] = str(exc)
+            record["device_server"] = device.collect(_device_bytes(ctx)) if device is not None else None
             record.setdefault("oom_killed", False)
             record.setdefault("exit_code", None)
         except KeyboardInterrupt:

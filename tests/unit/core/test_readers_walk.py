@@ -20,6 +20,7 @@ KERNEL = "a kernel file under /proc or /sys: no user controls it and it is never
 CHECKOUT = "the project's own files (patch series, Dockerfile, schemas, pyproject) in its checkout"
 ALLOWED: dict[tuple[str, str], str] = {
     ("appliance/attest/provenance.py", "read_text"): KERNEL + " (/proc/cpuinfo)",
+    ("appliance/runs/device_server.py", "read_text"): KERNEL + " (/proc/PID/net/tcp{,6})",
     ("appliance/cli/report.py", "open"): "webbrowser.open hands the page's file:// URI to the "
     "user's browser; nothing is read",
     ("appliance/cluster/executor.py", "open"): "tarfile.open of bytes in memory (a node's trial archive)",

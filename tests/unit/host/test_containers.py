@@ -75,6 +75,7 @@ def test_every_kind_is_started_by_a_module_of_its_own() -> None:
         Kind.TRIAL: ["appliance/runs/plan.py", "appliance/runs/trial.py"],
         Kind.SELFTEST: ["appliance/images/selftest.py"],
         Kind.PROBE: ["appliance/attest/provenance.py"],
+        Kind.DEVICE_SERVER: ["appliance/runs/device_server.py"],
     }
 
 

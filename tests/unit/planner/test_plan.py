@@ -8,9 +8,21 @@ from typing import Any
 import pytest
 from gguf import GGUFReader
 
+from appliance.core.errors import ApplianceError
 from appliance.core.units import PAGE_BYTES
 from appliance.planner.accounting import account_file
-from appliance.planner.plan import PlanLimits, kv_cells, make_plan, predicted_peak_bytes, process_bytes
+from appliance.planner.plan import (
+    CUDA,
+    CUDA_CONTEXT_BYTES,
+    CUDA_HOST_BYTES,
+    RPC,
+    RPC_SERVER_BYTES,
+    PlanLimits,
+    kv_cells,
+    make_plan,
+    predicted_peak_bytes,
+    process_bytes,
+)
 from tests.conftest import run_cli
 from tests.models import tiny_model
 
@@ -157,3 +169,26 @@ def test_the_process_estimate_covers_the_anonymous_memory_measured_at_full_vocab
         facts = dataclasses.replace(account_file(tiny_model("qwen3moe")).facts, vocab=vocab)
         assert process_bytes(facts) >= anon - engine_buffers
         assert process_bytes(facts) <= (anon - engine_buffers) * 1.4  # not absurdly over either
+
+
+def test_the_stand_in_device_reserves_its_server_process_not_a_cuda_context() -> None:
+    acc = account_file(tiny_model("qwen3moe"))
+    limits = {"ram_bytes": 1 << 30, "vram_bytes": 1 << 30}
+    cuda = make_plan(acc, PlanLimits(**limits))
+    rpc = make_plan(acc, PlanLimits(**limits, device=RPC))
+    fixed = {
+        p.limits.device: next(
+            b for b in p.budget if b.tier == "vram" and "estimate" in b.item and "compute" not in b.item
+        )
+        for p in (cuda, rpc)
+    }
+    assert (fixed[CUDA].item, fixed[CUDA].bytes) == (
+        "CUDA context and workspace (estimate)",
+        CUDA_CONTEXT_BYTES,
+    )
+    assert (fixed[RPC].item, fixed[RPC].bytes) == ("RPC server process (estimate)", RPC_SERVER_BYTES)
+    assert cuda.vram_total - rpc.vram_total == CUDA_CONTEXT_BYTES - RPC_SERVER_BYTES
+    assert cuda.ram_anon - rpc.ram_anon == CUDA_HOST_BYTES  # no CUDA runtime in the engine's memory
+    assert rpc.args == cuda.args  # the same placement: both hold the whole model
+    with pytest.raises(ApplianceError, match="^unknown device kind 'vulkan' \\(one of cuda, rpc\\)$"):
+        make_plan(acc, PlanLimits(**limits, device="vulkan"))

@@ -250,6 +250,9 @@ def test_a_user_file_is_accepted_by_path(tmp_path: Path) -> None:
             "/variants/1/env/LLAMA_MMAP_DEMAND: expected string, got integer",
         ),
         (lambda r: r.update(gpu="required"), "a cpu target cannot require a GPU"),
+        (lambda r: r.update(gpu="stand-in"), "/limits/vram: gpu stand-in needs the device's size"),
+        (lambda r: r.update(gpu="stand-in", target="sm120"), "/gpu: target sm120 runs on a GPU"),
+        (lambda r: r.update(gpu="cuda"), "/gpu"),
         (
             lambda r: r["model"].update(file="../escape.gguf"),
             "/model/file: '../escape.gguf' is not a plain file name",

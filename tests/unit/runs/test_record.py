@@ -43,3 +43,9 @@ def test_the_console_names_each_trial_as_its_directory() -> None:
     assert record["name"] == trial.name == "001-99.5MiB-baseline-r1"
     assert record["memory_limit"] == SWEEP[0].bytes
     assert _trial_line(record).startswith("  trial 001-99.5MiB-baseline-r1: [green]ok[/green] exit 0")
+
+
+def test_a_failed_trials_line_says_why() -> None:
+    record = {"name": "001-x", "status": "failed", "exit_code": None, "error": "the device [server] died"}
+    line = _trial_line(record)
+    assert line == "  trial 001-x: [red]failed[/red] exit None, the device \\[server] died"

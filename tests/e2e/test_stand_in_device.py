@@ -1,0 +1,136 @@
+"""The stand-in GPU at process level: llama.cpp's RPC server (ggml-rpc-server, from the patched
+local build) on 127.0.0.1, and llama-moe-trace offloading to it with `--rpc` and the placement
+the planner gives for a device budget.
+
+The placement checks are the planner's output-slot defect: llama.cpp counts n_layer + 1 offload
+slots, the output head last, so a plan for "every layer" that says `-ngl n_layer` leaves layer 0
+on the host (the engine logs "offloaded 4/5 layers"); the plan must say `-ngl n_layer + 1`.
+"""
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from appliance.planner.accounting import account_file
+from appliance.planner.plan import Plan, PlanLimits, make_plan
+from appliance.runs.device_server import LOOPBACK, listening
+from appliance.runs.placement import placement_options
+from appliance.trace.format import read_trace
+from tests.e2e.conftest import TracerRun, run_tracer
+from tests.models import tiny_model
+
+PROMPT = "The cat sat on the mat. The dog sat on the log."
+ARGS = ("-n", "8", "--ignore-eos", "--no-repack")
+READY_S = 30.0
+
+pytestmark = pytest.mark.engine
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def device(engine_bin: Path) -> Iterator[str]:
+    """A ggml-rpc-server on a free loopback port, ended by its pid after the test."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(engine_bin / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port), "-t", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + READY_S
+        while not listening(Path(f"/proc/{server.pid}/net/tcp").read_text(), port):
+            assert server.poll() is None, f"ggml-rpc-server exited: {server.stderr.read()!r}"  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "ggml-rpc-server did not listen in time"
+            time.sleep(0.05)
+        assert listening(Path(f"/proc/{server.pid}/net/tcp").read_text(), port) == [LOOPBACK[0]]
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def on_device(engine_bin: Path, model: Path, out: Path, device: str, plan: Plan) -> TracerRun:
+    """The tracer on the stand-in device with the plan's placement."""
+    args = (*ARGS, "--rpc", device, *placement_options(tuple(plan.args)))
+    return run_tracer(engine_bin, model, out, *args, prompt=PROMPT)
+
+
+def device_bytes(placement: dict[str, Any]) -> int:
+    """The model bytes the engine placed on the stand-in device."""
+    return sum(int(p["bytes"]) for p in placement["model"].values() if p["device"] == "RPC0")
+
+
+def test_the_plan_for_every_layer_offloads_every_slot_to_the_stand_in(
+    engine_bin: Path, device: str, tmp_path: Path
+) -> None:
+    model = tiny_model("qwen3moe")
+    acc = account_file(model)
+    plan = make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=1 << 30))
+    assert plan.gpu_layers == acc.facts.layers
+    run = on_device(engine_bin, model, tmp_path / "rpc", device, plan)
+    timings = run.timings
+    assert timings["backend"] == "RPC" and "RPC0" in timings["devices"].split(",")
+    placement = timings["placement"]
+    assert placement["layers_offloadable"] == acc.facts.layers + 1
+    assert placement["layers_offloaded"] == placement["layers_offloadable"]
+    # everything but the token embeddings (which llama.cpp keeps on the host) is on the device
+    assert device_bytes(placement) == acc.tensor_data_bytes - acc.groups["embeddings"]
+    host = run_tracer(engine_bin, model, tmp_path / "cpu", *ARGS, prompt=PROMPT)
+    assert run.text == host.text and run.text
+    on_rpc, on_host = read_trace(run.trace), read_trace(host.trace)
+    for field in ("step", "layer", "pos", "ids"):
+        assert np.array_equal(on_rpc.rows[field], on_host.rows[field]), field
+
+
+def test_a_partial_plan_puts_the_output_head_on_the_device_too(
+    engine_bin: Path, device: str, tmp_path: Path
+) -> None:
+    model = tiny_model("qwen3moe")
+    acc = account_file(model)
+    whole = make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=1 << 30))
+    fixed = whole.vram_total - sum(
+        b.bytes for b in whole.budget if b.tier == "vram" and b.item.startswith("weights")
+    )
+    budget = next(
+        v
+        for v in range(fixed, 1 << 30, 1 << 16)
+        if make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=v)).gpu_layers == 1
+    )
+    plan = make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=budget))
+    assert (plan.gpu_layers, plan.ngl, plan.output_on_gpu) == (1, 2, True)
+    run = on_device(engine_bin, model, tmp_path, device, plan)
+    placement = run.timings["placement"]
+    assert placement["layers_offloaded"] == plan.ngl
+    planned = sum(b.bytes for b in plan.budget if b.tier == "vram" and b.item.startswith("weights"))
+    assert device_bytes(placement) == planned  # the last layer's dense part and experts, and the output head
+
+
+def test_an_unreachable_device_server_is_one_line(engine_bin: Path, tmp_path: Path) -> None:
+    closed = free_port()
+    run = run_tracer(
+        engine_bin,
+        tiny_model("qwen3moe"),
+        tmp_path,
+        *ARGS,
+        "--rpc",
+        f"127.0.0.1:{closed}",
+        prompt=PROMPT,
+        check=False,
+    )
+    assert run.result.returncode == 1
+    last = run.result.stderr.decode().strip().splitlines()[-1]
+    assert last == (
+        f"llama-moe-trace: error: --rpc: no device server answers at 127.0.0.1:{closed} "
+        "(start ggml-rpc-server -H HOST -p PORT there first)"
+    )

@@ -1,0 +1,126 @@
+"""Trials on the stand-in GPU (`gpu: stand-in`) through `appliance run` on the cpu engine image:
+a ggml-rpc-server container per trial whose memory limit is limits.vram, the engine joined to
+its loopback, the planner's placement realized on device RPC0, and the server removed with the
+trial; a device budget too small for the placement fails the trial in one line."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from appliance.images import labels as L
+from appliance.planner.accounting import account_file
+from appliance.runs.profile import PROFILES_DIR
+from tests.conftest import run_cli
+from tests.models import tiny_model
+
+VRAM = 1 << 30
+
+pytestmark = [pytest.mark.docker, pytest.mark.engine]
+
+
+def models_with(model: Path, tmp_path: Path) -> Path:
+    models = tmp_path / "models"
+    models.mkdir()
+    try:  # mounted read-only into the container: no symlinks out of it
+        os.link(model, models / model.name)
+    except OSError:
+        shutil.copyfile(model, models / model.name)
+    return models
+
+
+def stand_in_profile(tmp_path: Path, model: Path, **changes: Any) -> Path:
+    raw = yaml.safe_load((PROFILES_DIR / "tiny-oversub.yaml").read_text())
+    raw.update(name="stand-in-e2e", evidence=[], gpu="stand-in", placement="plan")
+    raw.pop("sweep")
+    raw["model"].update(file=model.name, bytes=None, sha256=None, synth=None)
+    raw["limits"].update(memory="1GiB", vram=VRAM)
+    raw["variants"] = [v for v in raw["variants"] if v["name"] in ("baseline", "demand-mmap")]
+    raw["schedule"].update(repeats=1, n_predict=8)
+    raw.update(changes)
+    path = tmp_path / "stand-in.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def containers_of(run_id: str) -> list[str]:
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", f"label={L.RUN}={run_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
+def trials_of(run: Path) -> dict[str, dict[str, Any]]:
+    records = (json.loads(p.read_text()) for p in run.glob("trials/*/trial.json"))
+    return {r["variant"]: r for r in records}
+
+
+def test_a_planned_trial_offloads_every_slot_to_the_stand_in_device(
+    engine_image_cpu: str, tmp_path: Path
+) -> None:
+    model = tiny_model("qwen3moe")
+    run = tmp_path / "run"
+    result = run_cli(
+        "run",
+        str(stand_in_profile(tmp_path, model)),
+        "--models",
+        str(models_with(model, tmp_path)),
+        "--out",
+        str(run),
+        "--image",
+        engine_image_cpu,
+        "--unsigned",
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    layers = account_file(model).facts.layers
+    trials = trials_of(run)
+    assert sorted(trials) == ["baseline", "demand-mmap"]
+    texts = set()
+    for variant, record in trials.items():
+        assert record["status"] == "ok", record
+        assert record["engine_backend"] == "RPC"
+        command = record["container"]["command"]
+        assert command[command.index("--rpc") + 1] == "127.0.0.1:50052"
+        assert command[command.index("-ngl") + 1] == str(layers + 1)
+        assert record["container"]["network_mode"] == f"container:{record['container']['name']}-device"
+        device = record["device_server"]
+        assert device["memory_limit"] == VRAM and device["running_at_end"] is True
+        assert device["oom_killed"] is False and 0 < device["peak_bytes"] <= VRAM
+        trial_dir = run / "trials" / record["name"]
+        placement = json.loads((trial_dir / "timing.json").read_text())["placement"]
+        assert placement["layers_offloaded"] == placement["layers_offloadable"] == layers + 1, variant
+        texts.add((trial_dir / "output.txt").read_bytes())
+    assert len(texts) == 1 and texts != {b""}
+    assert containers_of(json.loads((run / "run.json").read_text())["run_id"]) == []
+
+
+def test_a_device_budget_too_small_for_the_placement_fails_the_trial_in_one_line(
+    engine_image_cpu: str, tmp_path: Path
+) -> None:
+    model = tiny_model("qwen3moe")
+    profile = stand_in_profile(tmp_path, model, placement=["-ngl", "99"])
+    raw = yaml.safe_load(profile.read_text())
+    raw["limits"]["vram"] = "8MiB"
+    raw["variants"] = raw["variants"][:1]
+    profile.write_text(yaml.safe_dump(raw))
+    run = tmp_path / "run"
+    result = run_cli(
+        "run", str(profile), "--models", str(models_with(model, tmp_path)), "--out", str(run),
+        "--image", engine_image_cpu, "--unsigned",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]  # a failed trial is a result of the run
+    assert "the stand-in device server was OOM-killed" in result.stdout
+    (record,) = trials_of(run).values()
+    assert record["status"] == "failed"
+    assert record["error"].startswith("the stand-in device server was OOM-killed: its 8388608 bytes")
+    assert "\n" not in record["error"]
+    assert record["device_server"]["oom_killed"] is True
+    assert containers_of(json.loads((run / "run.json").read_text())["run_id"]) == []
