@@ -25,6 +25,7 @@ from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
 from appliance.host.containers import Kind, Lifecycle
 from appliance.host.gpu_memory import GpuMemorySampler
+from appliance.host.read_ahead import ReadAheadHold
 from appliance.images import labels as L
 from appliance.runs.model_files import CheckedModel, routes_record
 from appliance.runs.plan import (
@@ -297,8 +298,6 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         "image": ctx.engine.image,
         "model_device": ctx.settings.block_device.key if ctx.settings.block_device else None,
     }
-    if ctx.settings.block_device is not None and ctx.settings.block_device.read_ahead_kb is not None:
-        record["model_device_read_ahead_kb"] = ctx.settings.block_device.read_ahead_kb
     if future is not None:
         if not future.is_file():
             record |= {
@@ -312,7 +311,12 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         record["future"] = {"trial": trial.future, "sha256": sha256_file(future)}
     if trial.variant.routes is not None:  # the file the engine forces its routing from (/models)
         record["routes"] = routes_record(trial.variant.routes, ctx.settings.models_dir, trial.variant.name)
-    with TrialContainer(ctx.client, name) as box:
+    device = ctx.settings.block_device
+    read_ahead = ReadAheadHold(device.key if device else None, ctx.profile.limits.read_ahead_to_set_kb)
+    with TrialContainer(ctx.client, name) as box, read_ahead:
+        if read_ahead.in_force_kb is not None:
+            record["model_device_read_ahead_kb"] = read_ahead.in_force_kb
+            record["model_device_read_ahead_mode"] = read_ahead.mode
         try:
             if ctx.profile.schedule.cold_cache:
                 record["residency_before_evict"] = pagecache.residency(ctx.model.path).as_dict()
@@ -338,14 +342,22 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
             record.setdefault("oom_killed", False)
             record.setdefault("exit_code", None)
         except KeyboardInterrupt:
+            read_ahead.restore()  # first: a second Ctrl-C while the container stops exits at once
+            _record_restored(record, read_ahead)
             record["interrupted"] = True
             record.setdefault("ended_utc", utc_now())
             box.stop_after_interrupt(record)
             record.setdefault("oom_killed", False)
             _write_trial(ctx, trial, results, record)
             raise TrialInterrupted(record) from None
+    _record_restored(record, read_ahead)
     _write_trial(ctx, trial, results, record)
     return record
+
+
+def _record_restored(record: dict[str, Any], read_ahead: ReadAheadHold) -> None:
+    if read_ahead.restored_kb is not None:
+        record["model_device_read_ahead_restored_kb"] = read_ahead.restored_kb
 
 
 @dataclass(frozen=True)
