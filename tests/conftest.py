@@ -7,9 +7,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+
+from appliance.host.cgroups import BlockDevice, block_device_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,6 +48,27 @@ def runtime_base_image(docker_client) -> str:  # type: ignore[no-untyped-def]
     ref = base_tag("runtime")
     ensure_base(ref, log=lambda _: None)
     return ref
+
+
+class DiskModel(NamedTuple):
+    path: Path  # a 4 KiB file
+    device: BlockDevice  # the whole disk holding it, its read_ahead_kb as found
+    other_kb: int  # a read-ahead the device does not hold now
+
+
+@pytest.fixture
+def disk_model(tmp_path: Path) -> DiskModel:
+    """A model file in tmp_path on this machine's disk, whose read-ahead a test may change: only
+    as root; tmp_path on no block device fails under APPLIANCE_REQUIRE_DOCKER=1."""
+    if os.geteuid() != 0:
+        pytest.skip("writing a device's read_ahead_kb needs root")
+    model = tmp_path / "models" / "m.gguf"
+    model.parent.mkdir()
+    model.write_bytes(bytes(4096))
+    device = block_device_for(model)
+    if device is None or device.read_ahead_kb is None:
+        unavailable(f"{tmp_path} is on no block device with a read_ahead_kb")
+    return DiskModel(model, device, 128 if device.read_ahead_kb != 128 else 256)
 
 
 def lock_with(tmp_path: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance.host.read_ahead import current_kb
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 BLKIO_UNLIMITED_BPS = 1 << 40  # 1 TiB/s: turns v1 blkio accounting on without throttling
 
@@ -49,7 +51,7 @@ def block_device_for(path: Path) -> BlockDevice | None:
     devname = _uevent(sysdir).get("DEVNAME")
     if devname is None or not Path("/dev", devname).exists():
         return None
-    return BlockDevice(major, minor, f"/dev/{devname}", _read_int(sysdir / "queue" / "read_ahead_kb"))
+    return BlockDevice(major, minor, f"/dev/{devname}", current_kb(f"{major}:{minor}"))
 
 
 def _uevent(sysdir: Path) -> dict[str, str]:

@@ -5,6 +5,7 @@ is written: a run directory exists only for a run that can start.
 """
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,10 +18,11 @@ from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.progress import ProgressFn
 from appliance.core.units import format_size
 from appliance.engine.lock import Lock
-from appliance.host.cgroups import block_device_for, cgroup_version
+from appliance.host.cgroups import BlockDevice, block_device_for, cgroup_version
 from appliance.host.filesystems import refuse_volatile_model
 from appliance.host.gpu import Gpu, target_for_capability, visible_gpus
 from appliance.host.meminfo import MEMINFO, meminfo_bytes
+from appliance.host.read_ahead import SYSFS, ReadAheadError, ReadAheadMode, check_settable, read_ahead_file
 from appliance.images.labels import (
     IMAGE_REPOSITORY,
     candidate_images,
@@ -149,6 +151,51 @@ def check_vram_budget(profile: Profile, gpu: Gpu | None) -> None:
     )
 
 
+def check_read_ahead(
+    profile: Profile, device: BlockDevice | None, model_path: Path, dry_run: bool, sysfs: Path = SYSFS
+) -> list[str]:
+    """limits.read_ahead against the device holding the model. To be set, the device's
+    read_ahead_kb must be readable and (in a real run: written back unchanged) writable, else
+    the run is refused in one line (a dry run gets it as a warning). To be observed: a warning
+    when the device holds another value than the profile names."""
+    kb = profile.limits.read_ahead_kb
+    if kb is None:
+        return []
+    found = device.read_ahead_kb if device is not None else None
+    if profile.limits.read_ahead_mode == ReadAheadMode.OBSERVE:
+        if found == kb:
+            return []
+        held = "an unknown read-ahead" if found is None else f"{found} KiB"
+        return [
+            f"limits.read_ahead is {kb} KiB, but read_ahead_mode is observe and the model's device "
+            f"holds {held}: the trials run at that and record it"
+        ]
+
+    def refuse(problem: str, fix: str) -> list[str]:
+        message = (
+            f"{profile.source_path}: /limits/read_ahead: cannot set {kb} KiB: {problem}; {fix}, or "
+            "set limits.read_ahead_mode: observe to only record the device's read-ahead"
+        )
+        if dry_run:
+            return [message]
+        raise ApplianceError(message)
+
+    if device is None:
+        dev = os.stat(model_path).st_dev
+        key = f"{os.major(dev)}:{os.minor(dev)}"
+        problem = f"model {model_path} is on device {key}, which has no {read_ahead_file(key, sysfs)}"
+        return refuse(problem, "put the model on a block device")
+    if found is None:
+        problem = f"cannot read {read_ahead_file(device.key, sysfs)} ({device.node}, holding {model_path})"
+        return refuse(problem, "check that device's sysfs entry")
+    if not dry_run:
+        try:
+            check_settable(device.key, sysfs)
+        except ReadAheadError as exc:
+            return refuse(str(exc), "run as root")
+    return []
+
+
 def placement_warnings(profile: Profile, model_bytes: int, gpu: Gpu | None) -> list[str]:
     """`auto` placement on a GPU whose free memory holds the whole model: llama.cpp will keep it
     in VRAM, so the RAM limit is not exercised."""
@@ -271,6 +318,8 @@ def prepare_run(
         raise ApplianceError(
             f"--out {run_dir} is inside the models directory, which is never written to: choose another --out"
         )
+    device = block_device_for(located[0])
+    read_ahead_warnings = check_read_ahead(profile, device, located[0], dry_run)
     gpus = [assume_gpu] if assume_gpu is not None else visible_gpus()
     choice = choose_target(profile, gpus, lock, dry_run, request.gpu_index)
     gpu = chosen_gpu(gpus, choice)
@@ -309,7 +358,7 @@ def prepare_run(
     check_cache_capacity(profile, trials, model.path, profile.model.bytes or model.bytes)
     settings = ContainerSettings(
         models_dir=models_dir,
-        block_device=block_device_for(model.path),
+        block_device=device,
         cgroup_version=cgroup_version(),
         gpu_device_ids=choice.gpu_ids,
     )
@@ -330,6 +379,9 @@ def prepare_run(
         run_dir,
         stand_in,
         gpu=gpu,
-        warnings=tuple(placement_warnings(profile, profile.model.bytes or model.bytes, gpu)),
+        warnings=(
+            *placement_warnings(profile, profile.model.bytes or model.bytes, gpu),
+            *read_ahead_warnings,
+        ),
     )
     return prepared, client

@@ -8,12 +8,15 @@ from rich.table import Table
 
 from appliance.core.units import format_size
 from appliance.engine.lock import Lock
+from appliance.host.cgroups import BlockDevice
+from appliance.host.read_ahead import ReadAheadMode
 from appliance.images import labels as L
 from appliance.runs.device_server import STAND_IN_GPU, joined, server_name, server_spec
 from appliance.runs.model_files import SKELETON, SKIPPED, UNPINNED
 from appliance.runs.placement import placement_text
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
 from appliance.runs.prepare import PreparedRun
+from appliance.runs.profile import MemoryLimits
 from appliance.runs.run_dir import RunDir
 
 
@@ -79,6 +82,17 @@ def print_stand_in(console: Console, prepared: PreparedRun, lock: Lock) -> str |
     return stand_in
 
 
+def read_ahead_text(limits: MemoryLimits, device: BlockDevice) -> str:
+    """The read-ahead the trials will run at, and whether the run sets it."""
+    now = device.read_ahead_kb
+    if limits.read_ahead_mode == ReadAheadMode.SET:
+        return (
+            f", read-ahead {limits.read_ahead_kb} KiB during each trial (limits.read_ahead: set, "
+            f"{now} KiB now and written back after each)"
+        )
+    return "" if now is None else f", read-ahead {now} KiB (observed, not set)"
+
+
 def print_header(console: Console, prepared: PreparedRun) -> None:
     p, limits = prepared.profile, prepared.profile.limits
     swept = sorted({t.memory for t in prepared.trials if t.memory is not None})
@@ -112,8 +126,7 @@ def print_header(console: Console, prepared: PreparedRun) -> None:
     console.print(
         "block reads "
         + (
-            f"counted on {device.node} ({device.key})"
-            + (f", read-ahead {device.read_ahead_kb} KiB" if device.read_ahead_kb is not None else "")
+            f"counted on {device.node} ({device.key}){read_ahead_text(limits, device)}"
             if device
             else "not countable (the model is not on a block device)"
         )

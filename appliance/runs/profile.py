@@ -17,8 +17,9 @@ from appliance.core.errors import ConfigError
 from appliance.core.paths import PACKAGE_DIR
 from appliance.core.records import Record
 from appliance.core.strict_load import parse_yaml, read_text
-from appliance.core.units import SizeError, format_size, parse_size
+from appliance.core.units import PAGE_BYTES, SizeError, format_size, parse_size
 from appliance.core.validation import validate
+from appliance.host.read_ahead import ReadAheadMode
 from appliance.models import skeleton
 from appliance.models.full_synth import DEFAULT_ROUTER, ROUTERS
 from appliance.runs.device_server import STAND_IN_GPU
@@ -29,6 +30,8 @@ PROFILES_DIR = PACKAGE_DIR / "profiles"
 MAX_PROFILE_BYTES = 64 << 10  # the built-in profiles are under 2 KiB
 DOCKER_MIN_MEMORY = 6 * 1024 * 1024
 MAX_SIZE = (1 << 63) - 1
+# twice this project's VM's 8 MiB: a larger read-ahead is more likely MiB written for KiB
+MAX_READ_AHEAD = 16 << 20
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 # model.synth of a full-shape synthetic (`model synth --like`): the input and what varies it
 LIKE_SYNTH_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -109,6 +112,13 @@ class MemoryLimits:
     swap: int
     engine_min_memory: int
     vram: int | None = None  # the budget for what may sit on the GPU; None: no budget
+    read_ahead_kb: int | None = None  # the model device's read-ahead during trials; None: as found
+    read_ahead_mode: ReadAheadMode = ReadAheadMode.OBSERVE
+
+    @property
+    def read_ahead_to_set_kb(self) -> int | None:
+        """What the runner writes as the model device's read-ahead; None: it only observes."""
+        return self.read_ahead_kb if self.read_ahead_mode == ReadAheadMode.SET else None
 
     @property
     def memswap(self) -> int:
@@ -185,12 +195,40 @@ def _size(raw: dict[str, Any], key: str, path: Path, default: int | None = None)
     return size
 
 
+def _read_ahead_kb(raw: dict[str, Any], path: Path) -> int | None:
+    """limits.read_ahead in KiB: whole 4 KiB pages (the kernel keeps read_ahead_kb in pages and
+    would round anything else down) from one page to MAX_READ_AHEAD."""
+    if "read_ahead" not in raw:
+        if raw.get("read_ahead_mode") == ReadAheadMode.SET:
+            raise ConfigError(
+                f"{path}: /limits/read_ahead_mode: set needs limits.read_ahead, the value to set"
+            )
+        return None
+    size, given = _size(raw, "read_ahead", path), raw["read_ahead"]
+    where = f"{path}: /limits/read_ahead: {given!r}"
+    if size < PAGE_BYTES:
+        raise ConfigError(f"{where} is below 4 KiB, one page: the least read-ahead that reads anything")
+    if size > MAX_READ_AHEAD:
+        raise ConfigError(f"{where} is above {format_size(MAX_READ_AHEAD, trim=True)}")
+    if size % PAGE_BYTES:
+        raise ConfigError(
+            f"{where} is {size} bytes, not a whole number of 4 KiB pages: the kernel would round it "
+            f"down to {format_size(size - size % PAGE_BYTES, trim=True)}; write KiB, e.g. 128KiB"
+        )
+    return size // 1024
+
+
 def _limits(raw: dict[str, Any], path: Path) -> MemoryLimits:
+    read_ahead_kb = _read_ahead_kb(raw, path)
     limits = MemoryLimits(
         memory=_size(raw, "memory", path),
         swap=_size(raw, "swap", path, default=0),
         engine_min_memory=_size(raw, "engine_min_memory", path),
         vram=_size(raw, "vram", path) if "vram" in raw else None,
+        read_ahead_kb=read_ahead_kb,
+        read_ahead_mode=ReadAheadMode(
+            raw.get("read_ahead_mode", "observe" if read_ahead_kb is None else "set")
+        ),
     )
     floor = max(limits.engine_min_memory, DOCKER_MIN_MEMORY)
     if limits.memory < floor:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from appliance.core.records import Record
+from appliance.host.read_ahead import ReadAheadMode
 from appliance.runs.status import RunStatus, TrialStatus
 
 
@@ -47,7 +48,9 @@ class TrialRecord(Record):
     container: dict[str, Any] | None = None  # name, command, environment, limits, network, read-only
     image: str | None = None
     model_device: str | None = None  # MAJ:MIN of the block device holding the model
-    model_device_read_ahead_kb: int | None = None  # that device's read-ahead (a fault's window)
+    model_device_read_ahead_kb: int | None = None  # that device's read-ahead during the trial
+    model_device_read_ahead_mode: ReadAheadMode | None = None  # set by the runner, or observed
+    model_device_read_ahead_restored_kb: int | None = None  # written back after the trial (set)
     future: dict[str, Any] | None = None  # the trial whose route trace this one replays, its sha256
     routes: dict[str, Any] | None = None  # the routes file the engine forced its routing from
     residency_before_evict: dict[str, Any] | None = None  # the model's page-cache residency

@@ -25,6 +25,7 @@ from appliance.host import pagecache
 from appliance.host.cgroups import read_accounting
 from appliance.host.containers import Kind, Lifecycle
 from appliance.host.gpu_memory import GpuMemorySampler
+from appliance.host.read_ahead import ReadAheadHold
 from appliance.images import labels as L
 from appliance.runs.device_server import (
     STAND_IN_GPU,
@@ -325,8 +326,6 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         "image": ctx.engine.image,
         "model_device": ctx.settings.block_device.key if ctx.settings.block_device else None,
     }
-    if ctx.settings.block_device is not None and ctx.settings.block_device.read_ahead_kb is not None:
-        record["model_device_read_ahead_kb"] = ctx.settings.block_device.read_ahead_kb
     if future is not None:
         if not future.is_file():
             record |= {
@@ -340,14 +339,19 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
         record["future"] = {"trial": trial.future, "sha256": sha256_file(future)}
     if trial.variant.routes is not None:  # the file the engine forces its routing from (/models)
         record["routes"] = routes_record(trial.variant.routes, ctx.settings.models_dir, trial.variant.name)
-    device = DeviceServer(ctx.client, server_name(name)) if ctx.profile.gpu == STAND_IN_GPU else None
-    with device or contextlib.nullcontext(), TrialContainer(ctx.client, name) as box:
+    stand_in = DeviceServer(ctx.client, server_name(name)) if ctx.profile.gpu == STAND_IN_GPU else None
+    block = ctx.settings.block_device
+    read_ahead = ReadAheadHold(block.key if block else None, ctx.profile.limits.read_ahead_to_set_kb)
+    with stand_in or contextlib.nullcontext(), TrialContainer(ctx.client, name) as box, read_ahead:
+        if read_ahead.in_force_kb is not None:
+            record["model_device_read_ahead_kb"] = read_ahead.in_force_kb
+            record["model_device_read_ahead_mode"] = read_ahead.mode
         try:
             if ctx.profile.schedule.cold_cache:
                 record["residency_before_evict"] = pagecache.residency(ctx.model.path).as_dict()
                 record["residency_at_start"] = pagecache.evict_and_measure(ctx.model.path).as_dict()
-            if device is not None:
-                spec = _with_device(ctx, device, spec, record)
+            if stand_in is not None:
+                spec = _with_device(ctx, stand_in, spec, record)
             record["started_utc"] = utc_now()
             started = time.monotonic()
             gpus = ctx.settings.gpu_device_ids
@@ -356,8 +360,8 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
                 if not _wait_for_engine(container, results, ctx.trial_timeout_s):
                     record["timed_out_after_s"] = ctx.trial_timeout_s
             record["gpu_memory"] = gpu_memory.record(_load_seconds(results), ctx.profile.limits.vram)
-            if device is not None:
-                record["device_server"] = device.collect(_device_bytes(ctx))
+            if stand_in is not None:
+                record["device_server"] = stand_in.collect(_device_bytes(ctx))
                 failure = server_failure(record["device_server"])
                 if failure is not None:
                     record["error"] = failure
@@ -375,18 +379,26 @@ def run_trial(ctx: RunContext, trial: Trial) -> dict[str, Any]:
             record.setdefault("exit_code", None)
         except DeviceServerError as exc:
             record["error"] = str(exc)
-            record["device_server"] = device.collect(_device_bytes(ctx)) if device is not None else None
+            record["device_server"] = stand_in.collect(_device_bytes(ctx)) if stand_in is not None else None
             record.setdefault("oom_killed", False)
             record.setdefault("exit_code", None)
         except KeyboardInterrupt:
+            read_ahead.restore()  # first: a second Ctrl-C while the container stops exits at once
+            _record_restored(record, read_ahead)
             record["interrupted"] = True
             record.setdefault("ended_utc", utc_now())
             box.stop_after_interrupt(record)
             record.setdefault("oom_killed", False)
             _write_trial(ctx, trial, results, record)
             raise TrialInterrupted(record) from None
+    _record_restored(record, read_ahead)
     _write_trial(ctx, trial, results, record)
     return record
+
+
+def _record_restored(record: dict[str, Any], read_ahead: ReadAheadHold) -> None:
+    if read_ahead.restored_kb is not None:
+        record["model_device_read_ahead_restored_kb"] = read_ahead.restored_kb
 
 
 @dataclass(frozen=True)

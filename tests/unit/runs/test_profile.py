@@ -83,12 +83,14 @@ def test_qwen35_shape_8g_sweeps_exactly_8_gib_forced_from_calibrated_routes(tmp_
 
 def test_the_verdict_sweep_is_qwen35_shape_8g_without_its_baseline() -> None:
     """Finding qwen35-shape-8g-expert-cache-cpu ran it: the same model, routes, limits, engine,
-    schedule and variants, less the baseline (which measures the VM's read-ahead)."""
+    schedule and variants, less the baseline (which measures the VM's read-ahead). Its limits
+    leave the read-ahead as found, as the finding ran; the full profile sets 128 KiB."""
     full, verdict = load_profile("qwen35-shape-8g"), load_profile("qwen35-shape-8g-verdict")
     assert [v for v in full.variants if v.name != "baseline"] == list(verdict.variants)
-    shared = ["model", "routes", "limits", "schedule", "sweep", "experimental", "engine_args", "gpu"]
+    shared = ["model", "routes", "schedule", "sweep", "experimental", "engine_args", "gpu"]
     for field in [*shared, "target"]:
         assert getattr(verdict, field) == getattr(full, field), field
+    assert verdict.limits == dataclasses.replace(full.limits, read_ahead_kb=None, read_ahead_mode="observe")
 
 
 @pytest.mark.parametrize(("name", "layers"), [("qwen3-30b-shape", None), ("qwen3-30b-shape-slice", 2)])

@@ -116,6 +116,11 @@ def test_a_profile_nested_deeper_than_the_reader_goes(tmp_path: Path, nesting: s
             "  memory: 1" + "0" * 30 + "\n",
             "/limits/memory: must be at most 9223372036854775807",
         ),
+        (
+            "  swap: 0\n",
+            "  swap: 0\n  read_ahead: 130KiB\n",
+            "/limits/read_ahead: '130KiB' is 133120 bytes, not a whole number of 4 KiB pages",
+        ),
         ("gpu: none\n", "gpu: none\n3: x\n", "line {line}: key 3 is not a string (quote it)"),
         ("trace: true\n", "trace: yes please\n", "/trace: expected boolean, got string"),
     ],

@@ -13,6 +13,7 @@ import pytest
 
 from appliance.core.errors import ConfigError
 from appliance.core.validation import schema_problems
+from appliance.host.read_ahead import ReadAheadMode
 from appliance.runs.plan import trial_plan
 from appliance.runs.profile import load_profile
 from appliance.runs.record import schedule_record
@@ -64,6 +65,24 @@ def test_the_read_ahead_field_is_optional_and_typed() -> None:
     assert record.to_json()["model_device_read_ahead_kb"] == 8192
     with pytest.raises(ConfigError, match="model_device_read_ahead_kb"):
         TrialRecord.from_json({**base, "model_device_read_ahead_kb": "8 MiB"}, "t.json")
+
+
+def test_how_the_read_ahead_was_obtained_and_what_came_back_are_optional_and_typed() -> None:
+    base = {"index": 1, "variant": "baseline", "repeat": 1, "status": "ok"}
+    old = TrialRecord.from_json({**base, "model_device_read_ahead_kb": 8192}, "t.json")
+    assert old.model_device_read_ahead_mode is None and old.model_device_read_ahead_restored_kb is None
+    written = {
+        **base,
+        "model_device_read_ahead_kb": 128,
+        "model_device_read_ahead_mode": "set",
+        "model_device_read_ahead_restored_kb": 8192,
+    }
+    record = TrialRecord.from_json(written, "t.json")
+    assert record.model_device_read_ahead_mode is ReadAheadMode.SET
+    assert record.to_json() == {**written, "model_device": None, "exit_code": None, "engine_backend": None}
+    jsonschema.Draft7Validator(TrialRecord.json_schema()).validate(written)
+    with pytest.raises(ConfigError, match="model_device_read_ahead_mode: must be one of set, observe"):
+        TrialRecord.from_json({**written, "model_device_read_ahead_mode": "recorded"}, "t.json")
 
 
 def test_the_schema_is_derived_from_the_class() -> None:
