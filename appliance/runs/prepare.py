@@ -89,6 +89,11 @@ def find_image(
             client.images.get(tag)
         except docker.errors.ImageNotFound:
             continue
+        except docker.errors.APIError as exc:
+            raise ApplianceError(
+                f"image {tag!r}: {exc.explanation or exc}: name a local image as REPOSITORY:TAG "
+                "(`docker images` lists them)"
+            ) from None
         return tag, stand_in
     target = candidates[0][0].split(":", 1)[1].split("-", 1)[0]
     how = (

@@ -15,6 +15,7 @@ from appliance.core.errors import ApplianceError
 from appliance.engine.lock import Lock, load_lock
 from appliance.images import labels as L
 from appliance.images.registry import choose_local_image
+from appliance.runs.prepare import find_image
 
 pytestmark = [pytest.mark.docker]
 
@@ -58,3 +59,12 @@ def test_an_image_with_experimental_patches_is_not_the_default(
     build_label_image("experimental-newer", "0004-expert-cache.patch")  # the newest, still not taken
     assert choose_local_image(docker_client, own_lock, "cpu", None) == plain
     assert choose_local_image(docker_client, own_lock, "cpu", experimental) == experimental
+
+
+def test_an_image_name_docker_cannot_parse_is_one_line(docker_client: Any) -> None:
+    with pytest.raises(ApplianceError) as caught:
+        find_image(docker_client, [("--unsigned", None)])
+    message = str(caught.value)
+    assert message.startswith("image '--unsigned': ") and "invalid reference format" in message
+    assert message.endswith("name a local image as REPOSITORY:TAG (`docker images` lists them)")
+    assert "\n" not in message
