@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.planner.accounting import Accounting
 from appliance.planner.pages import is_demand_mapped
-from appliance.planner.plan import PlanLimits, make_plan, predicted_peak_bytes
+from appliance.planner.plan import CUDA, RPC, PlanLimits, make_plan, predicted_peak_bytes
 from appliance.runs.records import Placement
 from appliance.runs.run_dir import TIMING_FILE
 from appliance.runs.timing import timing_of
@@ -90,7 +90,11 @@ def trial_placement(
         return row
     prompt = timing.n_prompt_tokens or 1
     ctx = prompt + (timing.n_decode_tokens or 0) + 1
-    plan = make_plan(accounting, PlanLimits(ram_bytes=ram_bytes, vram_bytes=vram_bytes or 0, ctx=ctx))
+    device = trial.get("device_server")  # the stand-in GPU's record (runs.device_server)
+    limits = PlanLimits(
+        ram_bytes=ram_bytes, vram_bytes=vram_bytes or 0, ctx=ctx, device=RPC if device else CUDA
+    )
+    plan = make_plan(accounting, limits)
     gpu_weights = sum(
         line.bytes for line in plan.budget if line.tier == "vram" and line.item.startswith("weights")
     )
@@ -104,7 +108,7 @@ def trial_placement(
     experts, cache = _routing(trace, accounting, timing.expert_cache) if demand else (None, None)
     predicted_peak = (
         None
-        if demand and experts is None
+        if (demand and experts is None) or device
         else predicted_peak_bytes(
             accounting, ram_bytes, ctx=ctx, prompt_tokens=prompt, experts=experts, cache=cache
         )
@@ -113,13 +117,18 @@ def trial_placement(
         f"model_{device.lower()}": _error_pct(predicted[device], measured.get(device)) for device in predicted
     }
     errors["peak"] = None if predicted_peak is None else _error_pct(predicted_peak, peak)
+    device_peak = (device or {}).get("peak_bytes")
+    if device:
+        errors["device_peak"] = _error_pct(plan.vram_total, device_peak)
     row.update(
         {
             "planner_model_bytes": predicted,
             "measured_model_bytes": measured,
             "planner_peak_bytes": predicted_peak,
             "planner_peak_pages": (
-                "no route trace: a demand-mapped peak needs the router's choices"
+                "a trial with a device: the host pages its uploads read are not modelled yet"
+                if device
+                else "no route trace: a demand-mapped peak needs the router's choices"
                 if predicted_peak is None
                 else "the chosen experts' pages (route trace), those the expert cache holds at most whole"
                 if cache is not None
@@ -128,6 +137,11 @@ def trial_placement(
                 else "every page of the model file"
             ),
             "measured_peak_bytes": peak,
+            **(
+                {"planner_device_bytes": plan.vram_total, "measured_device_peak_bytes": device_peak}
+                if device
+                else {}
+            ),
             "error_pct": errors,
             "under": sorted(name for name, pct in errors.items() if pct is not None and pct < 0),
         }

@@ -166,10 +166,9 @@ def planner_verdict_lines(results: dict[str, Any]) -> list[str]:
             f"{goal} the goal of {placement['goal_pct']:g}% and never under, "
             f"over {len(placement.get('trials') or [])} trials"
         )
+    why = {row["trial"]: row.get("planner_peak_pages") for row in placement.get("trials") or []}
     for trial in placement.get("undecided") or []:
-        lines.append(
-            f"planner vs engine: {trial}: peak not predicted (a demand-mapped trial without a route trace)"
-        )
+        lines.append(f"planner vs engine: {trial}: peak not predicted ({why.get(trial) or 'no route trace'})")
     return lines
 
 

@@ -31,9 +31,10 @@ MiB = 1 << 20
 CUDA_CONTEXT_BYTES = 768 * MiB  # CUDA context, cuBLAS workspace, allocator slack on the GPU
 CUDA_HOST_BYTES = 1 * GiB  # CUDA runtime, driver and pinned staging buffers in host memory
 # the stand-in GPU (llama.cpp's RPC server, appliance.runs.device_server): the server process's
-# own memory, charged to the device's cgroup (12.3 MiB resident idle, b10229 cpu build); the
+# own memory charged to the device's cgroup beside its buffers (a tiny qwen3moe wholly offloaded:
+# cgroup peak 71.7-71.8 MB for 65.7 MB of model, KV and compute buffers, so about 6 MB); the
 # engine's RPC client adds nothing measurable to host memory
-RPC_SERVER_BYTES = 16 * MiB
+RPC_SERVER_BYTES = 8 * MiB
 CUDA, RPC = "cuda", "rpc"
 # per device kind: (its fixed part in device memory, its runtime's part in host memory, label)
 DEVICE_OVERHEAD = {

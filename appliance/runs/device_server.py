@@ -21,7 +21,6 @@ from appliance.core.errors import ApplianceError
 from appliance.host.containers import SHARED_NETWORK, Kind, Lifecycle, hardened
 from appliance.images import labels as L
 
-STAND_IN_GPU = "stand-in"  # a profile's `gpu` that asks for this device
 RPC_BACKEND = "rpc"  # its name in an image's DEVICE_BACKENDS label
 RPC_PORT = 50052  # ggml-rpc-server's default
 RPC_ENDPOINT = f"127.0.0.1:{RPC_PORT}"

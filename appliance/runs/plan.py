@@ -18,9 +18,8 @@ from appliance.core.limits import MAX_REPEATS
 from appliance.host.cgroups import BLKIO_UNLIMITED_BPS, BlockDevice
 from appliance.host.containers import Kind, hardened, hardening_cli_args
 from appliance.runs import device_server
-from appliance.runs.device_server import STAND_IN_GPU
 from appliance.runs.memory_points import SweepLimit, limit_label
-from appliance.runs.profile import Profile, Variant
+from appliance.runs.profile import STAND_IN_GPU, Profile, Variant
 from appliance.runs.run_dir import OUTPUT_FILE, TIMING_FILE, TRACE_FILE
 
 MODELS_MOUNT = "/models"
@@ -88,6 +87,8 @@ class LlamaMoeTraceEngine:
             argv += ["--routes-from", f"{MODELS_MOUNT}/{variant.routes}"]
         if profile.gpu == STAND_IN_GPU:
             argv += device_server.engine_args()
+        if variant.no_op_offload(profile.gpu):
+            argv += ["--no-op-offload"]
         return argv + list(placement) + list(profile.engine_args) + list(variant.args)
 
     def env(self, profile: Profile, variant: Variant) -> dict[str, str]:

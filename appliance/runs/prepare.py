@@ -33,11 +33,10 @@ from appliance.planner.accounting import account_file
 from appliance.planner.plan import CUDA, RPC
 from appliance.runs import device_server
 from appliance.runs.cache_capacity import check_cache_capacity
-from appliance.runs.device_server import STAND_IN_GPU
 from appliance.runs.model_files import CheckedModel, check_model, check_routes, locate_model, routes_path
 from appliance.runs.placement import AUTO, PLAN, planned_args
 from appliance.runs.plan import ContainerSettings, Trial
-from appliance.runs.profile import Profile
+from appliance.runs.profile import STAND_IN_GPU, Profile
 from appliance.runs.run_dir import RUN_FILE, RunDir
 
 

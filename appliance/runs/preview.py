@@ -11,12 +11,12 @@ from appliance.engine.lock import Lock
 from appliance.host.cgroups import BlockDevice
 from appliance.host.read_ahead import ReadAheadMode
 from appliance.images import labels as L
-from appliance.runs.device_server import STAND_IN_GPU, joined, server_name, server_spec
+from appliance.runs.device_server import joined, server_name, server_spec
 from appliance.runs.model_files import SKELETON, SKIPPED, UNPINNED
 from appliance.runs.placement import placement_text
 from appliance.runs.plan import Engine, container_spec, docker_cli_equivalent
 from appliance.runs.prepare import PreparedRun
-from appliance.runs.profile import MemoryLimits
+from appliance.runs.profile import STAND_IN_GPU, MemoryLimits
 from appliance.runs.run_dir import RunDir
 
 

@@ -22,7 +22,7 @@ from appliance.core.validation import validate
 from appliance.host.read_ahead import ReadAheadMode
 from appliance.models import skeleton
 from appliance.models.full_synth import DEFAULT_ROUTER, ROUTERS
-from appliance.runs.device_server import STAND_IN_GPU
+from appliance.planner.pages import is_demand_mapped
 from appliance.runs.memory_points import MemoryPoint, parse_memory_point
 from appliance.runs.placement import Placement, check_placement_args, parse_placement
 
@@ -126,6 +126,9 @@ class MemoryLimits:
         return self.memory + self.swap
 
 
+STAND_IN_GPU = "stand-in"  # a profile's `gpu` that asks for the stand-in device (runs.device_server)
+
+
 @dataclass(frozen=True)
 class Variant(Record):
     name: str
@@ -135,6 +138,17 @@ class Variant(Record):
     future: str | None = None
     # a routes file in the models directory that forces the router's choices (--routes-from)
     routes: str | None = None
+    # on a device, op_offload as asked; None: off for a demand-mapped variant (no_op_offload)
+    op_offload: bool | None = None
+
+    def no_op_offload(self, gpu: str) -> bool:
+        """Whether the engine gets --no-op-offload: on a device (`gpu` not none), a variant that
+        asks for op_offload off, or a demand-mapped one that does not ask."""
+        if gpu == "none":
+            return False
+        if self.op_offload is not None:
+            return not self.op_offload
+        return is_demand_mapped(self.env)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ class TimingRecord(Record):
     devices: str | None = None
     trace: bool | None = None
     no_repack: bool | None = None
+    op_offload: bool | None = None  # llama.cpp's op_offload (--no-op-offload: false)
     mmap_demand: str | None = None  # LLAMA_MMAP_DEMAND as the engine saw it ("" when unset)
     n_threads: int | None = None
     n_ubatch: int | None = None

@@ -28,7 +28,6 @@ from appliance.host.gpu_memory import GpuMemorySampler
 from appliance.host.read_ahead import ReadAheadHold
 from appliance.images import labels as L
 from appliance.runs.device_server import (
-    STAND_IN_GPU,
     DeviceServer,
     DeviceServerError,
     joined,
@@ -44,7 +43,7 @@ from appliance.runs.plan import (
     Trial,
     container_spec,
 )
-from appliance.runs.profile import Profile
+from appliance.runs.profile import STAND_IN_GPU, Profile
 from appliance.runs.records import TrialRecord
 from appliance.runs.run_dir import (
     ENGINE_OUTPUTS,

@@ -134,3 +134,48 @@ def test_an_unreachable_device_server_is_one_line(engine_bin: Path, tmp_path: Pa
         f"llama-moe-trace: error: --rpc: no device server answers at 127.0.0.1:{closed} "
         "(start ggml-rpc-server -H HOST -p PORT there first)"
     )
+
+
+def test_prefetch_advises_only_the_host_experts_the_router_chose(
+    engine_bin: Path, device: str, tmp_path: Path
+) -> None:
+    """Route-aware prefetch (0003) beside a device: layers 0-2's experts in the host mapping, layer
+    3's and the output head on RPC0, a 107-token prompt in ubatches of 64: only the model's own
+    host weights are advised, one call per (host layer, chosen expert, expert tensor) of each
+    decode step, each covering one expert's slice of one tensor. (The RPC backend has no
+    offload_op, so the scheduler never hands MUL_MAT_ID a device copy of host experts here, as
+    CUDA does for 32+ token batches: this passes with and without 0003's host-weights check;
+    scripts/gpu-check.sh measures it on CUDA.)"""
+    model = tiny_model("qwen3moe")
+    acc = account_file(model)
+    prompt = PROMPT + " Then it ran far away into the woods, over the hill and far."
+    args = (
+        "-n",
+        "4",
+        "-ub",
+        "64",
+        "--ignore-eos",
+        "--no-repack",
+        "--prefetch-experts",
+        "--rpc",
+        device,
+        "-ngl",
+        "2",
+    )
+    run = run_tracer(engine_bin, model, tmp_path, *args, prompt=prompt, env={"LLAMA_MMAP_DEMAND": "1"})
+    timings = run.timings
+    assert timings["n_prompt_tokens"] > 64 and timings["placement"]["layers_offloaded"] == 2
+    rows = read_trace(run.trace).rows
+    host_layers = range(acc.facts.layers - 1)
+    decode = rows[rows["step"] > 0]
+    chosen = sum(
+        len(np.unique(decode[(decode["step"] == step) & (decode["layer"] == layer)]["ids"]))
+        for step in np.unique(decode["step"])
+        for layer in host_layers
+    )
+    tensors = 3  # gate, up and down
+    assert timings["prefetch_calls"] == tensors * chosen > 0
+    slices = [b // acc.facts.experts for layer, b in acc.routed_by_layer.items() if layer in host_layers]
+    per_tensor = min(slices) // tensors
+    assert per_tensor * timings["prefetch_calls"] <= timings["prefetch_bytes"]
+    assert timings["prefetch_bytes"] <= (max(slices) // tensors + 4096) * timings["prefetch_calls"]

@@ -95,7 +95,11 @@ def test_a_planned_trial_offloads_every_slot_to_the_stand_in_device(
         assert device["memory_limit"] == VRAM and device["running_at_end"] is True
         assert device["oom_killed"] is False and 0 < device["peak_bytes"] <= VRAM
         trial_dir = run / "trials" / record["name"]
-        placement = json.loads((trial_dir / "timing.json").read_text())["placement"]
+        timing = json.loads((trial_dir / "timing.json").read_text())
+        # a paging variant on a device runs without op_offload, and the record says so
+        assert timing["op_offload"] is (variant == "baseline")
+        assert ("--no-op-offload" in command) is (variant != "baseline")
+        placement = timing["placement"]
         assert placement["layers_offloaded"] == placement["layers_offloadable"] == layers + 1, variant
         texts.add((trial_dir / "output.txt").read_bytes())
     assert len(texts) == 1 and texts != {b""}

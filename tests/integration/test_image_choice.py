@@ -62,7 +62,7 @@ def test_an_image_with_experimental_patches_is_not_the_default(
 
 
 def test_an_image_name_docker_cannot_parse_is_one_line(docker_client: Any) -> None:
-    with pytest.raises(ApplianceError) as caught:
+    with pytest.raises(ApplianceError, match=r"^image '--unsigned': ") as caught:
         find_image(docker_client, [("--unsigned", None)])
     message = str(caught.value)
     assert message.startswith("image '--unsigned': ") and "invalid reference format" in message

@@ -18,6 +18,8 @@ ALL = "tests/unit/test_limit_edges_all.py::"
 STRICT = "tests/unit/core/test_limit_edges.py::"
 
 EDGE_TESTS = {
+    "appliance.runs.profile.MAX_READ_AHEAD": "tests/unit/runs/test_profile_read_ahead.py::"
+    "test_read_ahead_at_the_limit_and_one_page_past",
     "appliance.analysis.html_report.MAX_PLOT_BYTES": ALL + "test_plot_budget_at_the_limit_and_one_past",
     "appliance.attest.dsse.MAX_KEY_FILE_BYTES": ALL + "test_public_key_file_budget_at_the_limit_and_one_past",
     "appliance.attest.dsse.MAX_PAYLOAD_BYTES": ALL
@@ -81,6 +83,8 @@ EDGE_TESTS = {
 }
 
 NOT_INPUT_BOUNDS = {
+    "appliance.runs.device_server.READY_TIMEOUT_S": "how long a trial waits for its stand-in device "
+    "server to listen: it needs Docker and the engine image; tests/e2e/test_stand_in_trial.py starts it",
     "appliance.cli.progress.LINE_MIN_SECONDS": "how often a progress line is printed; it bounds no input",
     "appliance.cluster.run.DEFAULT_MAX_ATTEMPTS": "the default of --max-attempts, which the user overrides; "
     "the option's range is MAX_ATTEMPTS",

@@ -65,6 +65,7 @@ PLAIN_WRITES = {
     "appliance/engine/patch_dev.py": 2,
     "appliance/cluster/executor.py": 1,  # a trial directory unpacked in staging, renamed whole
     "appliance/images/builders.py": 1,  # the classic builder's Dockerfile, in a scratch context
+    "appliance/host/read_ahead.py": 1,  # a sysfs attribute: one write the kernel takes, no file to replace
 }
 
 

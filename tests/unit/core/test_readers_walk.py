@@ -21,6 +21,7 @@ CHECKOUT = "the project's own files (patch series, Dockerfile, schemas, pyprojec
 ALLOWED: dict[tuple[str, str], str] = {
     ("appliance/attest/provenance.py", "read_text"): KERNEL + " (/proc/cpuinfo)",
     ("appliance/runs/device_server.py", "read_text"): KERNEL + " (/proc/PID/net/tcp{,6})",
+    ("appliance/host/read_ahead.py", "read_text"): KERNEL + " (/sys/dev/block/MAJ:MIN/queue/read_ahead_kb)",
     ("appliance/cli/report.py", "open"): "webbrowser.open hands the page's file:// URI to the "
     "user's browser; nothing is read",
     ("appliance/cluster/executor.py", "open"): "tarfile.open of bytes in memory (a node's trial archive)",

@@ -2,6 +2,7 @@
 its spec, the engine's joined spec, listening sockets read from a real /proc table, and the
 one-line failures."""
 
+import dataclasses
 import socket
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def test_listening_reads_a_real_loopback_socket_from_proc() -> None:
 def test_an_image_without_the_rpc_backend_is_refused_in_one_line() -> None:
     D.check_image("img", {L.DEVICE_BACKENDS: "rpc"})
     for labels in ({}, {L.DEVICE_BACKENDS: ""}):
-        with pytest.raises(ApplianceError) as caught:
+        with pytest.raises(ApplianceError, match="^image img has no stand-in device backend") as caught:
             D.check_image("img", labels)
         message = str(caught.value)
         assert "\n" not in message and message.startswith("image img has no stand-in device backend")
@@ -87,3 +88,26 @@ def test_a_server_that_died_fails_the_trial_with_why() -> None:
     assert oom is not None and oom.startswith("the stand-in device server was OOM-killed: its 1024 bytes")
     died = D.server_failure({"running_at_end": False, "exit_code": 134, "log_tail": "abort"})
     assert died == "the stand-in device server exited (status 134) during the trial: abort"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "env", "op_offload", "expected"),
+    [
+        ("stand-in", {"LLAMA_MMAP_DEMAND": "1"}, None, True),  # paging on a device: off by default
+        ("stand-in", {}, None, False),  # llama.cpp's default elsewhere
+        ("stand-in", {"LLAMA_MMAP_DEMAND": "1"}, True, False),  # a variant that asks for it
+        ("stand-in", {}, False, True),
+        ("required", {"LLAMA_MMAP_DEMAND": "1"}, None, True),
+        ("none", {"LLAMA_MMAP_DEMAND": "1"}, None, False),  # no device: the option would say nothing
+        ("none", {}, False, False),
+    ],
+)
+def test_paging_variants_on_a_device_run_without_op_offload_unless_they_ask(
+    gpu: str, env: dict[str, str], op_offload: bool | None, expected: bool
+) -> None:
+    profile = load_profile("tiny-oversub")
+    variant = dataclasses.replace(profile.variants[0], env=env, op_offload=op_offload)
+    profile = dataclasses.replace(profile, gpu=gpu)
+    argv = LlamaMoeTraceEngine("img").argv(profile, variant)
+    assert ("--no-op-offload" in argv) is expected
+    assert variant.no_op_offload(gpu) is expected

@@ -9,7 +9,7 @@ import yaml
 
 from appliance.core.errors import ConfigError
 from appliance.host.read_ahead import ReadAheadMode
-from appliance.runs.profile import PROFILES_DIR, MemoryLimits, builtin_profiles, load_profile
+from appliance.runs.profile import MAX_READ_AHEAD, PROFILES_DIR, MemoryLimits, builtin_profiles, load_profile
 
 
 def limits_of(tmp_path: Path, **limits: Any) -> MemoryLimits:
@@ -68,7 +68,7 @@ def test_a_read_ahead_is_a_size_set_unless_the_mode_says_observe(
 def test_a_bad_read_ahead_is_refused_in_one_line_naming_the_field(
     tmp_path: Path, limits: dict[str, Any], problem: str
 ) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match="/limits/read_ahead") as info:
         limits_of(tmp_path, **limits)
     message = str(info.value)
     assert message.startswith(f"{tmp_path / 'p.yaml'}: {problem}") and "\n" not in message
@@ -84,3 +84,9 @@ def test_the_full_shape_profiles_set_128_kib_and_the_others_only_observe() -> No
         if load_profile(name).limits.read_ahead_mode == ReadAheadMode.SET
     }
     assert setting == {"qwen35-shape-8g": 128, "qwen3-30b-shape": 128}
+
+
+def test_read_ahead_at_the_limit_and_one_page_past(tmp_path: Path) -> None:
+    assert limits_of(tmp_path, read_ahead=MAX_READ_AHEAD).read_ahead_kb == MAX_READ_AHEAD // 1024
+    with pytest.raises(ConfigError, match=r"/limits/read_ahead: \d+ is above 16 MiB"):
+        limits_of(tmp_path, read_ahead=MAX_READ_AHEAD + 4096)

@@ -64,7 +64,7 @@ def test_a_run_that_may_not_write_it_is_refused_before_any_trial(tmp_path: Path,
     path.unlink()
     path.symlink_to(READ_ONLY_ATTRIBUTE)
     profile = profile_with(tmp_path, read_ahead="128KiB")
-    with pytest.raises(ApplianceError) as info:
+    with pytest.raises(ApplianceError, match="/limits/read_ahead: ") as info:
         check_read_ahead(profile, DEVICE, tmp_path / "m.gguf", dry_run=False, sysfs=sysfs)
     problem = f"cannot write {path}: Permission denied"
     assert str(info.value) == f"{profile.source_path}: /limits/read_ahead: " + REFUSED.format(
@@ -93,7 +93,7 @@ def test_a_model_whose_device_has_no_read_ahead_is_refused_naming_file_and_devic
         fix="check that device's sysfs entry",
     )
     for device, problem in ((None, no_device), (dataclasses.replace(DEVICE, read_ahead_kb=None), unreadable)):
-        with pytest.raises(ApplianceError) as info:
+        with pytest.raises(ApplianceError, match="/limits/read_ahead: ") as info:
             check_read_ahead(profile, device, model, dry_run=False, sysfs=sysfs)
         assert str(info.value) == f"{profile.source_path}: /limits/read_ahead: {problem}"
         # the dry run says what the real run will refuse
