@@ -11,7 +11,7 @@ BOOTSTRAP ?= scripts/bootstrap.sh
 # The trees `make lint` and tests/unit/test_lint.py check with ruff and the formatter.
 LINT_TREES := appliance tests fuzz bench
 
-.PHONY: help bootstrap venv test lint format demo demo-cache scale bench fuzz
+.PHONY: help bootstrap venv test lint format demo demo-cache demo-gpu scale bench fuzz
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_ %-]+:.*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -69,6 +69,10 @@ demo: bootstrap ## the whole pipeline at miniature scale (bootstrap first)
 demo-cache: bootstrap ## the miniature sweep with the engine's expert cache (patch 0004)
 	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo --profile tiny-oversub-cache $(DEMO_ARGS)
+
+demo-gpu: bootstrap ## the miniature sweep on the stand-in GPU (llama.cpp's RPC device): planned placement
+	@$(MAKE) --no-print-directory venv
+	$(APPLIANCE) demo --profile tiny-stand-in $(DEMO_ARGS)
 
 # The experiment at its own scale (not in CI: up to an hour, about 35 GB of disk for two
 # synthesized models). It says first how long and how much disk; SCALE_ARGS=--dry-run stops there.

@@ -30,16 +30,18 @@ GiB = 1 << 30
 MiB = 1 << 20
 CUDA_CONTEXT_BYTES = 768 * MiB  # CUDA context, cuBLAS workspace, allocator slack on the GPU
 CUDA_HOST_BYTES = 1 * GiB  # CUDA runtime, driver and pinned staging buffers in host memory
-# the stand-in GPU (llama.cpp's RPC server, appliance.runs.device_server): the server process's
-# own memory charged to the device's cgroup beside its buffers (a tiny qwen3moe wholly offloaded:
-# cgroup peak 71.7-71.8 MB for 65.7 MB of model, KV and compute buffers, so about 6 MB); the
-# engine's RPC client adds nothing measurable to host memory
-RPC_SERVER_BYTES = 8 * MiB
+# the stand-in GPU (llama.cpp's RPC server, appliance.runs.device_server): beside its buffers,
+# the server's cgroup holds its process and the message of the largest tensor it is sent (it
+# receives a set_tensor whole before copying it into the buffer). Measured: 0.8 MB and 1.1 MB
+# beyond buffers and largest tensor (a 64 MiB qwen3moe wholly offloaded, 71.7 MB peak; the
+# tiny-stand-in sweep, 239.2 MB peak beside a 33.6 MB expert tensor). The engine's RPC client
+# adds nothing measurable to host memory.
+RPC_SERVER_BYTES = 2 * MiB
 CUDA, RPC = "cuda", "rpc"
 # per device kind: (its fixed part in device memory, its runtime's part in host memory, label)
 DEVICE_OVERHEAD = {
     CUDA: (CUDA_CONTEXT_BYTES, CUDA_HOST_BYTES, "CUDA context and workspace"),
-    RPC: (RPC_SERVER_BYTES, 0, "RPC server process"),
+    RPC: (RPC_SERVER_BYTES, 0, "RPC server process and its largest message"),
 }
 # llama.cpp binary and libraries, thread stacks, allocator arenas (CPU build): make demo measured
 # at most 10.3 MiB of anonymous memory and charged library pages beside a 260-token model
@@ -212,6 +214,8 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     vram_budget = int(limits.vram_bytes * (1 - VRAM_MARGIN))
     use_gpu = limits.vram_bytes > 0
     device_fixed, device_host, device_label = DEVICE_OVERHEAD[limits.device]
+    if limits.device == RPC:  # the largest tensor it may be sent (token embeddings stay on the host)
+        device_fixed += max((t.nbytes for t in acc.tensors if t.group != "embeddings"), default=0)
 
     gpu_layers, cpu_moe = 0, layers
     vram_lines: list[BudgetLine] = []

@@ -108,6 +108,7 @@ def planned_args(
     vram_bytes: int | None,
     path: Path,
     device: str = CUDA,
+    context: tuple[int, int] | None = None,
 ) -> tuple[str, ...]:
     """The engine arguments that realize `placement` for one trial's RAM limit. `plan` needs
     the model's accounting (and plans for `device`, a kind of planner.plan's DEVICE_OVERHEAD);
@@ -119,7 +120,9 @@ def planned_args(
     if placement.mode is None:
         return placement.args
     assert accounting is not None and vram_bytes is not None, "plan needs the model and limits.vram"
-    plan = make_plan(accounting, PlanLimits(ram_bytes=ram_bytes, vram_bytes=vram_bytes, device=device))
+    ctx, n_ubatch = context or (PlanLimits.ctx, PlanLimits.n_ubatch)
+    limits = PlanLimits(ram_bytes=ram_bytes, vram_bytes=vram_bytes, device=device, ctx=ctx, n_ubatch=n_ubatch)
+    plan = make_plan(accounting, limits)
     if plan.verdict is PlanVerdict.DOES_NOT_START:
         raise ConfigError(
             f"{path}: /placement: the planner cannot place {Path(accounting.source).name} under "
@@ -127,6 +130,15 @@ def planned_args(
             f"{plan.reason}"
         )
     return placement_options(tuple(plan.args))
+
+
+def engine_context(prompt: str, n_predict: int) -> tuple[int, int]:
+    """(n_ctx, n_ubatch) llama-moe-trace allocates for this prompt and decode length (n_prompt +
+    n_predict + 1, and min(512, n_prompt)), with the prompt's tokens bounded by its UTF-8 bytes
+    plus BOS and EOS: every token is at least one byte. The planner sizes KV cache and compute
+    buffers from them."""
+    prompt_tokens = len(prompt.encode()) + 2
+    return prompt_tokens + n_predict + 1, min(PlanLimits.n_ubatch, prompt_tokens)
 
 
 def placement_options(args: tuple[str, ...]) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ from appliance.planner.plan import CUDA, RPC
 from appliance.runs import device_server
 from appliance.runs.cache_capacity import check_cache_capacity
 from appliance.runs.model_files import CheckedModel, check_model, check_routes, locate_model, routes_path
-from appliance.runs.placement import AUTO, PLAN, planned_args
+from appliance.runs.placement import AUTO, PLAN, engine_context, planned_args
 from appliance.runs.plan import ContainerSettings, Trial
 from appliance.runs.profile import STAND_IN_GPU, Profile
 from appliance.runs.run_dir import RUN_FILE, RunDir
@@ -233,6 +233,7 @@ def place_trials(profile: Profile, trials: list[Trial], model_path: Path) -> lis
                 profile.limits.vram,
                 profile.source_path,
                 device_kind(profile),
+                engine_context(profile.schedule.prompt, profile.schedule.n_predict),
             )
         out.append(dataclasses.replace(trial, placement=by_limit[ram]))
     return out

@@ -12,11 +12,16 @@ from typing import Any
 
 import pytest
 import yaml
+from rich.console import Console
 
+from appliance.analysis.placement import GOAL_PCT
+from appliance.core.paths import cache_dir
 from appliance.images import labels as L
 from appliance.planner.accounting import account_file
-from appliance.runs.profile import PROFILES_DIR
+from appliance.runs.profile import PROFILES_DIR, load_profile
+from appliance.workflows.run import ensure_synth_model
 from tests.conftest import run_cli
+from tests.e2e.conftest import user_env
 from tests.models import tiny_model
 
 VRAM = 1 << 30
@@ -128,3 +133,37 @@ def test_a_device_budget_too_small_for_the_placement_fails_the_trial_in_one_line
     assert "\n" not in record["error"]
     assert record["device_server"]["oom_killed"] is True
     assert containers_of(json.loads((run / "run.json").read_text())["run_id"]) == []
+
+
+@pytest.mark.slow
+def test_the_miniature_gpu_profile_runs_as_planned_on_the_stand_in(
+    engine_image_cpu: str, tmp_path: Path
+) -> None:
+    """Profile tiny-stand-in (make demo-gpu) at its smallest RAM limit: every trial placed as the
+    planner says (all 4 + 1 slots offloaded, the last two layers' experts on the device), the
+    device's cgroup peak within the planner's 5% of its device bytes and never under, the model's
+    bytes on the device exactly the planner's, texts identical across variants, bundle verified."""
+    profile = load_profile("tiny-stand-in")
+    shared = ensure_synth_model(profile, cache_dir() / "models" / "demo", Console(quiet=True))
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copyfile(shared, models / shared.name)  # a private copy: no other reader refills its pages
+    run = tmp_path / "run"
+    result = run_cli(
+        "sweep", "tiny-stand-in", "--models", str(models), "--out", str(run), "--memory", "0.25",
+        "--image", engine_image_cpu, env=user_env(tmp_path), timeout=1200,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    trials = trials_of(run)
+    assert sorted(trials) == ["baseline", "demand-mmap", "demand-prefetch"]
+    assert all(t["status"] == "ok" and t["engine_backend"] == "RPC" for t in trials.values()), trials
+    results = json.loads((run / "results.json").read_text())
+    assert results["byte_identity"]["all_identical"] is True
+    for row in results["placement"]["trials"]:
+        assert row["layers_offloaded"] == 5, row
+        assert row["error_pct"]["model_gpu"] == 0 and row["error_pct"]["model_cpu"] == 0, row
+        assert 0 <= row["error_pct"]["device_peak"] <= GOAL_PCT, row
+    command = trials["baseline"]["container"]["command"]
+    assert command[command.index("-ngl") :][:4] == ["-ngl", "5", "--n-cpu-moe", "2"]
+    verified = run_cli("bundle", "verify", str(run), env=user_env(tmp_path))
+    assert verified.returncode == 0, verified.stdout + verified.stderr

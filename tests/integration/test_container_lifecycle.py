@@ -12,6 +12,7 @@ import pytest
 from appliance.attest.provenance import collect_image_provenance, probe_spec
 from appliance.host.containers import Kind, Lifecycle
 from appliance.images.selftest import selftest, selftest_spec
+from appliance.runs.device_server import server_spec
 from appliance.runs.memory_points import SweepLimit
 from appliance.runs.plan import ContainerSettings, LlamaMoeTraceEngine, container_spec, sweep_plan
 from appliance.runs.profile import load_profile
@@ -52,6 +53,13 @@ def test_each_kind_is_hardened_and_removed_after_ctrl_c(
         Kind.TRIAL: lambda: trial_spec(runtime_base_image, tmp_path),
         Kind.SELFTEST: lambda: selftest_spec(runtime_base_image),
         Kind.PROBE: lambda: probe_spec(docker_client.images.get(runtime_base_image).id, ["/bin/sh"], None),
+        # the runtime base has no ggml-rpc-server: the same spec idles instead
+        Kind.DEVICE_SERVER: lambda: {
+            **server_spec(
+                runtime_base_image, f"appliance-device-test-{time.monotonic_ns()}", {}, 64 << 20, "0:0"
+            ),
+            "command": ["sh", "-c", "sleep 60"],
+        },
     }[kind]()
     box = (
         TrialContainer(docker_client, spec["name"]) if kind is Kind.TRIAL else Lifecycle(docker_client, kind)
@@ -60,6 +68,8 @@ def test_each_kind_is_hardened_and_removed_after_ctrl_c(
         box.start(spec)
         assert box.id is not None
         host = assert_hardened(docker_client, box.id)
+        if kind is Kind.DEVICE_SERVER:  # its memory limit is the device's size
+            assert host["Memory"] == host["MemorySwap"] == 64 << 20
         if kind is Kind.TRIAL:  # the trial's own configuration arrived too
             assert host["Memory"] == host["MemorySwap"] == 100 << 20
             assert f"{tmp_path / 'models'}:/models:ro" in host["Binds"]

@@ -28,7 +28,16 @@ def test_builtins_are_the_three_profiles_of_the_issue() -> None:
         "qwen35-shape-slice",
         "tiny-oversub",
         "tiny-oversub-cache",
+        "tiny-stand-in",
     ]
+
+
+def test_tiny_stand_in_is_tiny_oversub_on_the_stand_in_gpu() -> None:
+    stand_in, tiny = load_profile("tiny-stand-in"), load_profile("tiny-oversub")
+    assert (stand_in.target, stand_in.gpu, stand_in.limits.vram) == ("cpu", "stand-in", 256 << 20)
+    assert stand_in.placement.mode == "plan"
+    assert stand_in.model == tiny.model and stand_in.variants == tiny.variants
+    assert stand_in.limits.memory == tiny.limits.memory and stand_in.engine_args == tiny.engine_args
 
 
 @pytest.mark.parametrize(
