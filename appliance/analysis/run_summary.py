@@ -5,9 +5,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from appliance.runs.run_dir import TRIALS_DIR
+from appliance.runs.run_dir import TIMING_FILE, TRIALS_DIR
 from appliance.runs.status import TrialStatus
 
 MIB = 1 << 20
@@ -92,6 +93,11 @@ def print_outcome(
     console: Console, results: dict[str, Any], run_dir: Path, status: str, comparisons_scope: str = ""
 ) -> None:
     """Byte identity of the generated texts, the trials that did not finish, the run's status."""
+    for trial, why in (results.get("timing_unread") or {}).items():
+        console.print(
+            f"[yellow]trial {trial}: {TIMING_FILE} not read, its figures are left out of the "
+            f"tables:[/yellow] {escape(why)}"
+        )
     identity = results["byte_identity"]
     if identity["all_identical"]:
         console.print(

@@ -14,6 +14,7 @@ from typing import Any
 
 from appliance.runs.run_dir import RunDir
 from appliance.runs.status import TrialStatus
+from appliance.runs.timing import timing_problem
 
 SCHEMA_VERSION = 1
 OUTLIER_Z = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
@@ -205,5 +206,7 @@ def summarize(run_dir: Path, variants: list[str], n_predict: int) -> dict[str, A
         "variants": per_variant,
         "ratios": [_ratios(by_round, a, b) for a, b in pairs],
         "byte_identity": byte_identity(trials, reference),
+        # trials whose timing.json the analyses could not read, and why: their figures are absent
+        "timing_unread": {t["dir"]: why for t in trials if (why := timing_problem(t)) is not None},
         **({"by_limit": by_limit} if by_limit is not None else {}),
     }

@@ -3,7 +3,8 @@
 # Built into every engine image (containers/engine.Dockerfile receives them as TOOLS) and
 # hashed, with their libraries, into each run's provenance. ggml-rpc-server (every target builds
 # with -DGGML_RPC=ON) serves a CPU backend as a device of type GPU: the stand-in device.
-IMAGE_TOOLS = ("llama-moe-trace", "llama-completion", "llama-bench", "ggml-rpc-server")
+TRACER = "llama-moe-trace"  # the patched tool every trial runs; its timing.json names it in `tool`
+IMAGE_TOOLS = (TRACER, "llama-completion", "llama-bench", "ggml-rpc-server")
 # A local build adds llama-simple, the smallest program that loads a model and generates.
 LOCAL_TOOLS = (*IMAGE_TOOLS, "llama-simple")
 IMAGE_BIN_DIR = "/usr/local/bin"

@@ -19,6 +19,7 @@ from typing import Any
 from appliance.core.errors import ConfigError
 from appliance.core.records import Record
 from appliance.core.strict_load import load_json
+from appliance.engine.tools import TRACER
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,19 @@ def timing_of(trial: dict[str, Any]) -> TimingRecord:
         return TimingRecord.from_json(trial.get("timing") or {}, "the trial's timing")
     except ConfigError:
         return TimingRecord()
+
+
+def timing_problem(trial: dict[str, Any]) -> str | None:
+    """Why a loaded trial's timing.json reads as none in the analyses (`timing_of`), naming the
+    key `TimingRecord` refused (a newer engine's, say); None when it reads or there is none."""
+    timing = trial.get("timing")
+    if not timing or timing.get("tool") != TRACER:  # a command engine's own is not the record
+        return None
+    try:
+        TimingRecord.from_json(timing, f"trial {trial.get('dir')}'s timing record")
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def read_timing(path: Path) -> TimingRecord | None:

@@ -2,7 +2,9 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from appliance.analysis.run_summary import print_outcome
 from appliance.analysis.stats import describe, mad_outliers, summarize
 
 # (variant, repeat, status, wall s, decode tok/s, text, bytes read)
@@ -100,3 +102,22 @@ def test_mad_flags_the_one_far_sample_only() -> None:
     assert mad_outliers([1.0, 100.0]) == []  # too few samples to call anything an outlier
     assert describe([10.0, 10.2, 9.9, 10.1, 30.0])["outliers"] == [4]
     assert describe([])["n"] == 0
+
+
+def test_a_timing_record_the_analyses_cannot_read_is_named_with_its_key(tmp_path: Path) -> None:
+    """A newer engine's timing.json with a key TimingRecord lacks reads as no timing in the
+    analyses (timing_of); the results say which trial and which key instead of dropping it."""
+    run = _run_dir(tmp_path)
+    trials = sorted((run / "trials").iterdir())
+    engine = {"tool": "llama-moe-trace", "decode_tokens_per_s": 5.0, "router_fused": True}
+    (trials[1] / "timing.json").write_text(json.dumps(engine))
+    (trials[3] / "timing.json").write_text(json.dumps({**engine, "router_fused": None} | {"tool": "mine"}))
+    unread = summarize(run, ["baseline", "demand-mmap"], 32)["timing_unread"]
+    assert list(unread) == [trials[1].name]  # a command engine's own timing is not the record
+    assert "router_fused" in unread[trials[1].name] and trials[1].name in unread[trials[1].name]
+    console = Console(record=True, width=300)
+    print_outcome(console, summarize(run, ["baseline", "demand-mmap"], 32), run, "complete")
+    assert (
+        f"trial {trials[1].name}: timing.json not read, its figures are left out of the tables:"
+        in console.export_text()
+    )
