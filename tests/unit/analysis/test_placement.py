@@ -83,6 +83,11 @@ def test_within_the_goal_when_every_figure_is_at_most_5_percent_over(model: Path
     )
     assert summary["within_goal"] is True and summary["worst"]["figure"] == "peak"
     assert "within the goal of 5%" in placement_lines({"placement": summary})[-1]
+    # a figure within the goal, and a trial whose peak could not be predicted: no, and why
+    undecided = {**summary, "undecided": ["u"], "within_goal": False}
+    assert placement_lines({"placement": undecided})[-2].endswith(
+        "OUTSIDE the goal of 5% and never under (1 trials' peaks not predicted, below), over 1 trials"
+    )
 
 
 def test_bundle_show_digest_carries_the_profile_and_the_engine(model: Path) -> None:
