@@ -168,10 +168,10 @@ def planner_verdict_lines(results: dict[str, Any]) -> list[str]:
         under = " UNDER the measured figure" if worst["pct"] < 0 else ""
         goal = "within" if placement.get("within_goal") else "OUTSIDE"
         undecided = placement.get("undecided") or []
-        why = f" ({len(undecided)} trials' peaks not predicted, below)" if undecided else ""
+        not_predicted = f" ({len(undecided)} trials' peaks not predicted, below)" if undecided else ""
         lines.append(
             f"planner vs engine: worst {worst['figure']} {worst['pct']:+.2f}% ({worst['trial']}){under}; "
-            f"{goal} the goal of {placement['goal_pct']:g}% and never under{why}, "
+            f"{goal} the goal of {placement['goal_pct']:g}% and never under{not_predicted}, "
             f"over {len(placement.get('trials') or [])} trials"
         )
     why = {row["trial"]: row.get("planner_peak_pages") for row in placement.get("trials") or []}
