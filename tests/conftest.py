@@ -59,9 +59,10 @@ class DiskModel(NamedTuple):
 @pytest.fixture
 def disk_model(tmp_path: Path) -> DiskModel:
     """A model file in tmp_path on this machine's disk, whose read-ahead a test may change: only
-    as root; tmp_path on no block device fails under APPLIANCE_REQUIRE_DOCKER=1."""
+    as root; without root, or with tmp_path on no block device, it fails under
+    APPLIANCE_REQUIRE_DOCKER=1."""
     if os.geteuid() != 0:
-        pytest.skip("writing a device's read_ahead_kb needs root")
+        unavailable("writing a device's read_ahead_kb needs root")
     model = tmp_path / "models" / "m.gguf"
     model.parent.mkdir()
     model.write_bytes(bytes(4096))

@@ -117,7 +117,7 @@ def check_limit_fits_host(profile: Profile, trials: list[Trial]) -> None:
     """The largest limit a trial runs under must be below this host's RAM, or it cannot bind."""
     total = host_memory_bytes()
     largest = max(trials, key=lambda t: t.memory_limit(profile), default=None)
-    device = profile.limits.vram or 0 if profile.gpu == STAND_IN_GPU else 0
+    device = (profile.limits.vram or 0) if profile.gpu == STAND_IN_GPU else 0  # the stand-in is host memory
     if device and largest is not None and largest.memory_limit(profile) + device > total:
         raise ConfigError(
             f"profile {profile.name}: the stand-in device's limits.vram ({format_size(device, trim=True)}) "

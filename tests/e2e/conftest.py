@@ -107,6 +107,18 @@ def run_tracer(
     return run
 
 
+def models_dir_with(model: Path, tmp: Path) -> Path:
+    """tmp/models holding `model`, hard-linked where the filesystem allows, else copied: the
+    directory is mounted read-only into a trial's container, so no symlink may lead out of it."""
+    models = tmp / "models"
+    models.mkdir()
+    try:
+        os.link(model, models / model.name)
+    except OSError:
+        shutil.copyfile(model, models / model.name)
+    return models
+
+
 def user_env(tmp: Path) -> dict[str, str]:
     """A newcomer's machine: no signing key, an empty trust store, a fresh home (the cache
     stays where it is, so the engine image and the model are reused)."""

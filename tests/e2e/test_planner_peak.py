@@ -4,8 +4,6 @@ maps the whole model and for a demand-mapped one, whose resident model pages the
 predicts from the trial's own route trace."""
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from appliance.planner.plan import predicted_peak_bytes
 from appliance.runs.profile import PROFILES_DIR
 from appliance.trace.format import chosen_experts, read_trace
 from tests.conftest import run_cli
+from tests.e2e.conftest import models_dir_with
 from tests.models import tiny_model
 
 LIMIT = 1 << 30
@@ -31,12 +30,7 @@ def test_predicted_peak_is_within_5_percent_over_the_measured_cgroup_peak_and_ne
     engine_image_cpu: str, tmp_path: Path, arch: str
 ) -> None:
     model = tiny_model(arch, size="400MiB")
-    models = tmp_path / "models"
-    models.mkdir()
-    try:  # the directory is mounted read-only into the container: no symlinks out of it
-        os.link(model, models / model.name)
-    except OSError:
-        shutil.copyfile(model, models / model.name)
+    models = models_dir_with(model, tmp_path)
     raw = yaml.safe_load((PROFILES_DIR / "tiny-oversub.yaml").read_text())
     raw.update(name=f"peak-{arch}", evidence=[])
     raw["model"].update(file=model.name, bytes=None, sha256=None, synth=None)

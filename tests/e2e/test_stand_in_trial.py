@@ -4,7 +4,6 @@ its loopback, the planner's placement realized on device RPC0, and the server re
 trial; a device budget too small for the placement fails the trial in one line."""
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,22 +20,12 @@ from appliance.planner.accounting import account_file
 from appliance.runs.profile import PROFILES_DIR, load_profile
 from appliance.workflows.run import ensure_synth_model
 from tests.conftest import run_cli
-from tests.e2e.conftest import user_env
+from tests.e2e.conftest import models_dir_with, user_env
 from tests.models import tiny_model
 
 VRAM = 1 << 30
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]
-
-
-def models_with(model: Path, tmp_path: Path) -> Path:
-    models = tmp_path / "models"
-    models.mkdir()
-    try:  # mounted read-only into the container: no symlinks out of it
-        os.link(model, models / model.name)
-    except OSError:
-        shutil.copyfile(model, models / model.name)
-    return models
 
 
 def stand_in_profile(tmp_path: Path, model: Path, **changes: Any) -> Path:
@@ -77,7 +66,7 @@ def test_a_planned_trial_offloads_every_slot_to_the_stand_in_device(
         "run",
         str(stand_in_profile(tmp_path, model)),
         "--models",
-        str(models_with(model, tmp_path)),
+        str(models_dir_with(model, tmp_path)),
         "--out",
         str(run),
         "--image",
@@ -122,7 +111,7 @@ def test_a_device_budget_too_small_for_the_placement_fails_the_trial_in_one_line
     profile.write_text(yaml.safe_dump(raw))
     run = tmp_path / "run"
     result = run_cli(
-        "run", str(profile), "--models", str(models_with(model, tmp_path)), "--out", str(run),
+        "run", str(profile), "--models", str(models_dir_with(model, tmp_path)), "--out", str(run),
         "--image", engine_image_cpu, "--unsigned",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]  # a failed trial is a result of the run
