@@ -3,9 +3,10 @@
 For each trial with a route trace: the expert capacity its limit leaves, the decode reads
 LRU, FIFO, Least-Stale and Belady would cause at that capacity (replaying the trial's own
 trace), the decode reads the tracer measured (`/proc/self/io`, phase by phase), their ratios,
-the decode read bandwidth as a fraction of the disk probe's, and a roofline prediction of
-decode tokens/s. The model behind the numbers is written down in docs/sweeps.md. A trial whose
-routing was forced from a routes file (trial.json `routes`) says whether its trace holds exactly
+the decode read bandwidth as a fraction of the disk probe's at the queue depth the variant reads
+at (`disk_probe_depth`, appliance.runs.read_depth), and a roofline prediction of decode
+tokens/s. The model behind the numbers is written down in docs/sweeps.md. A trial whose routing
+was forced from a routes file (trial.json `routes`) says whether its trace holds exactly
 those routes (`trace_equals_routes`): then its replay is the replay of the routes' source.
 """
 
@@ -22,6 +23,7 @@ from appliance.analysis.stats import model_read_bytes
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import read_bytes
+from appliance.runs.read_depth import PROBE_DEPTHS, probe_depth
 from appliance.runs.status import TrialStatus
 from appliance.runs.timing import EngineIo, TimingRecord, timing_of
 from appliance.trace import kernels
@@ -56,8 +58,9 @@ def phase_reads(timing: TimingRecord) -> dict[str, int] | None:
 
 
 def probe_summary(record: TimingRecord) -> dict[str, Any]:
-    """Bandwidth of each probe measurement (device bytes over seconds) and the reference:
-    expert-size reads at queue depth 1, what one faulting decode thread can at best expect."""
+    """Bandwidth of each probe measurement (device bytes over seconds) and the reference of the
+    roofline: expert-size reads at queue depth 1, what one faulting decode thread can at best
+    expect (a trial's `disk_fraction` uses the depth its variant reads at: `probe_bandwidths`)."""
     rows = []
     for m in record.measurements or ():
         device = (
@@ -88,6 +91,21 @@ def probe_summary(record: TimingRecord) -> dict[str, Any]:
         "page_qd8_bytes_per_s": pick(4096, 8),
         "reference": "expert_qd1_bytes_per_s",
     }
+
+
+def probe_bandwidths(probe: dict[str, Any] | None) -> dict[int, float | None]:
+    """Queue depth -> the probe's expert-size bandwidth at that depth (PROBE_DEPTHS); {} without
+    a probe."""
+    if not probe:
+        return {}
+    return {depth: probe.get(f"expert_qd{depth}_bytes_per_s") for depth in PROBE_DEPTHS}
+
+
+def engine_command(trial: dict[str, Any]) -> list[str]:
+    """The engine's command line as the trial recorded it (trial.json `container.command`: the
+    tool's own arguments, the profile's and the variant's); [] when it recorded none."""
+    command = (trial.get("container") or {}).get("command")
+    return [str(a) for a in command] if isinstance(command, list) else []
 
 
 def predicted_reads(trace: Trace, capacity: int, experts: ModelExperts) -> dict[str, Any]:
@@ -170,9 +188,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def trial_row(
-    trial: dict[str, Any], trace: Trace | None, experts: ModelExperts, probe_bps: float | None
+    trial: dict[str, Any], trace: Trace | None, experts: ModelExperts, probe_bps: dict[int, float | None]
 ) -> dict[str, Any]:
-    """Everything the sweep reports about one trial (roofline filled in later)."""
+    """Everything the sweep reports about one trial (roofline filled in later). `probe_bps`
+    maps queue depth to the probe's expert-size bandwidth (`probe_bandwidths`): `disk_fraction`
+    is the decode read bandwidth over the one at `disk_probe_depth`, the depth the trial's
+    engine arguments read at (appliance.runs.read_depth)."""
     timing = timing_of(trial)
     tokens = timing.n_decode_tokens
     decode_s = timing.decode_s
@@ -203,6 +224,7 @@ def trial_row(
     lru = predicted["policies"]["lru"]["decode_read_bytes"]
     belady = predicted["policies"]["belady"]["decode_read_bytes"]
     bandwidth = measured / decode_s if measured is not None and decode_s else None
+    depth = probe_depth(engine_command(trial))
     row |= {
         "budget_bytes": budget,
         "capacity_experts": budget // experts.one_expert,
@@ -218,7 +240,8 @@ def trial_row(
         "measured_over_belady": _ratio(measured, belady),
         "belady_over_lru": _ratio(belady, lru),
         "decode_read_bytes_per_s": bandwidth,
-        "disk_fraction": _ratio(bandwidth, probe_bps),
+        "disk_probe_depth": depth,
+        "disk_fraction": _ratio(bandwidth, probe_bps.get(depth)),
     }
     flag_sweep_row(row)
     return row
@@ -256,6 +279,11 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+def _one(values: set[Any]) -> Any:
+    """The value when every row has the same one, else None."""
+    return next(iter(values)) if len(values) == 1 else None
+
+
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Medians per (limit, variant), limits ascending, variants in run order."""
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -286,6 +314,7 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "measured_over_lru": _median([r["measured_over_lru"] for r in mine]),
                     "measured_over_belady": _median([r["measured_over_belady"] for r in mine]),
                     "belady_over_lru": _median([r["belady_over_lru"] for r in mine]),
+                    "disk_probe_depth": _one({r.get("disk_probe_depth") for r in mine}),
                     "disk_fraction": _median([r["disk_fraction"] for r in mine]),
                     "capacity_miss_share_lru": _median(
                         [
@@ -339,15 +368,15 @@ def analyze_sweep(
         return {"error": "no trial left a route trace: nothing to predict from"}
     experts = model_experts(model_path, next(iter(loaded.values())))
     probe = probe_summary(probe_record) if probe_record is not None and probe_record.to_json() else None
-    probe_bps = probe["expert_qd1_bytes_per_s"] if probe else None
+    bandwidths = probe_bandwidths(probe)
     rows = []
     for trial in trials:
         trace = loaded.get(trial["dir"])
-        row = trial_row(trial, trace, experts, probe_bps)
+        row = trial_row(trial, trace, experts, bandwidths)
         if isinstance(trial.get("routes"), dict):
             row["trace_equals_routes"] = trace_equals_routes(trial, trace, model_path.parent)
         rows.append(row)
-    add_roofline(rows, probe_bps)
+    add_roofline(rows, probe["expert_qd1_bytes_per_s"] if probe else None)
     add_roofline(rows, probe["page_qd1_bytes_per_s"] if probe else None, "roofline_page")
     phase_checks = [r["phase_sum_over_cgroup"] for r in rows if "phase_sum_over_cgroup" in r]
     return {

@@ -71,7 +71,8 @@ def write_sweep_plots(sweep: dict[str, Any], plots: Path) -> list[Path]:
             ax,
             plots / SWEEP_PLOTS[2],
             "decode read bandwidth / probed bandwidth",
-            "Fraction of the disk's cold random-read bandwidth (expert size, QD1)",
+            "Fraction of the disk's cold random-read bandwidth\n"
+            "(expert size, at the depth each variant reads at)",
         )
     )
     return written

@@ -18,7 +18,7 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 READS_COLUMNS = ("limit", "variant", "n", "capacity", "MiB/token", "meas/LRU", "meas/Belady")
-SPEED_COLUMNS = ("limit", "variant", "tok/s", "disk", "roofline (err)", "roofline@page (err)")
+SPEED_COLUMNS = ("limit", "variant", "tok/s", "disk@QD", "roofline (err)", "roofline@page (err)")
 
 
 def reads_title() -> str:
@@ -26,11 +26,19 @@ def reads_title() -> str:
 
 
 def speed_title(sweep: dict[str, Any]) -> str:
-    bps = (sweep.get("probe") or {}).get("expert_qd1_bytes_per_s")
+    probe = sweep.get("probe") or {}
+    qd1, qd8 = probe.get("expert_qd1_bytes_per_s"), probe.get("expert_qd8_bytes_per_s")
     return (
-        "sweep speed: medians; disk = decode read bandwidth / probe "
-        f"({_num(bps and bps / MIB, '.1f')} MiB/s, expert-size reads, QD1)"
+        "sweep speed: medians; disk@QD = decode read bandwidth / probe's at the queue depth the "
+        f"variant reads at (expert-size reads: QD1 {_num(qd1 and qd1 / MIB, '.1f')} MiB/s, "
+        f"QD8 {_num(qd8 and qd8 / MIB, '.1f')} MiB/s)"
     )
+
+
+def _fraction_at(row: dict[str, Any]) -> str:
+    """`0.123@QD8`: the disk fraction and the probe depth it is over."""
+    depth = row.get("disk_probe_depth")
+    return _num(row["disk_fraction"], ".3f") + ("" if depth is None else f"@QD{depth}")
 
 
 def sweep_rows(sweep: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
@@ -57,7 +65,7 @@ def sweep_rows(sweep: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]
                 limit,
                 row["variant"],
                 _num(row["decode_tps"], ".2f"),
-                _num(row["disk_fraction"], ".3f"),
+                _fraction_at(row),
                 f"{_num(row['roofline_predicted_tps'], '.2f')} ({_num(row['roofline_error'], '+.0%')})",
                 f"{_num(row.get('roofline_page_predicted_tps'), '.2f')} "
                 f"({_num(row.get('roofline_page_error'), '+.0%')})",

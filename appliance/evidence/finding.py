@@ -1,5 +1,6 @@
 """The finding model: one evidence file, valid against appliance/schemas/finding.schema.json
-(spec in docs/evidence.md) and the rules a schema cannot say, read strictly
+(spec in docs/evidence.md) and the rules a schema cannot say (a current finding's sweep claims
+can each fail: appliance.evidence.sweep_claims.empty_claim), read strictly
 (appliance.core.strict_load); loading evidence/ (where every superseded finding's successor must
 exist and be current), finding one by id, and the current finding for each id a profile names.
 """
@@ -14,6 +15,7 @@ from appliance.core.paths import evidence_dir
 from appliance.core.strict_load import load_json
 from appliance.core.validation import load_schema as load_named_schema
 from appliance.core.validation import raise_for, schema_errors
+from appliance.evidence.sweep_claims import empty_claim
 
 SCHEMA_NAME = "finding"
 MAX_FINDING_BYTES = 256 << 10  # published findings are under 4 KiB
@@ -93,6 +95,19 @@ def _supersession_problems(raw: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _empty_claim_problems(raw: dict[str, Any]) -> list[str]:
+    """A current finding's sweep claims must each be able to fail for a reason of the run's own
+    (`sweep_claims.empty_claim`); a superseded finding keeps what it claimed (it is never
+    compared)."""
+    if raw["status"] == SUPERSEDED:
+        return []
+    return [
+        f"/sweep/claims/{index}: {reason}: remove the claim or bound what the run measured"
+        for index, claim in enumerate((raw.get("sweep") or {}).get("claims", []))
+        if (reason := empty_claim(claim)) is not None
+    ]
+
+
 def validate_finding(raw: Any, schema: dict[str, Any] | None = None) -> list[str]:
     """Schema violations plus the rules a schema cannot say, one line each naming the field's
     JSON pointer; [] when the finding is valid. `schema` is accepted for callers that loaded
@@ -110,7 +125,7 @@ def validate_finding(raw: Any, schema: dict[str, Any] | None = None) -> list[str
         unknown = set(metric["values"]) - variants
         if unknown:
             errors.append(f"/metrics/{index}/values: values for unknown variants {sorted(unknown)}")
-    return errors + _ratio_problems(raw)
+    return errors + _ratio_problems(raw) + _empty_claim_problems(raw)
 
 
 def load_finding(path: Path, schema: dict[str, Any] | None = None) -> Finding:

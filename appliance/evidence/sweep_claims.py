@@ -3,11 +3,14 @@
 A finding's `sweep` names the limits (bytes) and claims such as "demand mmap's decode reads
 stay within [0.8, 1.5] of the LRU prediction at every limit". A claim bounds one quantity of
 results.json `sweep.summary` (medians per limit and variant) at every limit, at the smallest or
-at the largest; a missing bound (null) is not checked. Quantities whose magnitude depends on
-the host (the fraction of disk bandwidth) are drafted as directions only: below the probe.
-The expert cache's quantities (measured reads over the same policy's replay, reads over demand
-mmap's, decode tokens/s over demand prefetch's) are medians of `sweep.expert_cache.summary`; the
-decode-rate ratio is drafted only from medians of RATE_CLAIM_REPEATS trials or more.
+at the largest; a missing bound (null) is not checked. A claim must be able to fail for a
+reason of the run's own (`empty_claim`): never bounds that hold every value its quantity can take
+(a Belady/LRU ceiling of 1), and never the fraction of the disk probe's bandwidth, whose
+magnitude is the host's balance of disk against CPU (a faster disk lowers it, a probe at another
+queue depth moves it), so a slow or a fast disk alone would turn it false. The expert cache's
+quantities (measured reads over the same policy's replay, reads over demand mmap's, decode
+tokens/s over demand prefetch's) are medians of `sweep.expert_cache.summary`; the decode-rate
+ratio is drafted only from medians of RATE_CLAIM_REPEATS trials or more.
 """
 
 from typing import Any
@@ -25,6 +28,32 @@ QUANTITIES = (
 CACHE_QUANTITIES = ("measured_over_replay", "reads_over_demand_mmap", "decode_over_demand_prefetch")
 RATE_CLAIM_REPEATS = 3  # a decode-rate ratio is drafted only from medians of at least this many trials
 PLACES = ("every", "smallest", "largest")
+# the values each quantity can take at all (None: unbounded); bounds that hold all of them
+# cannot fail. Belady never reads more than LRU at one expert size: its replay is optimal.
+POSSIBLE = {q: (0.0, None) for q in QUANTITIES + CACHE_QUANTITIES} | {
+    "belady_over_lru": (0.0, 1.0),
+    "capacity_miss_share_lru": (0.0, 1.0),
+}
+# quantities whose magnitude is the host's disk against its CPU, not the run's: never claimed
+HOST_BOUND = {
+    "disk_fraction": "decode read bandwidth over the disk probe's, which a faster or slower disk "
+    "moves by itself",
+}
+
+
+def empty_claim(claim: dict[str, Any]) -> str | None:
+    """Why a sweep claim cannot fail for a reason of the run's own (its bounds hold every value
+    its quantity can take, or its quantity is the host's), or None when it can."""
+    quantity, low, high = claim["quantity"], claim["min"], claim["max"]
+    if quantity in HOST_BOUND:
+        return f"{quantity} measures the host, not the run ({HOST_BOUND[quantity]})"
+    floor, ceiling = POSSIBLE.get(quantity, (None, None))
+    below = low is None or (floor is not None and low <= floor)
+    above = high is None or (ceiling is not None and high >= ceiling)
+    if below and above:
+        span = f"[{floor}, {'inf' if ceiling is None else ceiling}]"
+        return f"bounds [{low}, {high}] hold every value {quantity} can take ({span}): it cannot fail"
+    return None
 
 
 def _rows(summary: list[dict[str, Any]], variant: str, at: str) -> list[dict[str, Any]]:
@@ -74,10 +103,9 @@ def limits_mismatch(sweep: dict[str, Any] | None, wanted: list[int]) -> str | No
 
 def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[str, Any]:
     """Claims drawn from a sweep's summary: every non-baseline variant's measured/LRU range
-    widened by the tolerance, its Belady/LRU ceiling at the smallest limit (at most 1), decode read
-    bandwidth below the probe's for non-baseline variants that stayed below it (the baseline's
-    sequential readahead can exceed a random-read probe), and the smallest limit's share of
-    capacity misses."""
+    widened by the tolerance, its Belady/LRU ceiling at the smallest limit (when the widening
+    leaves it below 1, which Belady never exceeds), and the smallest limit's share of capacity
+    misses; never the disk fraction, nor any claim `empty_claim` refuses."""
     summary = sweep.get("summary") or []
     variants = list(dict.fromkeys(r["variant"] for r in summary))
     claims: list[dict[str, Any]] = []
@@ -105,13 +133,8 @@ def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[
                     "variant": variant,
                     "at": "smallest",
                     "min": None,
-                    "max": min(1.0, _round(headroom[0] * (1 + tolerance))),
+                    "max": _round(headroom[0] * (1 + tolerance)),
                 }
-            )
-        fractions = values(variant, "disk_fraction")
-        if variant != baseline and fractions and max(fractions) <= 1:
-            claims.append(
-                {"quantity": "disk_fraction", "variant": variant, "at": "every", "min": 0.0, "max": 1.0}
             )
         share = values(variant, "capacity_miss_share_lru")
         if variant != baseline and share and share[0] >= 0.5:
@@ -125,6 +148,7 @@ def draft_sweep(sweep: dict[str, Any], baseline: str, tolerance: float) -> dict[
                 }
             )
     claims += _draft_cache(sweep.get("expert_cache") or {}, tolerance)
+    claims = [c for c in claims if empty_claim(c) is None]
     return {"limits_bytes": sorted(sweep.get("limits") or []), "claims": claims}
 
 

@@ -48,7 +48,7 @@ def test_reads_below_belady_beyond_rounding_are_flagged() -> None:
 def _row(name: str, decode_read: int) -> dict[str, Any]:
     trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=32, k=4, n_decode=96, seed=3))
     limit = 5_000_000 + 1_000_000 + 24 * EXPERT
-    return trial_row(_trial(name, limit, 4.0, decode_read), trace, EXPERTS, 100 * EXPERT)
+    return trial_row(_trial(name, limit, 4.0, decode_read), trace, EXPERTS, {1: 100 * EXPERT})
 
 
 def test_a_contaminated_sweep_trial_is_flagged_and_left_out_of_the_medians() -> None:

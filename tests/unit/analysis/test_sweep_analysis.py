@@ -148,8 +148,8 @@ def test_trial_rows_ratios_fraction_and_roofline() -> None:
     large = 5_000_000 + 1_000_000 + 200 * EXPERT
     bps = 100 * EXPERT
     rows = [
-        trial_row(_trial("001-small", small, 4.0, 500 * EXPERT), trace, EXPERTS, bps),
-        trial_row(_trial("002-large", large, 1.0, 0), trace, EXPERTS, bps),
+        trial_row(_trial("001-small", small, 4.0, 500 * EXPERT), trace, EXPERTS, {1: bps}),
+        trial_row(_trial("002-large", large, 1.0, 0), trace, EXPERTS, {1: bps}),
     ]
     add_roofline(rows, bps)
     low, high = rows
@@ -235,7 +235,7 @@ def test_trial_row_ratios_by_hand() -> None:
     limit = anon + HAND.non_expert_bytes + THRASHING_BUDGET
     measured = 300 * EXPERT
     trial = _trial("001-hand", limit, 4.0, measured, tokens=8)
-    row = trial_row(trial, hand.trace, HAND, 50 * EXPERT)
+    row = trial_row(trial, hand.trace, HAND, {1: 50 * EXPERT})
     lru = 8 * 4 * sum(LAYER_BYTES.values())
     assert row["budget_bytes"] == THRASHING_BUDGET
     assert row["capacity_experts"] == THRASHING_BUDGET // (5 * EXPERT)  # 13 of the largest
@@ -244,6 +244,41 @@ def test_trial_row_ratios_by_hand() -> None:
     assert row["reads_per_token"]["lru"] == pytest.approx(lru / 8)
     assert row["decode_read_bytes_per_s"] == pytest.approx(measured / 4.0)
     assert row["disk_fraction"] == pytest.approx(measured / 4.0 / (50 * EXPERT))
+
+
+def _with_args(trial: dict[str, Any], variant: str, *args: str) -> dict[str, Any]:
+    """The trial as another variant whose recorded engine command ends with `args`."""
+    command = ["/bin/sh", "-c", "wrapper", "engine", "llama-moe-trace", "-m", "/models/m.gguf", *args]
+    return {**trial, "variant": variant, "container": {"command": command}}
+
+
+@pytest.mark.parametrize(
+    ("args", "depth"),
+    [
+        ((), 1),  # demand mmap or a paging baseline: one faulting thread
+        (("--prefetch-experts",), 8),  # WILLNEED: the kernel reads the routed slices ahead
+        (("--expert-cache", "lru", "--expert-cache-capacity", "auto"), 8),  # 8 readers by default
+        (("--expert-cache", "lru", "--expert-io-depth", "4"), 8),
+        (("--expert-cache", "lru", "--expert-io-depth", "1"), 1),
+    ],
+)
+def test_disk_fraction_is_over_the_probe_at_the_depth_the_variant_reads_at(
+    args: tuple[str, ...], depth: int
+) -> None:
+    """The variant's engine arguments (what trial.json's command ran), never its name, decide
+    which probe figure its decode bandwidth is over; the row and the summary say which."""
+    hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
+    limit = 1_000_000 + HAND.non_expert_bytes + THRASHING_BUDGET
+    measured = 300 * EXPERT
+    trial = _with_args(_trial("001-hand", limit, 4.0, measured, tokens=8), "any-name", *args)
+    probe = {1: 50 * EXPERT, 8: 200 * EXPERT}
+    row = trial_row(trial, hand.trace, HAND, probe)
+    assert row["disk_probe_depth"] == depth
+    assert row["disk_fraction"] == pytest.approx(measured / 4.0 / probe[depth])
+    assert summary_rows([row])[0]["disk_probe_depth"] == depth
+    assert trial_row(trial, hand.trace, HAND, {1: 50 * EXPERT})["disk_fraction"] == (
+        pytest.approx(measured / 4.0 / (50 * EXPERT)) if depth == 1 else None
+    )
 
 
 def test_a_trace_without_rows_predicts_no_reads() -> None:
@@ -330,7 +365,9 @@ def test_trial_row_in_full_by_hand() -> None:
     hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
     anon, measured, tokens = 1_000_000, 300 * EXPERT, 8
     limit = anon + HAND.non_expert_bytes + THRASHING_BUDGET
-    row = trial_row(_trial("001-hand", limit, 4.0, measured, tokens=tokens), hand.trace, HAND, 50 * EXPERT)
+    row = trial_row(
+        _trial("001-hand", limit, 4.0, measured, tokens=tokens), hand.trace, HAND, {1: 50 * EXPERT}
+    )
     lru = 8 * 4 * sum(LAYER_BYTES.values())
     belady = reference_budget_decode_reads(hand.trace, "belady", THRASHING_BUDGET, LAYER_BYTES)[
         "decode_read_bytes"
@@ -363,6 +400,7 @@ def test_trial_row_in_full_by_hand() -> None:
         "measured_over_belady": measured / belady,
         "belady_over_lru": belady / lru,
         "decode_read_bytes_per_s": measured / 4.0,
+        "disk_probe_depth": 1,
         "disk_fraction": measured / 4.0 / (50 * EXPERT),
     }
 
@@ -386,13 +424,16 @@ def test_a_trial_that_cannot_be_predicted_keeps_only_its_measurements() -> None:
         "cgroup_block_read_bytes": 11_000,
         "phase_sum_over_cgroup": 1.0,
     }
-    assert trial_row(trial, None, HAND, 1.0) == measured_only
-    assert trial_row({**trial, "status": "failed"}, hand, HAND, 1.0) == {**measured_only, "status": "failed"}
+    assert trial_row(trial, None, HAND, {1: 1.0}) == measured_only
+    assert trial_row({**trial, "status": "failed"}, hand, HAND, {1: 1.0}) == {
+        **measured_only,
+        "status": "failed",
+    }
     no_tokens = {**trial, "timing": {**trial["timing"], "n_decode_tokens": 0}}
-    assert trial_row(no_tokens, hand, HAND, 1.0) == {**measured_only, "decode_tokens": 0}
+    assert trial_row(no_tokens, hand, HAND, {1: 1.0}) == {**measured_only, "decode_tokens": 0}
     no_reads = {**trial, "cgroup": {}}
     expected = {k: v for k, v in measured_only.items() if k != "phase_sum_over_cgroup"}
-    assert trial_row(no_reads, None, HAND, 1.0) == {**expected, "cgroup_block_read_bytes": None}
+    assert trial_row(no_reads, None, HAND, {1: 1.0}) == {**expected, "cgroup_block_read_bytes": None}
 
 
 def _summary_input(limit: int, variant: str, x: float, **extra: Any) -> dict[str, Any]:
@@ -406,6 +447,7 @@ def _summary_input(limit: int, variant: str, x: float, **extra: Any) -> dict[str
         "measured_over_lru": x / 2,
         "measured_over_belady": x / 4,
         "belady_over_lru": x / 8,
+        "disk_probe_depth": 1,
         "disk_fraction": x / 16,
         "predicted": {"policies": {"lru": {"decode_capacity_misses": x, "decode_misses": 4}}},
         **extra,
@@ -429,6 +471,7 @@ def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
         "measured_over_lru": 1.25,
         "measured_over_belady": 0.625,
         "belady_over_lru": 0.3125,
+        "disk_probe_depth": 1,
         "disk_fraction": 0.15625,
         "capacity_miss_share_lru": 0.625,  # (2/4 + 3/4) / 2
         "roofline_predicted_tps": 7.0,
@@ -448,6 +491,7 @@ def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
             "measured_over_lru": x / 2,
             "measured_over_belady": x / 4,
             "belady_over_lru": x / 8,
+            "disk_probe_depth": 1,
             "disk_fraction": x / 16,
             "capacity_miss_share_lru": x / 4,
             "roofline_predicted_tps": roofline[0] if roofline else None,
@@ -559,7 +603,7 @@ def test_a_trial_without_io_counters_is_predicted_but_not_measured() -> None:
     hand = hand_trace(layers=4, n_experts=32, k=4, decode_steps=8)
     trial = _trial("001-no-io", 10**9, 4.0, 1_000, tokens=8)
     del trial["timing"]["io"]
-    row = trial_row(trial, hand.trace, HAND, 50 * EXPERT)
+    row = trial_row(trial, hand.trace, HAND, {1: 50 * EXPERT})
     assert row["phase_reads"] is None and "phase_sum_over_cgroup" not in row
     assert row["measured_decode_read_bytes"] is None
     assert row["reads_per_token"]["measured"] is None
@@ -583,7 +627,7 @@ def test_a_limit_is_a_byte_budget_each_layer_s_experts_at_their_own_size() -> No
     cycle = 2 * 2 * (Q6K_EXPERT + Q4K_EXPERT)
     anon = 1_000_000
     limit = anon + TWO_SIZES.non_expert_bytes + cycle
-    row = trial_row(_trial("001-two", limit, 4.0, cycle, tokens=4), hand.trace, TWO_SIZES, None)
+    row = trial_row(_trial("001-two", limit, 4.0, cycle, tokens=4), hand.trace, TWO_SIZES, {})
     assert (row["budget_bytes"], row["capacity_experts"]) == (cycle, 7)
     lru = row["predicted"]["policies"]["lru"]
     assert lru["decode_misses"] == 8 and lru["decode_capacity_misses"] == 0

@@ -63,6 +63,9 @@ HOMES = {
     "ModelExperts": "appliance/analysis/capacity.py",
     "anon_bytes": "appliance/analysis/capacity.py",
     "model_read_bytes": "appliance/analysis/stats.py",
+    # the queue depth a variant reads at, from its engine arguments (what disk_fraction is over)
+    "read_depth": "appliance/runs/read_depth.py",
+    "probe_depth": "appliance/runs/read_depth.py",
     # bytes per expert: one tensor-name rule and one formula, shared by the trace and the
     # planner, over one GGUF header reader
     "LAYER_TENSOR": "appliance/trace/expert_bytes.py",
