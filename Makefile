@@ -10,6 +10,9 @@ APPLIANCE := $(PY) -m appliance
 BOOTSTRAP ?= scripts/bootstrap.sh
 # The trees `make lint` and tests/unit/test_lint.py check with ruff and the formatter.
 LINT_TREES := appliance tests fuzz bench
+# The GitHub workflows `make lint` checks with actionlint (shellcheck on their scripts) and audits
+# with zizmor (offline, every audit); tests/unit/test_workflows.py runs the same two.
+WORKFLOWS := .github/workflows/*.yml
 
 .PHONY: help bootstrap venv test lint format demo demo-cache demo-gpu scale bench fuzz
 
@@ -31,10 +34,12 @@ test: bootstrap ## bootstrap, then unit, integration (Docker) and e2e tests
 	@$(MAKE) --no-print-directory venv
 	$(PY) -m pytest
 
-lint: venv ## ruff, the formatter's check and mypy
+lint: venv ## ruff, the formatter's check, mypy, and actionlint and zizmor on the workflows
 	$(VENV)/bin/ruff check $(LINT_TREES)
 	$(VENV)/bin/ruff format --check $(LINT_TREES)
 	$(VENV)/bin/mypy appliance fuzz bench
+	$(VENV)/bin/actionlint $(WORKFLOWS)
+	$(VENV)/bin/zizmor --offline --persona pedantic $(WORKFLOWS)
 
 format: venv ## rewrite the lint trees with the formatter
 	$(VENV)/bin/ruff format $(LINT_TREES)

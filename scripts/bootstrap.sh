@@ -26,7 +26,8 @@ cmake|command -v cmake|local engine builds
 ninja-build|command -v ninja|local engine builds
 docker-registry|command -v docker-registry|the local registry the publish and pull tests push to on 127.0.0.1
 docker-compose|command -v docker-compose|the compose.yaml test
-chromium|command -v chromium|the browser test of appliance report (headless, offline)'
+chromium|command -v chromium|the browser test of appliance report (headless, offline)
+shellcheck|command -v shellcheck|actionlint checks the shell steps of the release workflow with it (make lint and its test)'
 
 ENGINE_LOG=${DOCKERD_LOG:-/var/log/appliance-dockerd.log}
 ENGINE_WAIT_S=60

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from securesystemslib.dsse import Envelope
 from securesystemslib.formats import encode_canonical
 from securesystemslib.signer import CryptoSigner, Key, Signer, SSlibKey
@@ -25,7 +26,7 @@ from securesystemslib.signer import CryptoSigner, Key, Signer, SSlibKey
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.paths import config_dir
-from appliance.core.strict_load import parse_json, parse_json_bytes, read_text
+from appliance.core.strict_load import parse_json, parse_json_bytes, read_bytes, read_text
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -148,8 +149,22 @@ def load_signer(path: Path | None = None) -> Signer:
     public = private.with_name(PUBLIC_KEY_FILE)
     if not private.exists():
         raise ConfigError(f"{private}: no signing key (make one with `appliance keys init`)")
-    key = load_public_key(public)
+    key = load_public_key(public) if public.exists() else _public_half(private)
     return CryptoSigner.from_priv_key_uri(f"file2:{private.resolve()}", key)
+
+
+def _public_half(private: Path) -> SSlibKey:
+    """The public key of a private key file that has no public key file beside it (a release
+    key kept as one secret)."""
+    try:
+        pem = read_bytes(private, MAX_KEY_FILE_BYTES, "no signing key (make one with `appliance keys init`)")
+        secret = serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{private}: not a PEM private key ({exc})") from None
+    if not isinstance(secret, Ed25519PrivateKey):
+        raise ConfigError(f"{private}: not an {KEY_TYPE} private key")
+    raw = secret.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return public_key_from_dict({"keytype": KEY_TYPE, "scheme": KEY_TYPE, "keyval": {"public": raw.hex()}})
 
 
 def make_statement(subjects: dict[str, str], predicate: dict[str, Any]) -> dict[str, Any]:

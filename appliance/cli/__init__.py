@@ -33,8 +33,9 @@ VERBS: dict[str, Verb] = {
     "image": Verb("appliance.cli.image", "Build, inspect, publish and pull engine images."),
     "pull": Verb(
         "appliance.cli.image",
-        "Pull TARGET's published image by digest, or load it "
-        "--from an exported archive, and check it against the lock.",
+        "Pull TARGET's published image by the digest the lock records, after checking the record "
+        "a release signed (with a key the lock pins), or load it --from an exported archive; "
+        "either way the image is checked against the lock before it is tagged.",
     ),
     "model": Verb(
         "appliance.cli.model",

@@ -1,4 +1,4 @@
-"""CLI: `appliance image` (build, base, inspect, selftest, push) and `appliance pull`."""
+"""CLI: `appliance image` (build, base, inspect, selftest, push, pin-key, export) and `appliance pull`."""
 
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +17,7 @@ from appliance.cli.options import (
 )
 from appliance.cli.progress import progress_display
 from appliance.core.errors import ApplianceError, IntegrityError
-from appliance.engine.lock import load_lock, write_lock
+from appliance.engine.lock import Lock, load_lock, write_lock
 from appliance.images import labels as L
 from appliance.images.base import DEFAULT_EPOCH, make_base, record_in_lock
 from appliance.images.build import build_image
@@ -25,8 +25,9 @@ from appliance.images.builders import BUILDERS, DEFAULT_JOBS
 from appliance.images.compile_check import compile_check
 from appliance.images.cuda_base import make_cuda_bases
 from appliance.images.inspection import InspectReport, drift_message, inspect_image
-from appliance.images.registry import pull_image, push_image
+from appliance.images.registry_api import REGISTRY_TIMEOUT_S
 from appliance.images.selftest import selftest
+from appliance.release.published import preview_pull, pull_published
 
 source_option = click.option(
     "--source",
@@ -277,18 +278,47 @@ def selftest_command(image: str, as_json: bool) -> None:
 
 @image_group.command("push")
 @click.option("--target", "target", required=True)
-@click.option("--registry", required=True, help="host:port of the registry.")
+@click.option(
+    "--registry", required=True, help="host[:port][/namespace] of the registry, e.g. ghcr.io/OWNER."
+)
 @click.option(
     "--image",
     "image_ref",
     default=None,
     help="Local image to push (default: the newest one built from this lock without experimental patches).",
 )
+@signing_key_option("the image's record; its public key must be pinned in the lock (`image pin-key`)")
 @lock_option
-def push(target: str, registry: str, image_ref: str | None, lock_path: Path | None) -> None:
-    """Push TARGET's image to a registry and record its manifest digest in the lock."""
-    published = push_image(load_lock(lock_path), target, registry, image_ref)
-    click.echo(f"pushed {published.local_tag} as {published.reference}")
+@json_option
+def push(
+    target: str, registry: str, image_ref: str | None, key: Path | None, lock_path: Path | None, as_json: bool
+) -> None:
+    """Publish TARGET's image: push it by digest and record the digest and a record signed by a
+    release key in the lock's published_images, which `appliance pull TARGET` checks."""
+    from appliance.attest.dsse import load_signer
+    from appliance.release.published import publish_image
+
+    signer = load_signer(key)
+    entry = publish_image(load_lock(lock_path), target, registry, signer, image_ref)
+    if as_json:
+        click.echo(strict_json({k: v for k, v in entry.items() if k != "record"}, indent=2))
+        return
+    click.echo(
+        f"pushed {entry['tag']} as {entry['reference']} ({entry['transfer_bytes'] / 1e6:.1f} MB to pull); "
+        f"record signed by {signer.public_key.keyid} and written to the lock"
+    )
+
+
+@image_group.command("pin-key")
+@click.argument("public_key", type=click.Path(path_type=Path, exists=True))
+@lock_option
+def pin_key(public_key: Path, lock_path: Path | None) -> None:
+    """Pin the release key PUBLIC_KEY (a .pub.json file or key directory) in the lock: pulls
+    accept published images whose record it signed. The private half stays with the release."""
+    from appliance.release.published import pin_release_key
+
+    lock = load_lock(lock_path)
+    click.echo(f"pinned release key {pin_release_key(lock, public_key)} in {lock.path}")
 
 
 @image_group.command("export")
@@ -378,6 +408,18 @@ def _pull_from(
 @click.option(
     "--tag", default=None, help="With --from: tag the loaded image REF instead of the tag in the sidecar."
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check the signed record and ask the registry; print size, CUDA build, driver floor and digest.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(1, 600),
+    default=REGISTRY_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the registry's answer before giving up.",
+)
 @lock_option
 @json_option
 def pull(
@@ -385,13 +427,18 @@ def pull(
     archive: Path | None,
     key: Path | None,
     tag: str | None,
+    dry_run: bool,
+    timeout: float,
     lock_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Pull TARGET's published image by digest, or load it --from an exported archive, and
-    check it against the lock."""
+    """Pull TARGET's published image by the digest the lock records, after checking the record
+    a release signed (with a key the lock pins), or load it --from an exported archive; either
+    way the image is checked against the lock before it is tagged."""
     if archive is None and (key is not None or tag is not None):
         raise ApplianceError("--key and --tag only go with --from FILE")
+    if archive is not None and dry_run:
+        raise ApplianceError("--dry-run previews a registry pull: leave out --from")
     if archive is not None:
         report = _pull_from(lock_path, target, archive, key, tag, as_json)
         if as_json:
@@ -412,13 +459,37 @@ def pull(
                 "sidecar verified, matches the lock"
             )
         return
-    report = pull_image(load_lock(lock_path), target)
+    lock = load_lock(lock_path)
+    if dry_run:
+        _preview(lock, target, timeout, as_json)
+        return
+    report = pull_published(lock, target, timeout)
     if as_json:
         click.echo(
             strict_json({"ref": report.ref, "image_id": report.image_id, "matches": report.matches}, indent=2)
         )
     else:
-        click.echo(f"pulled {report.image_id} as {report.ref}: matches the lock")
+        click.echo(f"pulled {report.image_id} as {report.ref}: signed record verified, matches the lock")
+
+
+def _preview(lock: Lock, target: str, timeout: float, as_json: bool) -> None:
+    facts = preview_pull(lock, target, timeout).facts()
+    if as_json:
+        click.echo(strict_json(facts, indent=2))
+        return
+    size = f"{facts['transfer_bytes'] / 1e6:.1f} MB to download (from the {facts['transfer_bytes_from']})"
+    gpu = (
+        f"CUDA {facts['cuda_version']}, SASS {facts['cuda_sass']} + PTX {facts['cuda_ptx']}, "
+        f"needs NVIDIA driver {facts['min_driver']} or newer"
+        if facts["cuda_version"]
+        else "no CUDA (cpu image)"
+    )
+    click.echo(
+        f"{facts['reference']}\n  {size}\n  {gpu}\n  source {facts['source']}, image {facts['image_id']}"
+    )
+    click.echo(f"  record signed by release key {facts['signed_by']}: verified; nothing pulled")
+    if facts["registry_problem"]:
+        click.echo(f"  registry not asked: {facts['registry_problem']}")
 
 
 COMMANDS: list[click.Command] = [image_group, pull]

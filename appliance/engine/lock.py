@@ -121,6 +121,7 @@ class Lock:
     targets: dict[str, Target]
     cuda_toolkits: dict[str, CudaToolkit] = field(default_factory=dict)
     published_images: dict[str, Any] = field(default_factory=dict)
+    release_keys: dict[str, Any] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -160,10 +161,14 @@ class Lock:
         return self.stand_ins[name]
 
 
+NOT_IDENTITY = ("published_images", "release_keys")
+
+
 def lock_digest(raw: dict[str, Any]) -> str:
     """sha256 of the lock's canonical JSON form (sorted keys, no whitespace), leaving out
-    `published_images`: publishing an image built from this lock must not change its identity."""
-    return sha256_bytes(canonical_json({k: v for k, v in raw.items() if k != "published_images"}))
+    NOT_IDENTITY: publishing an image built from this lock, or pinning the key that signs its
+    record, must not change the identity of what is built."""
+    return sha256_bytes(canonical_json({k: v for k, v in raw.items() if k not in NOT_IDENTITY}))
 
 
 def _toolkit(version: str, raw: dict[str, Any], path: Path) -> CudaToolkit:
@@ -248,6 +253,7 @@ def parse_lock(raw: Any, path: Path) -> Lock:
         targets={name: _target(name, item, toolkits, path) for name, item in raw["targets"].items()},
         cuda_toolkits=toolkits,
         published_images=raw.get("published_images") or {},
+        release_keys=raw.get("release_keys") or {},
     )
 
 

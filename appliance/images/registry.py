@@ -1,18 +1,19 @@
-"""Publishing engine images to a registry and pulling them back by digest, checked against the lock.
+"""Engine images to and from a registry, by digest, checked against the lock.
 
-`push` tags a local engine image that matches the lock into `REGISTRY/moe-expert-cache`,
-pushes it and records `REGISTRY/moe-expert-cache@sha256:...` in the lock's
-`published_images`. `pull` accepts only such digest references, checks the pulled image's
-labels against the lock and removes it again if they differ.
+`push_image` tags a local engine image that matches the lock into `REGISTRY/moe-expert-cache`
+and pushes it; `docker_pull` pulls a `REGISTRY/moe-expert-cache@sha256:...` reference and
+refuses an image that does not carry that digest. What is recorded in the lock and checked
+before and after a pull is appliance/release/published.py's.
 """
 
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from appliance.core.checks import one_line
 from appliance.core.errors import ApplianceError, ConfigError, IntegrityError
 from appliance.core.strict_load import parse_json
-from appliance.engine.lock import Lock, write_lock
+from appliance.engine.lock import Lock
 from appliance.host.docker import docker_client
 from appliance.images import labels as L
 from appliance.images.base import local_image
@@ -27,6 +28,7 @@ class Published:
     reference: str
     tag: str
     local_tag: str
+    image_id: str
 
 
 def engine_images_for(client: Any, lock: Lock, target: str) -> list[Any]:
@@ -67,11 +69,9 @@ def matching_local_image(
     return client, ref, report
 
 
-def push_image(
-    lock: Lock, target: str, registry: str, image_ref: str | None = None, record: bool = True
-) -> Published:
-    """Push the target's image to `registry`, record its manifest digest in the lock."""
-    client, local_tag, report = matching_local_image(lock, target, image_ref, "publish")
+def push_image(lock: Lock, target: str, registry: str, image_ref: str | None = None) -> Published:
+    """Push the target's image (checked against the lock) to `registry`; its manifest digest."""
+    client, local_tag, _ = matching_local_image(lock, target, image_ref, "publish")
     remote_repo = f"{registry.rstrip('/')}/{L.IMAGE_REPOSITORY}"
     remote_tag = local_tag.split(":", 1)[1]
     image = client.images.get(local_tag)
@@ -81,20 +81,7 @@ def push_image(
     except ApplianceError:
         client.images.remove(f"{remote_repo}:{remote_tag}")  # leave nothing half-published
         raise
-    reference = f"{remote_repo}@{digest}"
-    if record:
-        raw = dict(lock.raw)
-        published = dict(raw.get("published_images") or {})
-        published[target] = {
-            "reference": reference,
-            "tag": f"{remote_repo}:{remote_tag}",
-            "lock_digest": lock.digest,
-            "source": report.labels.get(L.SOURCE_NAME, ""),
-            "image_id": image.id,
-        }
-        raw["published_images"] = published
-        write_lock(raw, lock.path)
-    return Published(target, reference, f"{remote_repo}:{remote_tag}", local_tag)
+    return Published(target, f"{remote_repo}@{digest}", f"{remote_repo}:{remote_tag}", local_tag, image.id)
 
 
 def _push(client: Any, repo: str, tag: str, registry: str) -> str:
@@ -133,36 +120,33 @@ def published_reference(lock: Lock, target: str) -> str:
     return reference
 
 
-def pull_image(lock: Lock, target: str) -> InspectReport:
-    """Pull the lock's image for `target` by digest; keep it only if its labels match the lock."""
+def docker_pull(client: Any, reference: str) -> Any:
+    """Pull `reference` by digest; the local image, which must carry that digest."""
     import docker.errors
 
-    reference = published_reference(lock, target)
-    client = docker_client()
     try:
         for chunk in client.api.pull(reference, stream=True, decode=True):
             if "error" in chunk:
-                raise ApplianceError(f"pull of {reference} failed: {chunk['error']}")
+                raise ApplianceError(f"pull of {reference} failed: {one_line(str(chunk['error']))}")
     except docker.errors.APIError as exc:
-        raise ApplianceError(f"pull of {reference} failed: {exc.explanation or exc}") from None
+        raise ApplianceError(f"pull of {reference} failed: {one_line(str(exc.explanation or exc))}") from None
     image = local_image(client, reference)
     digest = DIGEST_REF_RE.match(reference).group("digest")  # type: ignore[union-attr]
     if image is None or not any(d.endswith(digest) for d in image.attrs.get("RepoDigests", [])):
-        raise IntegrityError(f"pulled image does not carry digest {digest}: refused")
-    report = inspect_image(lock, reference, client)
-    labelled_target = report.labels.get(L.TARGET)
-    if labelled_target != target:
-        report.drifts.append(L.Drift(L.TARGET, labelled_target, target, "an image for another target"))
-    if not report.matches:
-        client.images.remove(reference, force=True)
-        raise IntegrityError(drift_message(report) + f"; pulled {reference} refused and removed")
+        if image is not None:
+            client.images.remove(reference, force=True)
+        raise IntegrityError(f"pulled image does not carry digest {digest}: refused and removed")
+    return image
+
+
+def tag_as_local(lock: Lock, target: str, image: Any, report: InspectReport) -> str:
+    """Tag a pulled image with the local tag its labels give it (as a build would); that tag."""
     identity = _label_identity(report.labels)
     experimental = L.experimental_of_labels(report.labels)
     local_tag = L.image_tag(lock, target, identity, experimental, report.labels.get(L.SERIES_DIGEST, ""))
     repo, tag = local_tag.split(":", 1)
     image.tag(repo, tag)
-    report.ref = local_tag
-    return report
+    return local_tag
 
 
 def _label_identity(labels: dict[str, str]) -> dict[str, Any]:

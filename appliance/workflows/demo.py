@@ -17,9 +17,8 @@ from appliance.workflows.resume_check import signing_public_key
 from appliance.workflows.run import (
     PipelineReport,
     RunOptions,
-    choose_source,
-    ensure_engine_image,
     ensure_synth_model,
+    obtain_engine_image,
     print_report,
     signing_key,
     verify_and_compare,
@@ -49,9 +48,7 @@ def demo(
     gets the image build, model synthesis and hashing steps."""
     profile = load_profile(profile_name)
     models_dir = models_dir or cache_dir() / "models" / "demo"
-    tag = ensure_engine_image(
-        lock, "cpu", choose_source(lock, source, console), console, progress, profile.experimental
-    )
+    tag = obtain_engine_image(lock, "cpu", source, console, progress, profile.experimental)
     ensure_synth_model(profile, models_dir, console, progress)
     key = signing_key(None, False, console)
     plan, client = plan_sweep(

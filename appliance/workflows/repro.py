@@ -20,10 +20,9 @@ from appliance.runs.profile import load_profile
 from appliance.workflows.run import (
     PipelineReport,
     RunOptions,
-    choose_source,
-    ensure_engine_image,
     ensure_synth_model,
     execute_profile,
+    obtain_engine_image,
     print_report,
     signing_key,
     verify_and_compare,
@@ -113,7 +112,7 @@ def reproduce(
     """`make repro-<target>`: preflight, image, every reproduction profile, sign, verify, compare."""
     profiles = preflight(lock, target, visible_gpus(), models_dir, engine_problem())
     key = signing_key(key, False, console)
-    tag = ensure_engine_image(lock, target, choose_source(lock, source, console), console, progress)
+    tag = obtain_engine_image(lock, target, source, console, progress)
     reports = []
     for name in profiles:
         profile = load_profile(name)

@@ -11,6 +11,7 @@ paging check and the evidence comparison.
 
 import functools
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,6 +259,39 @@ def ensure_engine_image(
     if L.cuda_summary(built.labels):
         console.print(f"[bold yellow]{L.cuda_summary(built.labels)}[/bold yellow]")
     return built.tag
+
+
+def obtain_engine_image(
+    lock: Lock,
+    target: str,
+    source: str,
+    console: Console,
+    progress: ProgressFn | None = None,
+    experimental: tuple[str, ...] = (),
+) -> str:
+    """The target's engine image: pulled when the lock records a published one (and the source is
+    `auto`, with no experimental patches) and it checks out, else built; says which, and why."""
+    if source == "auto" and not experimental and target in lock.published_images:
+        from appliance.release.published import pull_published
+
+        started = time.monotonic()
+        try:
+            report = pull_published(lock, target)
+        except ApplianceError as exc:
+            console.print(
+                f"[yellow]published {target} image not pulled ({exc}): building it instead[/yellow]"
+            )
+        else:
+            console.print(
+                f"engine image {report.ref} pulled in {time.monotonic() - started:.0f} s: the lock's "
+                "published digest, its signed record verified (no build)"
+            )
+            return report.ref
+    elif source == "auto" and not experimental:
+        console.print(f"the lock records no published {target} image: building it")
+    return ensure_engine_image(
+        lock, target, choose_source(lock, source, console), console, progress, experimental
+    )
 
 
 def ensure_synth_model(

@@ -18,6 +18,8 @@ ALL = "tests/unit/test_limit_edges_all.py::"
 STRICT = "tests/unit/core/test_limit_edges.py::"
 
 EDGE_TESTS = {
+    "appliance.images.registry_api.MAX_MANIFEST_BYTES": "tests/unit/images/test_registry_api.py::"
+    "test_a_manifest_at_the_size_limit_is_read_and_one_byte_more_refused",
     "appliance.runs.profile.MAX_READ_AHEAD": "tests/unit/runs/test_profile_read_ahead.py::"
     "test_read_ahead_at_the_limit_and_one_page_past",
     "appliance.analysis.html_report.MAX_PLOT_BYTES": ALL + "test_plot_budget_at_the_limit_and_one_past",
@@ -83,6 +85,9 @@ EDGE_TESTS = {
 }
 
 NOT_INPUT_BOUNDS = {
+    "appliance.images.registry_api.REGISTRY_TIMEOUT_S": "the default wait for a registry's answer, "
+    "`appliance pull --timeout` sets it; tests/integration/test_release_publish.py runs a silent "
+    "registry with --timeout 1",
     "appliance.runs.device_server.READY_TIMEOUT_S": "how long a trial waits for its stand-in device "
     "server to listen: it needs Docker and the engine image; tests/e2e/test_stand_in_trial.py starts it",
     "appliance.cli.progress.LINE_MIN_SECONDS": "how often a progress line is printed; it bounds no input",

@@ -13,6 +13,7 @@ VERIFYING = "Public key file or key directory "
 # verb -> (role, must the path exist when parsed)
 EXPECTED = {
     "image export": (SIGNING, True),
+    "image push": (SIGNING, True),  # signs the published image's record
     "pull": (VERIFYING, False),  # `--key` without `--from` is refused by name first
     "run": (SIGNING, True),
     "sweep": (SIGNING, True),

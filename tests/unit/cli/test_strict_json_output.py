@@ -98,6 +98,7 @@ REFUSE: dict[str, list[str]] = {
     "image build": ["--target", "no-such-target"],
     "image export": ["cpu", "{root}/no-such-dir/x.tar"],
     "image inspect": ["moe-appliance-test/no-such-image:none"],
+    "image push": ["--target", "no-such-target", "--registry", "127.0.0.1:9", "--key", "{root}"],
     "image selftest": ["moe-appliance-test/no-such-image:none"],
     "patches apply": ["--source", "no-such-source", "--out", "{root}/patched"],
     "patches check": ["--lock", "{root}/no-such-lock.json"],
