@@ -18,7 +18,8 @@ def engine_group() -> None:
 @lock_option
 @json_option
 def show(lock_path: Path | None, as_json: bool) -> None:
-    """Print the engine lock and its canonical digest."""
+    """Print the engine lock and its canonical digest: the pin, its stand-ins, the tracks (the
+    canonical one and any newer, with the patches that have variants there), patches, targets."""
     lock = load_lock(lock_path)
     if as_json:
         click.echo(strict_json({"digest": lock.digest, "lock": lock.raw}, indent=2))
@@ -35,6 +36,12 @@ def show(lock_path: Path | None, as_json: bool) -> None:
     for s in lock.stand_ins.values():
         table.add_row(s.name, f"{s.package}=={s.version}", s.release, s.relation, s.sdist_sha256)
     console.print(table)
+    tracks = Table("track", "llama.cpp", "sources", "patch variants")
+    canonical = ", ".join(["canonical", *sorted(lock.bracket_stand_ins)])
+    tracks.add_row("canonical", up.release, canonical, "none (the series as it is)")
+    for track in lock.tracks.values():
+        tracks.add_row(track.name, track.release, track.stand_in, ", ".join(sorted(track.variants)) or "none")
+    console.print(tracks)
     patches = Table("status", "patch", "sha256")
     for status, entries in lock.patches.items():
         for p in entries:

@@ -9,7 +9,14 @@ from rich.table import Table
 
 from appliance.cli.options import OutputPath, json_option, lock_option, strict_json
 from appliance.core.errors import ApplianceError
-from appliance.engine.bracket import BracketReport, PatchCheck, bracket_check, require_bracket
+from appliance.engine.bracket import (
+    BracketReport,
+    PatchCheck,
+    TrackReport,
+    bracket_check,
+    require_bracket,
+    track_check,
+)
 from appliance.engine.lock import PATCH_STATUSES, load_lock
 from appliance.engine.patch_dev import export_patches, make_dev_tree, move_patch, repin
 from appliance.engine.patches import apply_series, patches_dir, selected_patches, verified_patch
@@ -136,21 +143,51 @@ def print_report(report: BracketReport) -> None:
     console.print(f"bracket check {verdict}: {', '.join(report.stand_ins)}")
 
 
+def print_track(report: TrackReport) -> None:
+    console = Console()
+    table = Table(
+        "patch", f"applies to {report.stand_in}", "variant", f"files changed since {report.compared_with}"
+    )
+    for check in report.active + report.experimental:
+        reason = check.applies[report.stand_in]
+        changed = [f.path for f in check.files if f.state == "differs"]
+        table.add_row(
+            f"{check.patch.status}/{check.patch.file}",
+            "yes" if reason is None else f"[red]no[/]: {reason}",
+            "yes" if check.patch.file in report.variants else "",
+            ", ".join(changed) or "none",
+        )
+    console.print(table)
+    verdict = "applies" if report.ok else "FAILS"
+    console.print(f"track {report.track} ({report.stand_in}): the series {verdict}")
+
+
 @patches_group.command("check")
 @lock_option
 @json_option
 def check(lock_path: Path | None, as_json: bool) -> None:
     """Bracket check: the series applies to every stand-in and touches only identical files."""
     lock = load_lock(lock_path)
-    require_bracket(lock, sorted(lock.stand_ins))
-    trees = {name: fetch_source(lock, name) for name in sorted(lock.stand_ins)}
+    bracket = sorted(lock.bracket_stand_ins)
+    require_bracket(lock, bracket)
+    trees = {name: fetch_source(lock, name) for name in bracket}
     report = bracket_check(lock, trees)
+    newer = bracket[-1]
+    tracks = [
+        track_check(lock, name, fetch_source(lock, track.stand_in), newer, trees[newer])
+        for name, track in sorted(lock.tracks.items())
+    ]
     if as_json:
-        click.echo(strict_json(report.as_dict(), indent=2))
+        click.echo(strict_json({**report.as_dict(), "tracks": [t.as_dict() for t in tracks]}, indent=2))
     else:
         print_report(report)
+        for track_report in tracks:
+            print_track(track_report)
     if not report.ok:
         raise ApplianceError("bracket check failed: see the table above for the patch and file")
+    failed = [t.track for t in tracks if not t.ok]
+    if failed:
+        raise ApplianceError(f"the series does not apply on track {', '.join(failed)}: see the table above")
 
 
 @patches_group.command("dev")

@@ -17,7 +17,7 @@ from typing import Any
 
 from appliance.core.errors import ConfigError
 from appliance.engine.lock import Lock
-from appliance.engine.patches import Patch, active_series, find_experimental, git_apply
+from appliance.engine.patches import Patch, active_series, find_experimental, git_apply, on_track
 from appliance.engine.source import SourceTree
 
 IDENTICAL = "identical"
@@ -141,4 +141,55 @@ def bracket_check(lock: Lock, trees: dict[str, SourceTree]) -> BracketReport:
     for entry in lock.patches["experimental"]:
         patch = find_experimental(lock, entry.file)
         report.experimental.append(check_chain([*active, patch], trees)[-1])
+    return report
+
+
+@dataclass
+class TrackReport:
+    """The series on a newer track: whether each patch (or its variant there) applies to the
+    track's stand-in, and whether the upstream files it touches changed since `compared_with`
+    (the bracket's newer stand-in). A changed file is information, not a failure: it is why a
+    patch has a variant on the track."""
+
+    track: str
+    stand_in: str
+    compared_with: str
+    active: list[PatchCheck]
+    experimental: list[PatchCheck]
+    variants: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return all(r is None for c in self.active + self.experimental for r in c.applies.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "track": self.track,
+            "stand_in": self.stand_in,
+            "compared_with": self.compared_with,
+            "ok": self.ok,
+            "variants": self.variants,
+            "active": [c.as_dict() for c in self.active],
+            "experimental": [c.as_dict() for c in self.experimental],
+        }
+
+
+def track_check(
+    lock: Lock, track_name: str, tree: SourceTree, compared_with: str, older: SourceTree
+) -> TrackReport:
+    """Apply the track's series (variants where it has them) to its stand-in's tree, the active
+    series first and each experimental patch on top, and compare the touched files with `older`."""
+    track = lock.track(track_name)
+    if track is None:
+        raise ConfigError("the canonical track is checked by the bracket check")
+    trees = {track.stand_in: tree}
+    active = on_track(lock, active_series(lock), track_name)
+    report = TrackReport(track_name, track.stand_in, compared_with, check_chain(active, trees), [], [])
+    for entry in lock.patches["experimental"]:
+        chain = on_track(lock, [*active, find_experimental(lock, entry.file)], track_name)
+        report.experimental.append(check_chain(chain, trees)[-1])
+    compared = {compared_with: older, track.stand_in: tree}
+    for check in report.active + report.experimental:
+        check.files = [FileStatus(rel, file_state(rel, compared)) for rel in check.patch.touched_files()]
+    report.variants = sorted(track.variants)
     return report

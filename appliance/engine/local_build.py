@@ -31,7 +31,7 @@ from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.paths import cache_dir
 from appliance.core.strict_load import load_json
 from appliance.engine.lock import Lock
-from appliance.engine.patches import apply_series, digest_of, selected_patches
+from appliance.engine.patches import apply_series, digest_of, on_track, selected_patches, source_track
 from appliance.engine.source import SourceTree, fetch_source
 from appliance.engine.tools import LOCAL_TOOLS
 
@@ -85,7 +85,9 @@ def build_key(lock: Lock, source: SourceTree, experimental: Sequence[str] = ()) 
         canonical_json(
             {
                 "source_tree_digest": source.identity.get("tree_digest"),
-                "series_digest": digest_of(selected_patches(lock, experimental)),
+                "series_digest": digest_of(
+                    on_track(lock, selected_patches(lock, experimental), source_track(lock, source))
+                ),
                 "cmake_args": cmake_args(lock, source),
                 "targets": list(LOCAL_TOOLS),
             }

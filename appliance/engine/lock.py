@@ -41,6 +41,21 @@ class StandIn(Record):
     tree: str
 
 
+CANONICAL_TRACK = "canonical"  # the pin and the stand-ins that bracket it
+CURRENT_TRACK_RELATION = "current-track"
+
+
+@dataclass(frozen=True)
+class Track:
+    """A newer llama.cpp than the pin: one stand-in, the same series, and a variant file for each
+    patch whose upstream context differs there (patch file name -> the variant's sha256)."""
+
+    name: str
+    release: str
+    stand_in: str
+    variants: dict[str, str]
+
+
 @dataclass(frozen=True)
 class PatchEntry(Record):
     file: str
@@ -122,6 +137,7 @@ class Lock:
     cuda_toolkits: dict[str, CudaToolkit] = field(default_factory=dict)
     published_images: dict[str, Any] = field(default_factory=dict)
     release_keys: dict[str, Any] = field(default_factory=dict)
+    tracks: dict[str, Track] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -153,6 +169,25 @@ class Lock:
         if target.cuda is None:
             raise ConfigError(f"target {name} is not a CUDA target: --cuda applies to GPU targets only")
         return _gpu_target(name, self.raw["targets"][name], self.cuda_toolkit(cuda_version))
+
+    @property
+    def bracket_stand_ins(self) -> dict[str, StandIn]:
+        """The stand-ins on either side of the canonical pin (not a newer track's source)."""
+        return {n: s for n, s in self.stand_ins.items() if s.relation != CURRENT_TRACK_RELATION}
+
+    def track_of_source(self, name: str | None) -> str:
+        """The track a source belongs to: a track's stand-in names that track, anything else is
+        the canonical track's."""
+        return next((t.name for t in self.tracks.values() if t.stand_in == name), CANONICAL_TRACK)
+
+    def track(self, name: str) -> Track | None:
+        """A named track (None for the canonical one); an unknown name is refused."""
+        if name == CANONICAL_TRACK:
+            return None
+        if name not in self.tracks:
+            known = ", ".join([CANONICAL_TRACK, *sorted(self.tracks)])
+            raise ConfigError(f"unknown track {name!r}: the lock names {known}")
+        return self.tracks[name]
 
     def stand_in(self, name: str) -> StandIn:
         if name not in self.stand_ins:
@@ -254,7 +289,22 @@ def parse_lock(raw: Any, path: Path) -> Lock:
         cuda_toolkits=toolkits,
         published_images=raw.get("published_images") or {},
         release_keys=raw.get("release_keys") or {},
+        tracks=_tracks(raw, path),
     )
+
+
+def _tracks(raw: dict[str, Any], path: Path) -> dict[str, Track]:
+    tracks = {}
+    for name, item in (raw.get("tracks") or {}).items():
+        stand_in = raw["stand_ins"].get(item["stand_in"])
+        if name == CANONICAL_TRACK or stand_in is None or stand_in["relation"] != CURRENT_TRACK_RELATION:
+            raise ConfigError(
+                f"{path}: /tracks/{name}: a track is named other than {CANONICAL_TRACK!r} and built "
+                f"from a stand-in of relation {CURRENT_TRACK_RELATION} ({item['stand_in']!r} is not one)"
+            )
+        variants = {v["file"]: v["sha256"] for v in item["variants"]}
+        tracks[name] = Track(name, item["release"], item["stand_in"], variants)
+    return tracks
 
 
 def load_lock(path: Path | None = None) -> Lock:

@@ -151,6 +151,38 @@ def selected_patches(lock: Lock, experimental: Sequence[str] = ()) -> list[Patch
     return chosen
 
 
+def on_track(lock: Lock, patches: Sequence[Patch], track_name: str) -> list[Patch]:
+    """`patches` as applied on a track: each one the track has a variant of replaced by the file
+    of the same name under patches/llama.cpp/tracks/TRACK/, refused unless its sha256 matches the
+    lock. The canonical track applies the patches as they are."""
+    track = lock.track(track_name)
+    if track is None:
+        return list(patches)
+    chosen = []
+    for patch in patches:
+        pinned = track.variants.get(patch.file)
+        if pinned is None:
+            chosen.append(patch)
+            continue
+        path = patches_dir(lock) / "tracks" / track.name / patch.file
+        if not path.is_file():
+            raise ConfigError(f"the {track.name} track's variant of {patch.file} does not exist at {path}")
+        actual = sha256_file(path)
+        if actual != pinned:
+            raise IntegrityError(
+                f"the {track.name} track's variant of {patch.file} has sha256 {actual}, the lock pins "
+                f"{pinned}: refused (restore the file, or pin the new one in the lock)"
+            )
+        chosen.append(Patch(patch.file, actual, patch.status, path))
+    return chosen
+
+
+def source_track(lock: Lock, source: SourceTree) -> str:
+    """The track a fetched source builds: its stand-in's, or the canonical one."""
+    name = source.identity.get("name") if source.identity.get("kind") == "stand-in" else None
+    return lock.track_of_source(name)
+
+
 def digest_of(patches: Sequence[Patch]) -> str:
     return sha256_bytes(
         canonical_json([{"file": p.file, "sha256": p.sha256, "status": p.status} for p in patches])
@@ -207,7 +239,8 @@ def apply_series(
     The copy is made next to out_dir and renamed when every patch applied, so out_dir never
     holds a half-patched tree. A record of the series sits in `out_dir/.appliance-series.json`.
     """
-    patches = selected_patches(lock, experimental)
+    track = source_track(lock, source)
+    patches = on_track(lock, selected_patches(lock, experimental), track)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ApplianceError(f"{out_dir} exists and is not empty: choose a new directory")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -228,6 +261,7 @@ def apply_series(
             "series_digest": digest,
             "patches": [{"file": p.file, "sha256": p.sha256, "status": p.status} for p in patches],
             "source": source.identity,
+            "track": track,
             "tree_digest": patched_digest,
         }
         (work / SERIES_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

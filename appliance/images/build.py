@@ -18,7 +18,7 @@ from typing import Any
 from appliance.core.digests import sha256_file
 from appliance.core.errors import ApplianceError, ConfigError
 from appliance.core.progress import Progress, ProgressFn
-from appliance.engine.lock import Lock, Target
+from appliance.engine.lock import CANONICAL_TRACK, Lock, Target
 from appliance.engine.patches import apply_series, series_digest
 from appliance.engine.source import SourceTree, fetch_source
 from appliance.host.docker import docker_client
@@ -108,6 +108,13 @@ def build_image(
     `cuda_version` builds a GPU target on another CUDA toolkit of the lock (None: its own).
     `on_line` gets every build log line; `progress` the fetch, base and compile steps."""
     target = lock.target_on(target_name, cuda_version)
+    track = lock.track_of_source(source_spec)
+    if track != CANONICAL_TRACK:
+        raise ConfigError(
+            f"source {source_spec} is the {track} track's: its images (labels, tags and bundles that "
+            f"name the track) are not built yet; build it on the host with `appliance engine build "
+            f"--local --source {source_spec}`, or build an image from the canonical track"
+        )
     client = docker_client()
     source = fetch_source(lock, source_spec, fetch_progress(source_spec, progress))
     notes = list(source.notes)

@@ -108,7 +108,7 @@ def candidate_images(
     canonical = image_tag(lock, target, {"kind": "canonical"}, experimental, series)
     return [(canonical, None)] + [
         (image_tag(lock, target, {"kind": "stand-in", "name": name}, experimental, series), name)
-        for name in sorted(lock.stand_ins, reverse=True)
+        for name in sorted(lock.bracket_stand_ins, reverse=True)
     ]
 
 

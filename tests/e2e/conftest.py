@@ -33,18 +33,24 @@ def engine_bin() -> Path:
         if not (Path(override) / "llama-moe-trace").is_file():
             pytest.fail(f"APPLIANCE_ENGINE_BIN={override} has no llama-moe-trace")
         return Path(override)
+    return locally_built("b10229")
+
+
+def locally_built(stand_in: str, experimental: tuple[str, ...] = ()) -> Path:
+    """bin/ of a stand-in with the series (on its track) and `experimental` patches, built on
+    the host (cached under APPLIANCE_CACHE); a failed build fails the test that needs it."""
     if shutil.which("cmake") is None or shutil.which("ninja") is None:
         unavailable("a local engine build needs cmake and ninja")
     lock = load_lock()
     try:
-        source = fetch_source(lock, "b10229")
+        source = fetch_source(lock, stand_in)
     except ApplianceError as exc:
-        unavailable(f"the b10229 stand-in source is not available: {exc}")
+        unavailable(f"the {stand_in} stand-in source is not available: {exc}")
         raise
     try:
-        bin_dir, _ = build_source(lock, source)
+        bin_dir, _ = build_source(lock, source, experimental)
     except ApplianceError as exc:
-        pytest.fail(f"local engine build failed: {exc}")
+        pytest.fail(f"local engine build of {stand_in} {' '.join(experimental)} failed: {exc}")
     return bin_dir
 
 

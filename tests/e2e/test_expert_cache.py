@@ -16,17 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.core.errors import ApplianceError
-from appliance.engine.local_build import build_source
-from appliance.engine.lock import load_lock
-from appliance.engine.source import fetch_source
 from appliance.trace import kernels
 from appliance.trace.events import trace_events
 from appliance.trace.format import Trace, read_trace, write_trace
 from appliance.trace.replay import pool_hits
 from appliance.trace.synth import TraceSynthSpec, synth_trace
-from tests.conftest import unavailable
-from tests.e2e.conftest import TracerRun, run_tracer
+from tests.e2e.conftest import TracerRun, locally_built, run_tracer
 from tests.e2e.test_demand_mmap import evict
 from tests.models import tiny_model
 
@@ -51,17 +46,7 @@ def cache_bin() -> Path:
                 f"APPLIANCE_ENGINE_BIN={override} has no llama-moe-trace with --expert-cache ({CACHE_PATCH})"
             )
         return Path(override)
-    lock = load_lock()
-    try:
-        source = fetch_source(lock, "b10229")
-    except ApplianceError as exc:
-        unavailable(f"the b10229 stand-in source is not available: {exc}")
-        raise
-    try:
-        bin_dir, _ = build_source(lock, source, [CACHE_PATCH])
-    except ApplianceError as exc:
-        pytest.fail(f"local engine build with {CACHE_PATCH} failed: {exc}")
-    return bin_dir
+    return locally_built("b10229", (CACHE_PATCH,))
 
 
 def replay_in_tool(

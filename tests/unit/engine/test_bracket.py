@@ -37,8 +37,20 @@ def test_bracket_check_passes_and_reports_every_touched_file(stand_ins: dict[str
         assert check["applies"] == {"b10068": True, "b10229": True}
     for rel in ("tools/CMakeLists.txt", "src/llama-mmap.cpp"):  # the check's claim, verified here
         assert (stand_ins["b10068"].path / rel).read_bytes() == (stand_ins["b10229"].path / rel).read_bytes()
+    (track,) = report["tracks"]
+    assert (track["track"], track["stand_in"], track["compared_with"]) == ("current", "b11549", "b10229")
+    assert track["ok"] and track["variants"] == ["0001-llama-moe-trace.patch", "0002-demand-mmap.patch"]
+    assert [c["file"] for c in track["active"]] == ACTIVE
+    moved = {
+        f["path"]
+        for c in track["active"] + track["experimental"]
+        for f in c["files"]
+        if f["state"] == "differs"
+    }
+    assert moved == {"tools/CMakeLists.txt", "src/llama-mmap.cpp"}  # why those two have variants
     table = run_cli("patches", "check", check=True).stdout
     assert "bracket check passed" in table and "src/llama-mmap.cpp" in table
+    assert "track current (b11549): the series applies" in table
 
 
 def _patch_adding_a_line(tree: Path, rel: str, subject: str) -> str:

@@ -134,7 +134,12 @@ def test_patches_check_without_two_stand_ins_fails_before_fetching(
     tmp_path: Path, keep: list[str], found: str
 ) -> None:
     path = lock_with(
-        tmp_path, lambda r: r.update(stand_ins={k: v for k, v in r["stand_ins"].items() if k in keep})
+        tmp_path,
+        lambda r: r.update(
+            stand_ins={
+                k: v for k, v in r["stand_ins"].items() if k in keep or v["relation"] == "current-track"
+            }
+        ),
     )
     cache = tmp_path / "cache"
     problem = refused(path, "patches", "check", env={"APPLIANCE_CACHE": str(cache)})
