@@ -254,6 +254,21 @@ def _limits(raw: dict[str, Any], path: Path) -> MemoryLimits:
     return limits
 
 
+# options of a newer llama.cpp than the canonical pin: refused while profiles run only images of
+# the canonical track (an image of the current track is refused at build, appliance/images/build.py)
+CURRENT_TRACK_OPTIONS = {
+    "--moe-cache-mib": "upstream's MoE expert cache exists only on the current track (llama.cpp "
+    "b11549, the lock's tracks.current), whose engine images are not built yet",
+}
+
+
+def _check_track_args(args: tuple[str, ...], pointer: str) -> None:
+    for arg in args:
+        name = arg.partition("=")[0]
+        if name in CURRENT_TRACK_OPTIONS:
+            raise ConfigError(f"{pointer}: {name}: {CURRENT_TRACK_OPTIONS[name]}: remove it from the profile")
+
+
 def _variants(items: list[dict[str, Any]], path: Path) -> tuple[Variant, ...]:
     variants: dict[str, Variant] = {}
     for index, item in enumerate(items):
@@ -330,8 +345,10 @@ def parse_profile(raw: Any, path: Path, text: str) -> Profile:
     model = raw["model"]
     _check_like_synth(model.get("synth"), path)
     check_placement_args(tuple(raw["engine"].get("args", [])), f"{path}: /engine/args")
+    _check_track_args(tuple(raw["engine"].get("args", [])), f"{path}: /engine/args")
     for index, item in enumerate(raw["variants"]):
         check_placement_args(tuple(item.get("args", [])), f"{path}: /variants/{index}/args")
+        _check_track_args(tuple(item.get("args", [])), f"{path}: /variants/{index}/args")
     limits = _limits(raw["limits"], path)
     return Profile(
         name=raw["name"],

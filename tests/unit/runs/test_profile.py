@@ -516,3 +516,20 @@ def test_select_variants_refuses_an_unknown_name_and_a_future_left_out() -> None
         ConfigError, match="expert-belady replays demand-mmap's route trace as its future: add demand-mmap"
     ):
         select_variants(profile, ("expert-belady",))
+
+
+@pytest.mark.parametrize("spelling", [["--moe-cache-mib", "64"], ["--moe-cache-mib=64"]])
+def test_upstreams_moe_cache_is_refused_on_the_canonical_tracks_images(
+    tmp_path: Path, spelling: list[str]
+) -> None:
+    raw = yaml.safe_load((PROFILES_DIR / "tiny-stand-in.yaml").read_text())
+    raw["variants"].append({"name": "upstream-moe-cache", "args": ["--n-cpu-moe", "2", *spelling]})
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    index = len(raw["variants"]) - 1
+    with pytest.raises(
+        ConfigError,
+        match=f"^{re.escape(str(path))}: /variants/{index}/args: --moe-cache-mib: upstream's MoE expert "
+        "cache exists only on the current track .*remove it from the profile$",
+    ):
+        load_profile(str(path))
