@@ -6,7 +6,10 @@ refuses an image that does not carry that digest. What is recorded in the lock a
 before and after a pull is appliance/release/published.py's.
 """
 
+import io
+import json
 import re
+import tarfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +104,38 @@ def _push(client: Any, repo: str, tag: str, registry: str) -> str:
     if not digest:
         raise ApplianceError(f"push to {registry} reported no manifest digest")
     return str(digest)
+
+
+RECORD_FILE = "record.dsse.json"
+RECORD_TAG_SUFFIX = ".record"  # the record's tag beside its image: sha256-<hex>.record
+
+
+def record_tag(digest: str) -> str:
+    """The tag under which a published image's signed record is kept beside it (the cosign-style
+    sha256-<hex> prefix, which any registry accepts)."""
+    return digest.replace(":", "-") + RECORD_TAG_SUFFIX
+
+
+def push_record(client: Any, reference: str, envelope: dict[str, Any], registry: str) -> str:
+    """Push `envelope` as a one-file image (FROM scratch) tagged record_tag(digest) in the
+    image's repository, so the registry serves the record beside the image; its reference."""
+    repo, _, digest = reference.partition("@")
+    tag = record_tag(digest)
+    payload = json.dumps(envelope, sort_keys=True, indent=2).encode()
+    dockerfile = f"FROM scratch\nCOPY {RECORD_FILE} /\nLABEL {L.OWN}.record-for={digest}\n".encode()
+    context = io.BytesIO()
+    with tarfile.TarFile(fileobj=context, mode="w") as tar:  # in memory: the build context
+        for name, data in (("Dockerfile", dockerfile), (RECORD_FILE, payload)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 0
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    image, _ = client.images.build(fileobj=context, custom_context=True, tag=f"{repo}:{tag}", rm=True)
+    try:
+        pushed = _push(client, repo, tag, registry)
+    finally:
+        client.images.remove(image.id, force=True)  # the record lives in the registry and the lock
+    return f"{repo}@{pushed}"
 
 
 def published_reference(lock: Lock, target: str) -> str:

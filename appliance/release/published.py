@@ -5,6 +5,8 @@ A release pushes a target's image by digest and writes, under the lock's
 `published_images.TARGET`, the reference and a record: a DSSE envelope of an in-toto statement
 whose subject is the image's manifest digest and whose predicate holds the image ID, its labels,
 the lock digest and the bytes a pull transfers, signed by a key the lock pins in `release_keys`.
+The registry keeps the same record beside the image (a one-file image tagged
+`sha256-<hex>.record`, `record_reference`), so it travels with what was published.
 
 `pull_published` refuses, each in one line and before pulling, a record that is missing,
 unsigned, signed by a key the lock does not pin, altered after signing, made for another
@@ -39,6 +41,7 @@ from appliance.images.registry import (
     docker_pull,
     published_reference,
     push_image,
+    push_record,
     tag_as_local,
 )
 from appliance.images.registry_api import REGISTRY_TIMEOUT_S, RemoteManifest, remote_manifest
@@ -120,6 +123,7 @@ def publish_image(
     record = ImageRecord(
         target, pushed.reference, pushed.image_id, labels, lock.digest, remote.transfer_bytes
     )
+    envelope = envelope_for(record.statement(), signer)
     entry = {
         "reference": pushed.reference,
         "tag": pushed.tag,
@@ -127,7 +131,8 @@ def publish_image(
         "source": labels.get(L.SOURCE_NAME, ""),
         "image_id": pushed.image_id,
         "transfer_bytes": remote.transfer_bytes,
-        "record": envelope_for(record.statement(), signer),
+        "record": envelope,
+        "record_reference": push_record(docker_client(), pushed.reference, envelope, registry),
     }
     raw = dict(lock.raw)
     raw["published_images"] = {**(raw.get("published_images") or {}), target: entry}

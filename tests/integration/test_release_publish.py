@@ -4,11 +4,14 @@ signed record checked against the pinned release key), the dry run, `make demo`'
 choice, and each refusal before a download: one line, nothing tagged, the lock untouched."""
 
 import base64
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import tarfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,6 +91,29 @@ def test_the_script_records_the_digest_and_a_signed_record(published: dict[str, 
     assert statement["subject"][0]["digest"]["sha256"] == out["digest"].removeprefix("sha256:")
     assert statement["predicate"]["lock_digest"] == load_lock().digest
     assert len(envelope["signatures"]) == 1
+
+
+def test_the_registry_keeps_the_same_signed_record_beside_the_image(
+    published: dict[str, Any], registry: str
+) -> None:
+    entry = json.loads(published["lock_bytes"])["published_images"]["cpu"]
+    tag = "sha256-" + published["out"]["digest"].removeprefix("sha256:") + ".record"
+    accept = {"Accept": "application/vnd.docker.distribution.manifest.v2+json"}
+    base = f"http://{registry}/v2/{L.IMAGE_REPOSITORY}"
+    request = urllib.request.Request(f"{base}/manifests/{tag}", headers=accept)
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        manifest = json.loads(answer.read())
+        assert (
+            entry["record_reference"]
+            == f"{registry}/{L.IMAGE_REPOSITORY}@{answer.headers['Docker-Content-Digest']}"
+        )
+    (layer,) = manifest["layers"]
+    with urllib.request.urlopen(f"{base}/blobs/{layer['digest']}", timeout=30) as answer:
+        blob = answer.read()
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        member = tar.extractfile("record.dsse.json")
+        assert member is not None
+        assert json.loads(member.read()) == entry["record"]
 
 
 def test_the_default_pull_takes_the_published_digest_after_checking_its_record(
