@@ -90,6 +90,7 @@ class TimingRecord(Record):
     prefetch_experts: bool | None = None  # patch 0003
     prefetch_bytes: int | None = None
     prefetch_calls: int | None = None
+    prefill_readers: dict[str, Any] | None = None  # patch 0006: the prompt's readers, budget and bytes
     expert_cache: dict[str, Any] | None = None  # patch 0004: the cache's policy and counters
     trace_rows: int | None = None
     trace_steps: int | None = None

@@ -43,7 +43,7 @@ def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, Sou
         check=True,
     )
     exported = run_cli("patches", "export", "--lock", str(lock_path), str(dev), check=True).stdout
-    assert exported.count("unchanged ") == 5 and "updated" not in exported
+    assert exported.count("unchanged ") == 6 and "updated" not in exported
     assert lock_path.read_bytes() == lock_before
 
     # edit the experimental patch's commit, export: only that file and its pin change
@@ -60,7 +60,7 @@ def test_dev_tree_and_export_round_trip(tmp_path: Path, stand_ins: dict[str, Sou
     )
     exported = run_cli("patches", "export", "--lock", str(lock_path), str(dev), check=True).stdout
     assert f"updated experimental/{EXTRA}" in exported
-    assert exported.count("unchanged active/") == 4
+    assert exported.count("unchanged active/") == 5
     lock = load_lock(lock_path)
     patch = lock_path.parent.parent / "patches" / "llama.cpp" / "experimental" / EXTRA
     assert {e.file: e.sha256 for e in lock.patches["experimental"]}[EXTRA] == sha256_file(patch)

@@ -21,6 +21,7 @@ ACTIVE = [
     "0002-demand-mmap.patch",
     "0003-route-aware-prefetch.patch",
     "0005-forced-routes.patch",
+    "0006-prefill-readers.patch",
 ]
 EXPERIMENTAL = ["0004-expert-cache.patch"]
 EXTRA = "0009-extra-notes.patch"  # experimental patch added to a checkout copy (exact format-patch output)

@@ -1,0 +1,189 @@
+"""llama-moe-trace --prefill-readers (patch 0006): each prompt layer's chosen experts read whole by
+reader threads, with the same texts and traces as demand paging, every chosen expert read once
+while it is held, and bad input refused in one line."""
+
+import re
+from pathlib import Path
+
+import docker
+import gguf
+import numpy as np
+import pytest
+
+from appliance.trace.format import KIND_PROMPT, read_trace
+from tests.e2e.conftest import run_tracer
+from tests.e2e.test_demand_mmap import evict
+from tests.models import tiny_model
+
+PROMPT = "The cat sat on the mat. The dog sat on the log. A bird sang in the tree by the pond."
+UBATCH = "16"  # several prompt steps: a later step finds experts an earlier one read
+DEMAND = {"LLAMA_MMAP_DEMAND": "1"}
+ARGS = ("-n", "8", "--ignore-eos", "--no-repack", "-ub", UBATCH, "--prefetch-experts")
+READ_FAULT = "MOE_TRACE_READ_FAULT"
+
+pytestmark = pytest.mark.engine
+
+
+def expert_bytes_per_layer(model: Path) -> dict[int, int]:
+    """Bytes of one expert's slices of a layer's expert tensors, from the GGUF header."""
+    reader = gguf.GGUFReader(model)
+    n_experts = int(reader.fields["qwen3moe.expert_count"].parts[-1][0])
+    per_layer: dict[int, int] = {}
+    for tensor in reader.tensors:
+        match = re.fullmatch(r"blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight", tensor.name)
+        if match:
+            layer = int(match.group(1))
+            per_layer[layer] = per_layer.get(layer, 0) + int(tensor.n_bytes) // n_experts
+    return per_layer
+
+
+def prompt_union_bytes(trace_path: Path, model: Path) -> int:
+    """Bytes of the distinct experts the prompt's tokens chose, layer by layer."""
+    trace = read_trace(trace_path)
+    rows = trace.rows[trace.rows["kind"] == KIND_PROMPT]
+    per_expert = expert_bytes_per_layer(model)
+    return sum(
+        len(np.unique(rows[rows["layer"] == layer]["ids"])) * per_expert[layer] for layer in per_expert
+    )
+
+
+def test_readers_change_no_result_and_read_each_chosen_expert_once(engine_bin: Path, tmp_path: Path) -> None:
+    model = tiny_model("qwen3moe")
+    evict(model)
+    demand = run_tracer(engine_bin, model, tmp_path / "demand", *ARGS, prompt=PROMPT, env=DEMAND)
+    evict(model)
+    readers = run_tracer(
+        engine_bin, model, tmp_path / "readers", *ARGS, "--prefill-readers", "4", prompt=PROMPT, env=DEMAND
+    )
+    assert readers.trace.read_bytes() == demand.trace.read_bytes()
+    assert readers.text == demand.text and readers.text
+    assert demand.timings["prefill_readers"] is None
+    record = readers.timings["prefill_readers"]
+    assert record["readers"] == 4 and record["layers_mapped"] == 4
+    n_prompt_steps = -(-readers.timings["n_prompt_tokens"] // int(UBATCH))
+    assert n_prompt_steps >= 3 and record["layers_read"] == 4 * n_prompt_steps
+    # what was queued is read or cancelled (a layer's kernels outran its readers), never both
+    assert record["read_bytes"] + record["cancelled_bytes"] == record["queued_bytes"]
+    assert record["preads"] >= record["read_bytes"] // (256 << 10)
+    union = prompt_union_bytes(readers.trace, model)
+    if record["budget_source"] == "none":  # no memory limit here: nothing is dropped
+        assert record["budget_bytes"] == -1 and record["dropped_bytes"] == 0
+    if record["dropped_bytes"] == 0:  # an expert still held is never queued again
+        assert record["queued_bytes"] == union, (record, union)
+    # short reads are finished by further calls: the same routes and text
+    evict(model)
+    short = run_tracer(
+        engine_bin,
+        model,
+        tmp_path / "short",
+        *ARGS,
+        "--prefill-readers",
+        "4",
+        prompt=PROMPT,
+        env={**DEMAND, READ_FAULT: "short"},
+    )
+    assert short.trace.read_bytes() == demand.trace.read_bytes() and short.text == demand.text
+
+
+def test_a_tight_budget_drops_experts_and_changes_no_result(engine_bin: Path, tmp_path: Path) -> None:
+    model = tiny_model("qwen3moe")
+    per_expert = max(expert_bytes_per_layer(model).values())
+    demand = run_tracer(engine_bin, model, tmp_path / "demand", *ARGS, prompt=PROMPT, env=DEMAND)
+    tight = run_tracer(
+        engine_bin,
+        model,
+        tmp_path / "tight",
+        *ARGS,
+        "--prefill-readers",
+        "2",
+        "--prefill-budget",
+        str(4 * per_expert),
+        prompt=PROMPT,
+        env=DEMAND,
+    )
+    assert tight.trace.read_bytes() == demand.trace.read_bytes() and tight.text == demand.text
+    record = tight.timings["prefill_readers"]
+    assert record["budget_source"] == "given" and record["budget_bytes"] == 4 * per_expert
+    assert record["dropped_bytes"] > 0
+    # dropped experts a later step chose again were queued again
+    assert record["queued_bytes"] > prompt_union_bytes(tight.trace, model)
+
+
+def refused(engine_bin: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    run = run_tracer(
+        engine_bin,
+        tiny_model("qwen3moe"),
+        tmp_path / "bad",
+        *args,
+        prompt=PROMPT,
+        env={**DEMAND, **(env or {})},
+        check=False,
+    )
+    lines = run.result.stderr.decode().strip().splitlines()
+    assert run.result.returncode == 1 and lines, run.result.stderr
+    assert not (tmp_path / "bad" / "timings.json").exists()
+    assert not (tmp_path / "bad" / "trace.moetrace").exists()
+    return lines[-1]
+
+
+def test_bad_prefill_input_is_refused_in_one_line(engine_bin: Path, tmp_path: Path) -> None:
+    assert refused(engine_bin, tmp_path, "--prefill-readers", "65").endswith(
+        "--prefill-readers must be 1..64 (got 65)"
+    )
+    assert refused(engine_bin, tmp_path, "--prefill-budget", "1GiB").endswith(
+        "--prefill-budget needs --prefill-readers N: it bounds what the readers hold"
+    )
+    assert refused(engine_bin, tmp_path, "--prefill-readers", "2", "--prefill-budget", "lots").endswith(
+        "option --prefill-budget expects a size in bytes (e.g. 4GiB), got 'lots'"
+    )
+    # a read that fails stops the run at once: one line with the error and the offset, no record
+    line = refused(engine_bin, tmp_path, *ARGS, "--prefill-readers", "2", env={READ_FAULT: "fail-after:3"})
+    assert re.search(
+        r"a prefill read of the model failed \(Input/output error at byte \d+ of the model\); "
+        r"the run stops here$",
+        line,
+    ), line
+
+
+@pytest.mark.docker
+def test_a_budget_above_what_the_memory_limit_allows_is_refused(
+    engine_image_cpu: str, docker_client: docker.DockerClient
+) -> None:
+    model = tiny_model("qwen3moe")
+    container = docker_client.containers.run(
+        engine_image_cpu,
+        [
+            "llama-moe-trace",
+            "-m",
+            f"/models/{model.name}",
+            "-p",
+            PROMPT,
+            "--no-trace",
+            "-n",
+            "2",
+            "--no-repack",
+            "--prefill-readers",
+            "2",
+            "--prefill-budget",
+            "1GiB",
+        ],
+        volumes={str(model): {"bind": f"/models/{model.name}", "mode": "ro"}},
+        environment=DEMAND,
+        network_mode="none",
+        mem_limit="256m",
+        memswap_limit="256m",
+        detach=True,
+    )
+    try:
+        status = container.wait(timeout=300)
+        lines = container.logs(stdout=False, stderr=True).decode().strip().splitlines()
+    finally:
+        container.remove(force=True)
+    assert status["StatusCode"] == 1, lines
+    assert re.fullmatch(
+        r"llama-moe-trace: error: --prefill-budget 1073741824 is more than the memory limit allows: "
+        r"\d+ bytes \(limit 268435456 - resident anonymous \d+ - non-expert tensors \d+ "
+        r"- a tenth of the limit\); "
+        r"give at most that, or leave it out",
+        lines[-1],
+    ), lines
