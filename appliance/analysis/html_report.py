@@ -33,12 +33,15 @@ from appliance.analysis.sweep_report import (
     CACHE_COLUMNS,
     CACHE_WAIT_COLUMNS,
     CACHE_WAIT_TITLE,
+    PREFILL_COLUMNS,
     READS_COLUMNS,
     SPEED_COLUMNS,
     cache_rows,
     cache_title,
     cache_trial_summary,
     cache_wait_rows,
+    prefill_rows,
+    prefill_title,
     reads_title,
     speed_title,
     sweep_notes,
@@ -249,6 +252,7 @@ def _results(results: dict[str, Any]) -> str:
             ]
             parts.append(_table(READS_COLUMNS, reads, reads_title(), attrs, "sweep-reads"))
             parts.append(_table(SPEED_COLUMNS, speed, speed_title(sweep), attrs, "sweep-speed"))
+            parts.append(_table(PREFILL_COLUMNS, prefill_rows(sweep), prefill_title(), attrs, "sweep-prompt"))
             cache = sweep.get("expert_cache")
             if cache:
                 cache_attrs = [

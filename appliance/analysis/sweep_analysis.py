@@ -19,6 +19,7 @@ import numpy as np
 
 from appliance.analysis.capacity import ModelExperts, anon_bytes, budget_for, model_experts
 from appliance.analysis.contamination import comparable, flag_sweep_row
+from appliance.analysis.prefill import prefill_row
 from appliance.analysis.stats import model_read_bytes
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
@@ -224,7 +225,8 @@ def trial_row(
     lru = predicted["policies"]["lru"]["decode_read_bytes"]
     belady = predicted["policies"]["belady"]["decode_read_bytes"]
     bandwidth = measured / decode_s if measured is not None and decode_s else None
-    depth = probe_depth(engine_command(trial))
+    command = engine_command(trial)
+    depth = probe_depth(command)
     row |= {
         "budget_bytes": budget,
         "capacity_experts": budget // experts.one_expert,
@@ -242,6 +244,9 @@ def trial_row(
         "decode_read_bytes_per_s": bandwidth,
         "disk_probe_depth": depth,
         "disk_fraction": _ratio(bandwidth, probe_bps.get(depth)),
+        "prefill": prefill_row(
+            timing, phases["prefill"] if phases is not None else None, trace, experts, probe_bps, command
+        ),
     }
     flag_sweep_row(row)
     return row
@@ -335,6 +340,14 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "roofline_page_error": _median(
                         [(r.get("roofline_page") or {}).get("error") for r in mine]
                     ),
+                    "prefill": {
+                        key: _median([r["prefill"][key] for r in mine])
+                        for key in ("tps", "read_bytes", "bound_bytes", "read_over_bound", "read_bytes_per_s")
+                    }
+                    | {
+                        "disk_probe_depth": _one({r["prefill"]["disk_probe_depth"] for r in mine}),
+                        "disk_fraction": _median([r["prefill"]["disk_fraction"] for r in mine]),
+                    },
                 }
             )
     return out

@@ -19,6 +19,7 @@ def _num(value: float | None, fmt: str) -> str:
 
 READS_COLUMNS = ("limit", "variant", "n", "capacity", "MiB/token", "meas/LRU", "meas/Belady")
 SPEED_COLUMNS = ("limit", "variant", "tok/s", "disk@QD", "roofline (err)", "roofline@page (err)")
+PREFILL_COLUMNS = ("limit", "variant", "tok/s", "read MiB", "bound MiB", "read/bound", "MiB/s", "disk@QD")
 
 
 def reads_title() -> str:
@@ -35,10 +36,42 @@ def speed_title(sweep: dict[str, Any]) -> str:
     )
 
 
+def prefill_title() -> str:
+    return (
+        "sweep prompt: medians; bound = the distinct experts the prompt chose + non-expert tensors; "
+        "MiB/s while reading; disk@QD = that over the probe's at the depth the prompt read at"
+    )
+
+
+def prefill_rows(sweep: dict[str, Any]) -> list[list[str]]:
+    """The cells of the prompt table (PREFILL_COLUMNS), one row per limit and variant."""
+    out = []
+    for row in sweep.get("summary") or []:
+        prefill = row.get("prefill") or {}
+        read, bound, bps = (
+            prefill.get("read_bytes"),
+            prefill.get("bound_bytes"),
+            prefill.get("read_bytes_per_s"),
+        )
+        out.append(
+            [
+                limit_label(row["memory_limit"]),
+                row["variant"],
+                _num(prefill.get("tps"), ".2f"),
+                _num(read and read / MIB, ".1f"),
+                _num(bound and bound / MIB, ".1f"),
+                _num(prefill.get("read_over_bound"), ".2f"),
+                _num(bps and bps / MIB, ".1f"),
+                _fraction_at(prefill) if prefill else "-",
+            ]
+        )
+    return out
+
+
 def _fraction_at(row: dict[str, Any]) -> str:
     """`0.123@QD8`: the disk fraction and the probe depth it is over."""
     depth = row.get("disk_probe_depth")
-    return _num(row["disk_fraction"], ".3f") + ("" if depth is None else f"@QD{depth}")
+    return _num(row.get("disk_fraction"), ".3f") + ("" if depth is None else f"@QD{depth}")
 
 
 def sweep_rows(sweep: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
@@ -84,14 +117,15 @@ def _rich_table(title: str, columns: tuple[str, ...], rows: list[list[str]]) -> 
 
 
 def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
-    """Two tables that each fit 100 columns, one row per limit and variant: what was read
-    against the predictions, and how fast decoding went against the disk and the roofline; a
-    third for the expert cache's trials when the sweep ran any. Everything else is in
-    results.json's `sweep`."""
+    """Three tables that each fit 100 columns, one row per limit and variant: what was read
+    against the predictions, how fast decoding went against the disk and the roofline, and the
+    prompt against its own bound; two more for the expert cache's trials when the sweep ran any.
+    Everything else is in results.json's `sweep`."""
     reads, speed = sweep_rows(sweep)
     tables = [
         _rich_table(reads_title(), READS_COLUMNS, reads),
         _rich_table(speed_title(sweep), SPEED_COLUMNS, speed),
+        _rich_table(prefill_title(), PREFILL_COLUMNS, prefill_rows(sweep)),
     ]
     cache = sweep.get("expert_cache")
     if cache:

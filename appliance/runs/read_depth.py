@@ -8,6 +8,8 @@ is compared with (`disk_fraction`, docs/sweeps.md). The one home of that mapping
   are used: the kernel reads them asynchronously, many at once.
 - `--expert-cache` (patch 0004) reads missing experts whole from a pool of `--expert-io-depth`
   reader threads (8 when not given).
+- `--prefill-readers N` (patch 0006) reads the prompt's chosen experts whole with N reader
+  threads; it changes how the prompt reads (`prefill_read_depth`), not how decoding does.
 
 The probe (`llama-moe-trace --probe-disk`) reads expert-size blocks at queue depth 1 and 8: a
 variant that reads at depth 1 is compared with the first, any that reads deeper with the second,
@@ -23,6 +25,7 @@ PREFETCH_FLAG = "--prefetch-experts"  # patch 0003
 EXPERT_CACHE_FLAG = "--expert-cache"  # patch 0004
 EXPERT_IO_DEPTH_FLAG = "--expert-io-depth"  # patch 0004's reader threads
 DEFAULT_EXPERT_IO_DEPTH = 8  # patch 0004 without --expert-io-depth
+PREFILL_READERS_FLAG = "--prefill-readers"  # patch 0006's reader threads for the prompt
 
 
 def read_depth(args: Sequence[str]) -> int:
@@ -45,4 +48,21 @@ def read_depth(args: Sequence[str]) -> int:
 def probe_depth(args: Sequence[str]) -> int:
     """The probe depth (one of PROBE_DEPTHS) that an engine given `args` is compared with: 1 for
     reads at depth 1, else the deeper one."""
-    return FAULT_DEPTH if read_depth(args) <= FAULT_DEPTH else DEEP_PROBE_DEPTH
+    return depth_probed(read_depth(args))
+
+
+def prefill_read_depth(args: Sequence[str]) -> int:
+    """The queue depth at which an engine given `args` reads the prompt's experts: its prefill
+    readers when it has them (patch 0006), else the depth it decodes at."""
+    argv = list(args)
+    if PREFILL_READERS_FLAG in argv:
+        at = argv.index(PREFILL_READERS_FLAG) + 1
+        value = argv[at] if at < len(argv) else ""
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return read_depth(argv)
+
+
+def depth_probed(depth: int) -> int:
+    """The probe depth (one of PROBE_DEPTHS) that reads at `depth` are compared with."""
+    return FAULT_DEPTH if depth <= FAULT_DEPTH else DEEP_PROBE_DEPTH

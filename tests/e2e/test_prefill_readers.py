@@ -10,6 +10,7 @@ import gguf
 import numpy as np
 import pytest
 
+from appliance.runs.profile import load_profile
 from appliance.trace.format import KIND_PROMPT, read_trace
 from tests.e2e.conftest import run_tracer
 from tests.e2e.test_demand_mmap import evict
@@ -83,6 +84,36 @@ def test_readers_change_no_result_and_read_each_chosen_expert_once(engine_bin: P
         env={**DEMAND, READ_FAULT: "short"},
     )
     assert short.trace.read_bytes() == demand.trace.read_bytes() and short.text == demand.text
+
+
+def test_a_layer_that_chose_nearly_every_expert_has_the_next_read_ahead(
+    engine_bin: Path, tmp_path: Path
+) -> None:
+    """One micro-batch of a 534-token prompt on 16 experts: its tokens choose nearly every expert of
+    each layer, so the next layer's experts are queued whole while the routed layer computes."""
+    model = tiny_model("qwen3moe", experts=16)
+    args = (*ARGS, "-ub", "512")  # the later -ub wins: one prompt step
+    prompt = load_profile("qwen35-shape-8g-prefill").schedule.prompt  # 534 bytes, 534 tokens
+    demand = run_tracer(engine_bin, model, tmp_path / "demand", *args, prompt=prompt, env=DEMAND)
+    evict(model)
+    ahead = run_tracer(
+        engine_bin, model, tmp_path / "ahead", *args, "--prefill-readers", "4", prompt=prompt, env=DEMAND
+    )
+    assert ahead.trace.read_bytes() == demand.trace.read_bytes() and ahead.text == demand.text
+    trace = read_trace(ahead.trace)
+    prompt_rows = trace.rows[trace.rows["kind"] == KIND_PROMPT]
+    chosen = [len(np.unique(prompt_rows[prompt_rows["layer"] == layer]["ids"])) for layer in range(4)]
+    assert all(10 * n >= 9 * 16 for n in chosen[:3]), chosen  # what the read-ahead rule needs
+    record = ahead.timings["prefill_readers"]
+    per_expert = expert_bytes_per_layer(model)
+    union = prompt_union_bytes(ahead.trace, model)
+    assert record["ahead_bytes"] > 0 and record["dropped_bytes"] == 0
+    # layer 0 is read as routed; each later layer whole ahead, the experts it then chose and
+    # that were not read yet queued again: never less than the union, never more than the union
+    # and every expert of layers 1 to 3 once more
+    assert union <= record["queued_bytes"] <= union + sum(16 * per_expert[layer] for layer in (1, 2, 3))
+    assert record["ahead_bytes"] <= sum(16 * per_expert[layer] for layer in (1, 2, 3))
+    assert record["read_bytes"] + record["cancelled_bytes"] == record["queued_bytes"]
 
 
 def test_a_tight_budget_drops_experts_and_changes_no_result(engine_bin: Path, tmp_path: Path) -> None:

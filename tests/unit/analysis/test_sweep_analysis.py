@@ -378,6 +378,10 @@ def test_trial_row_in_full_by_hand() -> None:
     assert "comparable" in row.pop(
         "contamination"
     )  # its own tests: tests/unit/analysis/test_contamination.py
+    prefill = row.pop("prefill")  # its own tests: tests/unit/analysis/test_prefill.py
+    union = 4 * sum(LAYER_BYTES.values())  # the prompt step chose the same 4 experts in each layer
+    assert (prefill["read_bytes"], prefill["union_bytes"]) == (6_000, union)
+    assert prefill["bound_bytes"] == union + HAND.non_expert_bytes and prefill["disk_probe_depth"] == 1
     assert row == {
         "trial": "001-hand",
         "variant": "demand-mmap",
@@ -450,7 +454,20 @@ def _summary_input(limit: int, variant: str, x: float, **extra: Any) -> dict[str
         "disk_probe_depth": 1,
         "disk_fraction": x / 16,
         "predicted": {"policies": {"lru": {"decode_capacity_misses": x, "decode_misses": 4}}},
+        "prefill": _prefill(x),
         **extra,
+    }
+
+
+def _prefill(x: float) -> dict[str, Any]:
+    return {
+        "tps": 100 * x,
+        "read_bytes": 1_000 * x,
+        "bound_bytes": 2_000 * x,
+        "read_over_bound": 0.5,
+        "read_bytes_per_s": 30 * x,
+        "disk_probe_depth": 8,
+        "disk_fraction": x / 32,
     }
 
 
@@ -478,6 +495,7 @@ def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
         "roofline_error": 0.1,
         "roofline_page_predicted_tps": 1.0,
         "roofline_page_error": -0.5,
+        "prefill": _prefill(2.5),  # every figure here is linear in x: the median of 2 and 3
     }
 
     def one(limit: int, variant: str, x: float, roofline: tuple[float, float] | None) -> dict[str, Any]:
@@ -498,6 +516,7 @@ def test_summary_rows_are_medians_per_limit_and_variant_by_hand() -> None:
             "roofline_error": roofline[1] if roofline else None,
             "roofline_page_predicted_tps": None,
             "roofline_page_error": None,
+            "prefill": _prefill(x),
         }
 
     assert summary_rows(rows) == [

@@ -24,6 +24,15 @@ def _row(limit: int, variant: str) -> dict[str, object]:
         "roofline_error": -0.95,
         "roofline_page_predicted_tps": 12.34,
         "roofline_page_error": 0.05,
+        "prefill": {
+            "tps": 1234.567,
+            "read_bytes": 14_400 * MIB,
+            "bound_bytes": 15_000 * MIB,
+            "read_over_bound": 0.96,
+            "read_bytes_per_s": 1_234.5 * MIB,
+            "disk_probe_depth": 8,
+            "disk_fraction": 1.02,
+        },
     }
 
 
@@ -42,6 +51,8 @@ def test_the_sweep_tables_fit_100_columns_without_wrapping() -> None:
     assert max(len(line) for line in lines) <= 100
     # each table: one line per row (nothing wrapped), and every row's limit and variant shown
     for variant in variants:
-        assert sum(1 for line in lines if f" {variant} " in line) == 2 * len(limits)
-    assert sum(1 for line in lines if "99.5MiB" in line) == 2 * len(variants)
+        assert sum(1 for line in lines if f" {variant} " in line) == 3 * len(limits)
+    assert sum(1 for line in lines if "99.5MiB" in line) == 3 * len(variants)
     assert "394.123 / 0.000 / 0.000" in out.getvalue()
+    # the prompt's table: reads and bound in MiB, their ratio, bandwidth, fraction at its depth
+    assert sum(1 for line in lines if "14400.0" in line and "15000.0" in line and "1.020@QD8" in line) == 9

@@ -24,6 +24,7 @@ def test_builtins_are_the_three_profiles_of_the_issue() -> None:
         "qwen3-30b-shape-slice",
         "qwen35-8g",
         "qwen35-shape-8g",
+        "qwen35-shape-8g-prefill",
         "qwen35-shape-8g-verdict",
         "qwen35-shape-slice",
         "tiny-oversub",
@@ -73,10 +74,12 @@ def test_qwen35_shape_8g_sweeps_exactly_8_gib_forced_from_calibrated_routes(tmp_
         "baseline",
         "demand-mmap",
         "demand-prefetch",
+        "demand-prefill",
         "expert-lru",
         "expert-least-stale",
         "expert-belady",
     ]
+    assert p.variant("demand-prefill").args == ("--prefetch-experts", "--prefill-readers", "8")
     assert p.sweep is not None and [m.text for m in p.sweep.memory] == ["8GiB"]
     assert p.experimental == ("0004-expert-cache.patch",)
     assert p.routes is not None and p.routes.synth is not None and p.routes.layers is None
@@ -90,12 +93,32 @@ def test_qwen35_shape_8g_sweeps_exactly_8_gib_forced_from_calibrated_routes(tmp_
     assert len(p.schedule.prompt.encode()) == 45 and p.schedule.n_predict == 64
 
 
+def test_the_prefill_sweep_is_qwen35_shape_8g_with_a_prompt_of_two_micro_batches(tmp_path: Path) -> None:
+    """Issue 53's sweep: the same model and calibrated routing, made for a 534-token prompt (two
+    micro-batches of 512, one token per byte), demand prefetch beside the prefill readers at
+    exactly 8 GiB and the baseline as the warm reference; no experimental patch."""
+    full, prefill = load_profile("qwen35-shape-8g"), load_profile("qwen35-shape-8g-prefill")
+    assert prefill.model == full.model and prefill.limits == full.limits
+    assert prefill.engine_args == full.engine_args and prefill.experimental == ()
+    assert [v.name for v in prefill.variants] == ["baseline", "demand-prefetch", "demand-prefill"]
+    for variant in prefill.variants:
+        assert variant == dataclasses.replace(full.variant(variant.name), routes=prefill.routes.file)
+    assert prefill.sweep is not None and [m.text for m in prefill.sweep.memory] == ["8GiB"]
+    assert len(prefill.schedule.prompt.encode()) == 534 and "  " not in prefill.schedule.prompt
+    made = make_routes(prefill.routes, tmp_path)
+    assert made is not None and sha256_file(made) == prefill.routes.sha256
+    head = struct.unpack_from("<8s7I", made.read_bytes())
+    assert head[1:] == (1, 40, 256, 8, 40, 534, 32) and prefill.schedule.n_predict == 32
+
+
 def test_the_verdict_sweep_is_qwen35_shape_8g_without_its_baseline() -> None:
     """Finding qwen35-shape-8g-expert-cache-cpu ran it: the same model, routes, limits, engine,
-    schedule and variants, less the baseline (which measures the VM's read-ahead). Its limits
-    leave the read-ahead as found, as the finding ran; the full profile sets 128 KiB."""
+    schedule and variants, less the baseline (which measures the VM's read-ahead) and the prefill
+    readers (patch 0006, newer than the finding). Its limits leave the read-ahead as found, as the
+    finding ran; the full profile sets 128 KiB."""
     full, verdict = load_profile("qwen35-shape-8g"), load_profile("qwen35-shape-8g-verdict")
-    assert [v for v in full.variants if v.name != "baseline"] == list(verdict.variants)
+    later = ("baseline", "demand-prefill")
+    assert [v for v in full.variants if v.name not in later] == list(verdict.variants)
     shared = ["model", "routes", "schedule", "sweep", "experimental", "engine_args", "gpu"]
     for field in [*shared, "target"]:
         assert getattr(verdict, field) == getattr(full, field), field
@@ -129,6 +152,7 @@ def test_qwen3_30b_shape_is_the_gate_driven_by_the_public_trace(
             "baseline",
             "demand-mmap",
             "demand-prefetch",
+            "demand-prefill",
             "expert-lru",
             "expert-least-stale",
             "expert-belady",
@@ -295,7 +319,7 @@ def test_cli_refuses_an_unknown_key_with_exit_2_and_one_line(tmp_path: Path) -> 
 
 
 def test_unknown_profile_name_lists_the_builtins(tmp_path: Path) -> None:
-    known = "qwen35-8g, qwen35-shape-8g, qwen35-shape-8g-verdict, qwen35-shape-slice, tiny-oversub"
+    known = "qwen35-8g, qwen35-shape-8g, qwen35-shape-8g-prefill, qwen35-shape-8g-verdict, qwen35-shape-slice"
     with pytest.raises(ConfigError, match=known):
         load_profile("no-such-profile")
 

@@ -3,7 +3,15 @@
 import pytest
 
 from appliance.runs.profile import load_profile
-from appliance.runs.read_depth import DEEP_PROBE_DEPTH, FAULT_DEPTH, PROBE_DEPTHS, probe_depth, read_depth
+from appliance.runs.read_depth import (
+    DEEP_PROBE_DEPTH,
+    FAULT_DEPTH,
+    PROBE_DEPTHS,
+    depth_probed,
+    prefill_read_depth,
+    probe_depth,
+    read_depth,
+)
 
 
 @pytest.mark.parametrize(
@@ -39,3 +47,19 @@ def test_the_cache_profile_s_variants_read_at_their_depths() -> None:
         "expert-least-stale": 8,
         "expert-belady": 8,
     }
+
+
+@pytest.mark.parametrize(
+    ("args", "depth"),
+    [
+        ((), 1),  # the prompt faults like decoding does
+        (("--prefetch-experts",), 8),
+        (("--prefetch-experts", "--prefill-readers", "4"), 4),  # the readers, not WILLNEED
+        (("--prefill-readers", "16"), 16),
+        (("--prefill-readers",), 1),  # no value: the engine refuses it
+        (("--prefill-readers", "0"), 1),
+    ],
+)
+def test_the_prompt_reads_at_its_readers_depth(args: tuple[str, ...], depth: int) -> None:
+    assert prefill_read_depth(args) == depth
+    assert depth_probed(depth) == (FAULT_DEPTH if depth <= 1 else DEEP_PROBE_DEPTH)

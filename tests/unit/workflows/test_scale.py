@@ -17,22 +17,22 @@ QWEN35, QWEN3 = 17_940_038_176, 18_554_438_496
 def test_the_plan_counts_trials_and_prices_the_missing_models(tmp_path: Path) -> None:
     steps = scale_plan(tmp_path)
     assert [(s.profile, s.model.name, s.model_bytes, s.missing, s.trials) for s in steps] == [
-        ("qwen35-shape-8g", "qwen35-shape.gguf", QWEN35, True, 18),  # 1 limit x 6 variants x 3
-        ("qwen3-30b-shape", "qwen3-30b-shape.gguf", QWEN3, True, 24),  # 1 limit x 8 variants x 3
+        ("qwen35-shape-8g", "qwen35-shape.gguf", QWEN35, True, 21),  # 1 limit x 7 variants x 3
+        ("qwen3-30b-shape", "qwen3-30b-shape.gguf", QWEN3, True, 27),  # 1 limit x 9 variants x 3
     ]
     assert steps[1].expected_s() == pytest.approx(
-        QWEN3 / SYNTH_BPS + QWEN3 / HASH_BPS + 24 * EXPECTED_TRIAL_S["qwen3-30b-shape"]
+        QWEN3 / SYNTH_BPS + QWEN3 / HASH_BPS + 27 * EXPECTED_TRIAL_S["qwen3-30b-shape"]
     )
     with open(tmp_path / "qwen3-30b-shape.gguf", "wb") as handle:  # present: nothing to make
         handle.truncate(QWEN3)
     present = scale_plan(tmp_path)[1]
-    assert not present.missing and present.expected_s() == 24 * EXPECTED_TRIAL_S["qwen3-30b-shape"]
+    assert not present.missing and present.expected_s() == 27 * EXPECTED_TRIAL_S["qwen3-30b-shape"]
 
 
 def test_the_dry_run_says_time_and_disk_first_and_writes_nothing(tmp_path: Path) -> None:
     result = run_cli("scale", "--dry-run", "--models", str(tmp_path))
     out = " ".join(result.stdout.split())
-    assert "qwen35-shape-8g: model" in out and "18 trials (3 interleaved repeats)" in out
+    assert "qwen35-shape-8g: model" in out and "21 trials (3 interleaved repeats)" in out
     assert f"needs 33.99 GiB ({QWEN35 + QWEN3} bytes) of disk for the missing models" in out
     assert "make scale expects about" in out
     assert list(tmp_path.iterdir()) == []
