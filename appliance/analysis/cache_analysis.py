@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.analysis.capacity import model_experts
+from appliance.analysis.stats import ratio_or_none as _ratio
 from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads, probe_summary
 from appliance.core.digests import sha256_file
 from appliance.runs.status import TrialStatus
@@ -29,10 +30,6 @@ WAITING_BANDWIDTH_OVER_QD8_GOAL = 0.6  # issue 35: reads at the disk's speed whi
 EXPOSED_WAIT_GOAL = 0.3  # at most this share of decode time waiting for expert reads
 DEMAND_MMAP = "demand-mmap"
 DEMAND_PREFETCH = "demand-prefetch"
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
 
 
 def cache_row(

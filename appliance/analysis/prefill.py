@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from appliance.analysis.capacity import ModelExperts
+from appliance.analysis.stats import ratio_or_none as _ratio
 from appliance.runs.read_depth import depth_probed, prefill_read_depth
 from appliance.runs.timing import TimingRecord
 from appliance.trace.format import KIND_PROMPT, Trace
@@ -27,10 +28,6 @@ def prompt_union_bytes(trace: Trace, experts: ModelExperts) -> int:
         int(np.unique(rows[rows["layer"] == layer]["ids"]).size) * size
         for layer, size in experts.expert_bytes.items()
     )
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
 
 
 def prefill_row(

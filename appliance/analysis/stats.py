@@ -35,6 +35,11 @@ METRICS = (
 )
 
 
+def ratio_or_none(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when a is missing or b is missing or zero."""
+    return a / b if a is not None and b else None
+
+
 def mad_outliers(samples: list[float]) -> list[int]:
     """Indexes of samples whose modified z-score exceeds OUTLIER_Z (none when MAD is 0)."""
     if len(samples) < 3:

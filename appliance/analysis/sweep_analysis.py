@@ -21,6 +21,7 @@ from appliance.analysis.capacity import ModelExperts, anon_bytes, budget_for, mo
 from appliance.analysis.contamination import comparable, flag_sweep_row
 from appliance.analysis.prefill import prefill_row
 from appliance.analysis.stats import model_read_bytes
+from appliance.analysis.stats import ratio_or_none as _ratio
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import read_bytes
@@ -182,10 +183,6 @@ def _predicted(
         "decode_capacity_read_bytes": bound_misses * experts.smallest_expert,
     }
     return out
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
 
 
 def trial_row(

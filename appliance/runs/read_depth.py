@@ -28,18 +28,20 @@ DEFAULT_EXPERT_IO_DEPTH = 8  # patch 0004 without --expert-io-depth
 PREFILL_READERS_FLAG = "--prefill-readers"  # patch 0006's reader threads for the prompt
 
 
+def _count_after(argv: list[str], flag: str) -> int | None:
+    """The positive integer given after `flag`, or None (absent, no value, not a count: the
+    engine refuses those)."""
+    at = argv.index(flag) + 1 if flag in argv else len(argv)
+    value = argv[at] if at < len(argv) else ""
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def read_depth(args: Sequence[str]) -> int:
     """The queue depth at which an engine given `args` reads experts while decoding; for
     prefetch (no depth of its own: the kernel's asynchronous reads) the probe's deeper depth."""
     argv = list(args)
     if EXPERT_CACHE_FLAG in argv:
-        at = argv.index(EXPERT_IO_DEPTH_FLAG) + 1 if EXPERT_IO_DEPTH_FLAG in argv else None
-        value = argv[at] if at is not None and at < len(argv) else None
-        return (
-            int(value)
-            if value is not None and value.isdigit() and int(value) > 0
-            else DEFAULT_EXPERT_IO_DEPTH
-        )
+        return _count_after(argv, EXPERT_IO_DEPTH_FLAG) or DEFAULT_EXPERT_IO_DEPTH
     if PREFETCH_FLAG in argv:
         return DEEP_PROBE_DEPTH
     return FAULT_DEPTH
@@ -54,13 +56,7 @@ def probe_depth(args: Sequence[str]) -> int:
 def prefill_read_depth(args: Sequence[str]) -> int:
     """The queue depth at which an engine given `args` reads the prompt's experts: its prefill
     readers when it has them (patch 0006), else the depth it decodes at."""
-    argv = list(args)
-    if PREFILL_READERS_FLAG in argv:
-        at = argv.index(PREFILL_READERS_FLAG) + 1
-        value = argv[at] if at < len(argv) else ""
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return read_depth(argv)
+    return _count_after(list(args), PREFILL_READERS_FLAG) or read_depth(args)
 
 
 def depth_probed(depth: int) -> int:
