@@ -71,6 +71,26 @@ class TracerRun:
         return self.text_path.read_bytes()
 
 
+def tracer_command(bin_dir: Path, model: Path, out: Path, *args: str, prompt: str) -> list[str]:
+    """llama-moe-trace writing into `out` (trace.moetrace, timings.json, text.txt), 2 threads."""
+    return [
+        str(bin_dir / "llama-moe-trace"),
+        "-m",
+        str(model),
+        "-p",
+        prompt,
+        "-t",
+        "2",
+        "-o",
+        str(out / "trace.moetrace"),
+        "--timings",
+        str(out / "timings.json"),
+        "--text",
+        str(out / "text.txt"),
+        *args,
+    ]
+
+
 def run_tracer(
     bin_dir: Path,
     model: Path,
@@ -84,22 +104,7 @@ def run_tracer(
     out.mkdir(parents=True, exist_ok=True)
     run = TracerRun(
         subprocess.run(
-            [
-                str(bin_dir / "llama-moe-trace"),
-                "-m",
-                str(model),
-                "-p",
-                prompt,
-                "-t",
-                "2",
-                "-o",
-                str(out / "trace.moetrace"),
-                "--timings",
-                str(out / "timings.json"),
-                "--text",
-                str(out / "text.txt"),
-                *args,
-            ],
+            tracer_command(bin_dir, model, out, *args, prompt=prompt),
             capture_output=True,
             timeout=600,
             env={**os.environ, **(env or {})},
@@ -111,6 +116,27 @@ def run_tracer(
     if check:
         assert run.result.returncode == 0, run.result.stderr.decode(errors="replace")[-2000:]
     return run
+
+
+def demo_model(profile: str) -> Path:
+    """A demo profile's model in the cache, synthesized on first use."""
+    from rich.console import Console
+
+    from appliance.runs.profile import load_profile
+    from appliance.workflows.run import ensure_synth_model
+
+    return ensure_synth_model(load_profile(profile), cache_dir() / "models" / "demo", Console(quiet=True))
+
+
+def private_demo_model(profile: str, tmp: Path) -> Path:
+    """tmp/models holding a private copy of a demo profile's model: another process reading the
+    shared copy would put its pages back in the page cache between a trial's eviction and its
+    start."""
+    shared = demo_model(profile)
+    models = tmp / "models"
+    models.mkdir()
+    shutil.copyfile(shared, models / shared.name)
+    return models
 
 
 def models_dir_with(model: Path, tmp: Path) -> Path:

@@ -9,19 +9,15 @@ mounted read-only and recorded with its digest.
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from rich.console import Console
 
-from appliance.core.paths import cache_dir
-from appliance.runs.profile import PROFILES_DIR, load_profile
+from appliance.runs.profile import PROFILES_DIR
 from appliance.runs.run_dir import PROFILE_INPUT, SCHEDULE_INPUT, RunDir
-from appliance.workflows.run import ensure_synth_model
 from tests.conftest import run_cli
-from tests.e2e.conftest import user_env
+from tests.e2e.conftest import demo_model, private_demo_model, user_env
 
 CACHE_VARIANTS = ("expert-lru", "expert-least-stale", "expert-belady")
 N_PREDICT = 32
@@ -36,22 +32,6 @@ def miniature_profile(tmp_path: Path) -> Path:
     return path
 
 
-def shared_model() -> Path:
-    """The demo model in the cache, synthesized on first use."""
-    profile = load_profile("tiny-oversub-cache")
-    return ensure_synth_model(profile, cache_dir() / "models" / "demo", Console(quiet=True))
-
-
-def private_model(tmp_path: Path) -> Path:
-    """A private copy of the demo model: another process reading the shared copy would put its
-    pages back in the page cache between a trial's eviction and its start."""
-    shared = shared_model()
-    models = tmp_path / "models"
-    models.mkdir()
-    shutil.copyfile(shared, models / shared.name)
-    return models
-
-
 @pytest.mark.docker
 @pytest.mark.engine
 @pytest.mark.slow
@@ -63,7 +43,7 @@ def test_the_sweep_runs_each_cache_policy_as_its_replay_predicts(
         "sweep",
         str(miniature_profile(tmp_path)),
         "--models",
-        str(private_model(tmp_path)),
+        str(private_demo_model("tiny-oversub-cache", tmp_path)),
         "--out",
         str(run),
         env=user_env(tmp_path),
@@ -123,7 +103,7 @@ def test_an_image_without_the_cache_patch_is_refused_in_one_line(
         "sweep",
         "tiny-oversub-cache",
         "--models",
-        str(shared_model().parent),  # nothing reads it: the image is refused first
+        str(demo_model("tiny-oversub-cache").parent),  # nothing reads it: the image is refused first
         "--image",
         engine_image_cpu,
         "--skip-digest-check",
@@ -152,7 +132,7 @@ def test_a_sweep_of_some_variants_runs_and_seals_only_those(
         "sweep",
         str(profile),
         "--models",
-        str(private_model(tmp_path)),
+        str(private_demo_model("tiny-oversub-cache", tmp_path)),
         "--variants",
         "expert-belady,demand-mmap",  # belady's future, demand-mmap, runs first as in the profile
         "--out",

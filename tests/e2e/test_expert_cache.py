@@ -283,7 +283,7 @@ def test_short_reads_change_nothing_and_a_read_error_stops_the_run_in_one_line(
         line,
     ), line
     assert not (tmp_path / "bad" / "timings.json").exists()
-    assert "MOE_TRACE_READ_FAULT must be short or fail-after:N, got sometimes" in bad(
+    assert "MOE_TRACE_READ_FAULT must be short, fail-after:N or stall-after:N, got sometimes" in bad(
         cache_bin, tmp_path, *tracer_args(4), *cache_args("lru", capacity), env={**DEMAND, FAULT: "sometimes"}
     )
 

@@ -2,17 +2,21 @@
 reader threads, with the same texts and traces as demand paging, every chosen expert read once
 while it is held, and bad input refused in one line."""
 
+import os
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import docker
-import gguf
 import numpy as np
 import pytest
 
 from appliance.runs.profile import load_profile
+from appliance.trace.expert_bytes import gguf_expert_layout
 from appliance.trace.format import KIND_PROMPT, read_trace
-from tests.e2e.conftest import run_tracer
+from tests.e2e.conftest import run_tracer, tracer_command
 from tests.e2e.test_demand_mmap import evict
 from tests.models import tiny_model
 
@@ -26,16 +30,8 @@ pytestmark = pytest.mark.engine
 
 
 def expert_bytes_per_layer(model: Path) -> dict[int, int]:
-    """Bytes of one expert's slices of a layer's expert tensors, from the GGUF header."""
-    reader = gguf.GGUFReader(model)
-    n_experts = int(reader.fields["qwen3moe.expert_count"].parts[-1][0])
-    per_layer: dict[int, int] = {}
-    for tensor in reader.tensors:
-        match = re.fullmatch(r"blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight", tensor.name)
-        if match:
-            layer = int(match.group(1))
-            per_layer[layer] = per_layer.get(layer, 0) + int(tensor.n_bytes) // n_experts
-    return per_layer
+    """Bytes of one expert's slices of each MoE layer's expert tensors, from the GGUF header."""
+    return gguf_expert_layout(model)[2]
 
 
 def prompt_union_bytes(trace_path: Path, model: Path) -> int:
@@ -46,6 +42,15 @@ def prompt_union_bytes(trace_path: Path, model: Path) -> int:
     return sum(
         len(np.unique(rows[rows["layer"] == layer]["ids"])) * per_expert[layer] for layer in per_expert
     )
+
+
+def last_token_bytes(trace_path: Path, model: Path) -> int:
+    """Bytes of the experts the prompt's last token chose, layer by layer."""
+    trace = read_trace(trace_path)
+    rows = trace.rows[trace.rows["kind"] == KIND_PROMPT]
+    last = rows[rows["pos"] == rows["pos"].max()]
+    per_expert = expert_bytes_per_layer(model)
+    return sum(len(np.unique(row["ids"])) * per_expert[int(row["layer"])] for row in last)
 
 
 def test_readers_change_no_result_and_read_each_chosen_expert_once(engine_bin: Path, tmp_path: Path) -> None:
@@ -64,7 +69,8 @@ def test_readers_change_no_result_and_read_each_chosen_expert_once(engine_bin: P
     n_prompt_steps = -(-readers.timings["n_prompt_tokens"] // int(UBATCH))
     assert n_prompt_steps >= 3 and record["layers_read"] == 4 * n_prompt_steps
     # the non-expert tensors (all but the token embeddings) are read whole once, never cancelled
-    non_expert = model.stat().st_size - sum(64 * b for b in expert_bytes_per_layer(model).values())
+    n_experts, _, per_expert = gguf_expert_layout(model)
+    non_expert = model.stat().st_size - sum(n_experts * b for b in per_expert.values())
     assert 0 < record["non_expert_queued_bytes"] <= non_expert
     # an expert read queued is read or cancelled (a layer's kernels outran its readers), never both
     assert (
@@ -73,9 +79,8 @@ def test_readers_change_no_result_and_read_each_chosen_expert_once(engine_bin: P
     )
     assert record["preads"] >= record["read_bytes"] // (256 << 10)
     union = prompt_union_bytes(readers.trace, model)
-    if record["budget_source"] == "none":  # no memory limit here: nothing is dropped
-        assert record["budget_bytes"] == -1 and record["dropped_bytes"] == 0
-    if record["dropped_bytes"] == 0:  # an expert still held is never queued again
+    if record["budget_source"] == "none":  # no memory limit here: nothing is dropped, nothing read twice
+        assert record["budget_bytes"] == -1 and record["dropped_bytes"] == record["released_bytes"] == 0
         assert record["queued_bytes"] == union, (record, union)
     # short reads are finished by further calls: the same routes and text
     evict(model)
@@ -149,6 +154,52 @@ def test_a_tight_budget_drops_experts_and_changes_no_result(engine_bin: Path, tm
     assert record["queued_bytes"] > prompt_union_bytes(tight.trace, model)
 
 
+@pytest.mark.parametrize("n_predict", [1, 64])
+def test_when_the_prompt_ends_the_readers_release_what_decode_needs_room_for(
+    engine_bin: Path, tmp_path: Path, n_predict: int
+) -> None:
+    """A budget that holds the whole prompt: when it ends, held experts are released (the fewest
+    tokens' first, never the last token's) until the budget leaves room for what n_predict
+    decode tokens can read (k experts of every layer each, at most the experts not held), and
+    not one expert more."""
+    model = tiny_model("qwen3moe")
+    n_experts, k, per_expert = gguf_expert_layout(model)
+    probe = run_tracer(
+        engine_bin, model, tmp_path / "probe", *ARGS, "--prefill-readers", "2", prompt=PROMPT, env=DEMAND
+    )
+    union = prompt_union_bytes(probe.trace, model)
+    run = run_tracer(
+        engine_bin,
+        model,
+        tmp_path / "run",
+        *ARGS,
+        "-n",
+        str(n_predict),
+        "--prefill-readers",
+        "2",
+        "--prefill-budget",
+        str(union),
+        prompt=PROMPT,
+        env=DEMAND,
+    )
+    assert run.text.startswith(probe.text[: len(run.text)]) and run.text
+    record = run.timings["prefill_readers"]
+    assert record["budget_source"] == "given" and record["dropped_bytes"] == record["released_bytes"]
+    held_at_end = record["queued_bytes"] - record["cancelled_bytes"]  # the prompt's reads, none dropped
+    assert record["held_bytes"] == held_at_end - record["released_bytes"]
+    one_token = k * sum(per_expert.values())
+    need = min(n_predict * one_token, n_experts * sum(per_expert.values()) - held_at_end)
+    room = union - record["held_bytes"]
+    if record["released_bytes"] == 0:
+        assert union - held_at_end >= need
+    elif room < need:  # released all it may: only the last token's experts are left
+        assert record["held_bytes"] <= last_token_bytes(run.trace, model)
+    else:  # released just enough: one expert fewer would not have made the room
+        assert room - max(per_expert.values()) < need
+    if n_predict == 64:
+        assert record["released_bytes"] > 0
+
+
 def refused(engine_bin: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
     run = run_tracer(
         engine_bin,
@@ -183,6 +234,34 @@ def test_bad_prefill_input_is_refused_in_one_line(engine_bin: Path, tmp_path: Pa
         r"the run stops here$",
         line,
     ), line
+
+
+def test_an_interrupt_in_the_middle_of_prefill_leaves_nothing_half_written(
+    engine_bin: Path, tmp_path: Path
+) -> None:
+    """Reads that stall after the first three (MOE_TRACE_READ_FAULT=stall-after:3) hold the first
+    prompt step open until Ctrl-C: the tool ends on the signal, and neither the trace, the timing
+    record nor the text exists, whole or in part (each is written to a temporary name and renamed
+    when whole, only at the end)."""
+    model = tiny_model("qwen3moe")
+    out = tmp_path / "interrupted"
+    out.mkdir()
+    tracer = subprocess.Popen(
+        tracer_command(engine_bin, model, out, *ARGS, "--prefill-readers", "2", prompt=PROMPT),
+        env={**os.environ, **DEMAND, READ_FAULT: "stall-after:3"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(2)  # the stalled reads cannot finish: the prompt is still in its first step
+        assert tracer.poll() is None, tracer.stderr.read() if tracer.stderr else ""
+        tracer.send_signal(signal.SIGINT)
+        assert tracer.wait(timeout=30) == -signal.SIGINT
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+            tracer.wait(timeout=30)
+    assert list(out.iterdir()) == []
 
 
 @pytest.mark.docker

@@ -21,7 +21,7 @@ from appliance.planner.accounting import account_file
 from appliance.planner.plan import Plan, PlanLimits, make_plan
 from appliance.runs.device_server import LOOPBACK, listening
 from appliance.runs.placement import placement_options
-from appliance.trace.format import read_trace
+from appliance.trace.format import KIND_PROMPT, read_trace
 from tests.e2e.conftest import TracerRun, run_tracer
 from tests.models import tiny_model
 
@@ -179,3 +179,37 @@ def test_prefetch_advises_only_the_host_experts_the_router_chose(
     per_tensor = min(slices) // tensors
     assert per_tensor * timings["prefetch_calls"] <= timings["prefetch_bytes"]
     assert timings["prefetch_bytes"] <= (max(slices) // tensors + 4096) * timings["prefetch_calls"]
+
+
+def test_prefill_readers_read_only_the_experts_of_host_layers(
+    engine_bin: Path, device: str, tmp_path: Path
+) -> None:
+    """Prefill readers (0006) beside a device: with layer 3 and the output head on RPC0 the
+    readers map layers 0-2 only, read in each prompt step exactly what those layers' tokens chose
+    (no limit here, so nothing is dropped before the prompt ends and nothing is read twice),
+    and the text is the one the same placement gives without them."""
+    model = tiny_model("qwen3moe")
+    acc = account_file(model)
+    prompt = PROMPT + " Then it ran far away into the woods, over the hill and far."
+    args = ("-n", "4", "-ub", "64", "--ignore-eos", "--no-repack", "--rpc", device, "-ngl", "2")
+    demand = {"LLAMA_MMAP_DEMAND": "1"}
+    plain = run_tracer(engine_bin, model, tmp_path / "plain", *args, prompt=prompt, env=demand)
+    readers = run_tracer(
+        engine_bin, model, tmp_path / "readers", *args, "--prefill-readers", "2", prompt=prompt, env=demand
+    )
+    assert readers.text == plain.text and readers.text
+    assert readers.trace.read_bytes() == plain.trace.read_bytes()
+    record = readers.timings["prefill_readers"]
+    host_layers = range(acc.facts.layers - 1)
+    assert readers.timings["placement"]["layers_offloaded"] == 2
+    assert record["layers_mapped"] == len(host_layers)
+    n_steps = -(-readers.timings["n_prompt_tokens"] // 64)
+    assert n_steps == 2 and record["layers_read"] == len(host_layers) * n_steps
+    rows = read_trace(readers.trace).rows
+    prompt_rows = rows[rows["kind"] == KIND_PROMPT]
+    per_expert = {layer: b // acc.facts.experts for layer, b in acc.routed_by_layer.items()}
+    union = sum(
+        len(np.unique(prompt_rows[prompt_rows["layer"] == layer]["ids"])) * per_expert[layer]
+        for layer in host_layers
+    )
+    assert record["budget_source"] == "none" and record["queued_bytes"] == union > 0
