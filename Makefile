@@ -14,7 +14,7 @@ LINT_TREES := appliance tests fuzz bench
 # with zizmor (offline, every audit); tests/unit/test_workflows.py runs the same two.
 WORKFLOWS := .github/workflows/*.yml
 
-.PHONY: help bootstrap venv test lint format demo demo-cache demo-gpu scale bench fuzz
+.PHONY: help bootstrap venv test lint format demo demo-cache demo-prefill demo-gpu scale bench fuzz
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_ %-]+:.*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -74,6 +74,10 @@ demo: bootstrap ## the whole pipeline at miniature scale (bootstrap first)
 demo-cache: bootstrap ## the miniature sweep with the engine's expert cache (patch 0004)
 	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo --profile tiny-oversub-cache $(DEMO_ARGS)
+
+demo-prefill: bootstrap ## the miniature sweep of a 534-token prompt: the prefill readers (patch 0006)
+	@$(MAKE) --no-print-directory venv
+	$(APPLIANCE) demo --profile tiny-oversub-prefill $(DEMO_ARGS)
 
 demo-gpu: bootstrap ## the miniature sweep on the stand-in GPU (llama.cpp's RPC device): planned placement
 	@$(MAKE) --no-print-directory venv

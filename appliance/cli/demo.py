@@ -41,7 +41,9 @@ from appliance.workflows.demo import DEMO_PROFILES, demo
     default=DEMO_PROFILES[0],
     show_default=True,
     help="tiny-oversub-cache (what `make demo-cache` runs): the engine's expert cache "
-    "(experimental patch 0004, built into the image) beside demand mmap and prefetch.",
+    "(experimental patch 0004, built into the image) beside demand mmap and prefetch; "
+    "tiny-oversub-prefill (`make demo-prefill`): a 534-token prompt, the prefill readers "
+    "(patch 0006) beside demand mmap and prefetch, at a quarter and 1.2 times the model file.",
 )
 @lock_option
 def demo_command(

@@ -69,7 +69,7 @@ def test_a_copy_of_the_package_outside_any_checkout_works_from_variables(tmp_pat
         str(elsewhere),
         "qwen3-30b-16,qwen3-30b-shape,qwen3-30b-shape-slice,qwen35-8g,qwen35-shape-8g,"
         "qwen35-shape-8g-prefill,qwen35-shape-8g-verdict,qwen35-shape-slice,tiny-oversub,tiny-oversub-cache,"
-        "tiny-stand-in",
+        "tiny-oversub-prefill,tiny-stand-in",
         "tiny-oversub",
     ]
     shown = subprocess.run(

@@ -29,6 +29,7 @@ def test_builtins_are_the_three_profiles_of_the_issue() -> None:
         "qwen35-shape-slice",
         "tiny-oversub",
         "tiny-oversub-cache",
+        "tiny-oversub-prefill",
         "tiny-stand-in",
     ]
 
@@ -356,6 +357,21 @@ def test_tiny_oversub_cache_is_tiny_oversub_with_the_cache_variants() -> None:
         assert variant.env == {"LLAMA_MMAP_DEMAND": "1"}
         assert variant.args == ("--expert-cache", policy, "--expert-cache-capacity", "auto")
         assert variant.future == ("demand-mmap" if policy == "belady" else None)
+
+
+def test_tiny_oversub_prefill_is_tiny_oversub_with_a_long_prompt_and_the_readers() -> None:
+    prefill, plain = load_profile("tiny-oversub-prefill"), load_profile("tiny-oversub")
+    long_prompt = load_profile("qwen35-shape-8g-prefill").schedule.prompt
+    assert (prefill.model, prefill.limits) == (plain.model, plain.limits)
+    assert prefill.engine_args == plain.engine_args
+    assert prefill.schedule == dataclasses.replace(plain.schedule, prompt=long_prompt)
+    assert len(long_prompt) == 534 and prefill.experimental == ()
+    assert prefill.variants[:3] == plain.variants
+    readers = prefill.variant("demand-prefill")
+    assert readers.env == {"LLAMA_MMAP_DEMAND": "1"}
+    assert readers.args == ("--prefetch-experts", "--prefill-readers", "8")
+    assert prefill.sweep is not None and plain.sweep is not None
+    assert prefill.sweep.memory == (plain.sweep.memory[0], plain.sweep.memory[-1])
 
 
 @pytest.mark.parametrize(
