@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from appliance.core.errors import ApplianceError
-from appliance.core.units import format_size
+from appliance.core.units import PAGE_BYTES, format_size
 from appliance.planner.accounting import Accounting, ArchFacts
 from appliance.planner.pages import DEMAND_ENV, resident_file_bytes
 
@@ -52,6 +52,10 @@ PROCESS_BYTES = 16 * MiB
 # at the end; less the engine's own compute and KV buffers and the recurrent state, 191 B and
 # 161 B a token above PROCESS_BYTES (docs/limitations.md). 256 keeps the estimate over both.
 VOCAB_BYTES_PER_TOKEN = 256
+# Those slices' prompts had 19 and 28 tokens, and llama-moe-trace keeps a logits row (4 B a
+# vocabulary token) for every prompt token: the figure above includes that many rows; the output
+# buffer's rows past this many are counted on their own (output_buffer_bytes).
+PROCESS_OUTPUT_ROWS = 32
 KV_CELL_PAD = 256  # llama.cpp pads the KV cache's cells to a multiple of this (ctx 28: 256 cells)
 VRAM_MARGIN = 0.05  # of the VRAM limit kept free
 RAM_MARGIN = 0.05  # of the RAM limit kept free (page tables, kernel, other processes)
@@ -90,6 +94,7 @@ class PlanLimits:
     ram_gbps: float = 60.0  # GB/s host memory read bandwidth (dual-channel DDR5)
     hit_rate: float | None = None  # measured expert-cache hit rate from a trace replay
     device: str = CUDA  # the GPU's kind: CUDA, or RPC for the stand-in (DEVICE_OVERHEAD)
+    n_outputs: int = 1  # logits rows a batch keeps: llama-moe-trace asks one for every prompt token
 
 
 @dataclass
@@ -181,7 +186,12 @@ def check_limits(limits: PlanLimits) -> None:
         raise ApplianceError("--ram must be more than 0")
     if limits.vram_bytes < 0:
         raise ApplianceError("--vram must be 0 (CPU only) or more")
-    for name, count in (("--ctx", limits.ctx), ("--ubatch", limits.n_ubatch), ("batch", limits.n_batch)):
+    for name, count in (
+        ("--ctx", limits.ctx),
+        ("--ubatch", limits.n_ubatch),
+        ("batch", limits.n_batch),
+        ("outputs", limits.n_outputs),
+    ):
         if count < 1:
             raise ApplianceError(f"{name} must be at least 1, got {count}")
     for name, rate in (
@@ -195,6 +205,19 @@ def check_limits(limits: PlanLimits) -> None:
         raise ApplianceError(f"unknown device kind {limits.device!r} (one of {', '.join(DEVICE_OVERHEAD)})")
     if limits.hit_rate is not None and not 0 <= limits.hit_rate <= 1:
         raise ApplianceError(f"--hit-rate must be from 0 to 1, got {limits.hit_rate}")
+
+
+def output_buffer_bytes(facts: ArchFacts, n_outputs: int) -> int:
+    """`n_outputs` rows of llama.cpp's host output buffer, one f32 logits row per output the
+    largest batch asked for (llama-moe-trace asks for every prompt token's, so that the last
+    layer routes them all: 534 tokens of a 248,320-token vocabulary are 530 MB)."""
+    return n_outputs * 4 * facts.vocab
+
+
+def page_table_bytes(mapped_bytes: int) -> int:
+    """The page-table entries (8 B a 4 KiB page) that map `mapped_bytes` of the model file,
+    charged to the memory cgroup: 36 MB for a 18.5 GB file mapped whole."""
+    return -(-mapped_bytes // PAGE_BYTES) * 8
 
 
 def process_bytes(facts: ArchFacts) -> int:
@@ -295,6 +318,10 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
             "anonymous",
         ),
     ]
+    if limits.n_outputs > PROCESS_OUTPUT_ROWS:  # the process estimate holds the first rows
+        extra = limits.n_outputs - PROCESS_OUTPUT_ROWS
+        rows = f"{extra} f32 logits rows past the process estimate's {PROCESS_OUTPUT_ROWS}"
+        anon_lines.append(BudgetLine("ram", "output buffer", output_buffer_bytes(f, extra), rows))
     ram_anon = sum(line.bytes for line in anon_lines)
     file_dense = embd + dense_host + (0 if output_on_gpu else output)
     file_lines = [
@@ -440,16 +467,24 @@ def predicted_peak_bytes(
     memory too), capped by the limit (file pages beyond it are reclaimed rather than charged);
     a demand-mapped run's token embeddings count only the rows of at most `ctx` tokens. The
     compute buffer is touched only as far as the largest batch actually decoded, so a known
-    prompt length narrows it. For the runner's predicted-versus-measured table."""
+    prompt length narrows it; the output buffer holds a logits row for every prompt token (the
+    tracer asks for them all; unknown: one ubatch's), and the mapped file pages cost their page
+    tables. For the runner's predicted-versus-measured table."""
     touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
-    plan = make_plan(
-        acc, PlanLimits(ram_bytes=ram_bytes, vram_bytes=0, ctx=ctx, n_ubatch=max(touched_ubatch, 1))
+    limits = PlanLimits(
+        ram_bytes=ram_bytes,
+        vram_bytes=0,
+        ctx=ctx,
+        n_ubatch=max(touched_ubatch, 1),
+        n_outputs=max(prompt_tokens or n_ubatch, 1),
     )
+    plan = make_plan(acc, limits)
     tokens = (
         None if experts is None else ctx
     )  # a demand-mapped run reads embedding rows of at most ctx tokens
     if cache is None:
-        return min(ram_bytes, plan.ram_anon + resident_file_bytes(acc, experts, tokens))
+        pages = resident_file_bytes(acc, experts, tokens)
+        return min(ram_bytes, plan.ram_anon + pages + page_table_bytes(pages))
     chosen = list(experts or ())
     held_pages = max(resident_file_bytes(acc, chosen, tokens, held) for held in cache.held)
-    return min(ram_bytes, plan.ram_anon + cache.reader_bytes + held_pages)
+    return min(ram_bytes, plan.ram_anon + cache.reader_bytes + held_pages + page_table_bytes(held_pages))

@@ -20,6 +20,8 @@ from appliance.planner.plan import (
     PlanLimits,
     kv_cells,
     make_plan,
+    output_buffer_bytes,
+    page_table_bytes,
     predicted_peak_bytes,
     process_bytes,
 )
@@ -130,16 +132,21 @@ def test_ngl_counts_llama_cpp_s_output_slot_in_both_branches() -> None:
 
 def test_predicted_peak_is_anonymous_plus_file_pages_capped_by_the_limit() -> None:
     acc = account_file(tiny_model("qwen35moe"))
-    roomy = predicted_peak_bytes(acc, 1 << 30, ctx=4096)
-    plan = make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=0, ctx=4096))
-    # every tensor byte and the header, rounded out to whole pages, never past the file's end
+    roomy = predicted_peak_bytes(acc, 1 << 30, ctx=4096)  # prompt unknown: one ubatch of outputs
+    plan = make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=0, ctx=4096, n_outputs=512))
+    # every tensor byte and the header, rounded out to whole pages, never past the file's end,
+    # and the page tables that map them
+    whole_file = -(-acc.file_size // PAGE_BYTES) * PAGE_BYTES
     assert plan.ram_anon + plan.ram_file + acc.header_bytes <= roomy
-    assert roomy <= plan.ram_anon + -(-acc.file_size // PAGE_BYTES) * PAGE_BYTES
-    assert roomy > acc.tensor_data_bytes
+    assert roomy <= plan.ram_anon + whole_file + page_table_bytes(whole_file)
+    assert roomy > acc.tensor_data_bytes + page_table_bytes(acc.tensor_data_bytes)
     assert predicted_peak_bytes(acc, 48 * MiB, ctx=4096) == 48 * MiB
     short = predicted_peak_bytes(acc, 1 << 30, ctx=4096, prompt_tokens=46)
     assert acc.tensor_data_bytes < short < roomy  # a short prompt touches less compute buffer
-    assert predicted_peak_bytes(acc, 1 << 30, ctx=4096, prompt_tokens=600) == roomy
+    assert predicted_peak_bytes(acc, 1 << 30, ctx=4096, prompt_tokens=512) == roomy
+    # past a ubatch the compute buffer stays; the output buffer gains a logits row a token
+    longer = predicted_peak_bytes(acc, 1 << 30, ctx=4096, prompt_tokens=600)
+    assert longer - roomy == output_buffer_bytes(acc.facts, 88) == 88 * 4 * acc.facts.vocab
 
 
 def test_the_kv_cache_counts_llama_cpp_s_cells_the_context_rounded_up_to_256() -> None:
