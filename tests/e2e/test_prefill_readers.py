@@ -239,10 +239,10 @@ def test_bad_prefill_input_is_refused_in_one_line(engine_bin: Path, tmp_path: Pa
 def test_an_interrupt_in_the_middle_of_prefill_leaves_nothing_half_written(
     engine_bin: Path, tmp_path: Path
 ) -> None:
-    """Reads that stall after the first three (MOE_TRACE_READ_FAULT=stall-after:3) hold the first
-    prompt step open until Ctrl-C: the tool ends on the signal, and neither the trace, the timing
-    record nor the text exists, whole or in part (each is written to a temporary name and renamed
-    when whole, only at the end)."""
+    """Reads a step waits for that stall after the first three (MOE_TRACE_READ_FAULT=
+    stall-after:3) hold the prompt open until Ctrl-C: the tool ends on the signal,
+    and neither the trace, the timing record nor the text exists, whole or in part (each is
+    written to a temporary name and renamed when whole, only at the end)."""
     model = tiny_model("qwen3moe")
     out = tmp_path / "interrupted"
     out.mkdir()
@@ -253,8 +253,9 @@ def test_an_interrupt_in_the_middle_of_prefill_leaves_nothing_half_written(
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(2)  # the stalled reads cannot finish: the prompt is still in its first step
+        time.sleep(2)  # a stalled read a step waits for never finishes: the prompt cannot end
         assert tracer.poll() is None, tracer.stderr.read() if tracer.stderr else ""
+        assert list(out.iterdir()) == []  # held in the prompt, not finished and stuck at exit
         tracer.send_signal(signal.SIGINT)
         assert tracer.wait(timeout=30) == -signal.SIGINT
     finally:
