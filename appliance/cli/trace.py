@@ -19,7 +19,7 @@ from appliance.cli.options import (
 )
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError, ConfigError
-from appliance.trace.names import ADMISSIONS, EXPORT_FORMATS, IMPORT_FORMATS, POLICIES
+from appliance.trace.names import ADMISSIONS, EXPORT_FORMATS, IMPORT_FORMATS, POLICIES, ROUTING_KNOBS
 
 if TYPE_CHECKING:
     from appliance.trace.format import Trace
@@ -181,17 +181,6 @@ def locality_lines(loc: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
-KNOB_OPTIONS = (
-    "skew",
-    "correlation",
-    "recall",
-    "recall_exponent",
-    "recall_window",
-    "recall_tail",
-    "skew_spread",
-)
-
-
 @trace_group.command("synth")
 @click.argument("out", type=OutputPath())
 @click.option("--layers", type=POSITIVE, default=4, show_default=True, help="MoE layers.")
@@ -272,7 +261,7 @@ def synth_cmd(
     if calibrated:
         given = [
             "--" + name.replace("_", "-")
-            for name in KNOB_OPTIONS
+            for name in ROUTING_KNOBS
             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
         ]
         if given:

@@ -8,7 +8,7 @@ The models directory is only ever read.
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from appliance.core import atomic
 from appliance.core.digests import sha256_bytes, sha256_file
@@ -132,9 +132,11 @@ def routes_commands(manifest: RoutesManifest, path: Path) -> str:
     if synth is None:
         make = f"appliance trace import {manifest.source} --from route-trace-csv --out {trace}"
     else:
+        knobs = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in synth.knobs)
         make = (
-            f"appliance trace synth {trace} --calibrated --layers {synth.layers} --experts {synth.experts} "
-            f"--k {synth.k} --prompt {synth.prompt} --decode {synth.decode} --seed {synth.seed}"
+            f"appliance trace synth {trace} {knobs or '--calibrated'} --layers {synth.layers} "
+            f"--experts {synth.experts} --k {synth.k} --prompt {synth.prompt} --decode {synth.decode} "
+            f"--seed {synth.seed}"
         )
     return f"{make} && appliance trace routes {trace}{layers} --out {path}"
 
@@ -159,19 +161,23 @@ def check_routes(manifest: RoutesManifest, models_dir: Path) -> Path:
 
 def routes_trace(manifest: RoutesManifest) -> "Trace":
     """The trace the profile's routes are made from: its route trace in the checkout, or its
-    calibrated synthetic trace (made in memory, the same every time)."""
+    synthetic trace (made in memory, the same every time)."""
     from appliance.trace.interchange import import_trace
-    from appliance.trace.synth import calibrated_spec, synth_trace
+    from appliance.trace.synth import TraceSynthSpec, calibrated_knobs, synth_trace
 
     synth = manifest.synth
     if synth is not None:
-        spec = calibrated_spec(
-            synth.layers,
-            synth.experts,
-            synth.k,
+        knobs: dict[str, Any] = (
+            dict(synth.knobs) if synth.knobs else calibrated_knobs(synth.layers, synth.experts, synth.k)
+        )
+        spec = TraceSynthSpec(
+            n_layers=synth.layers,
+            n_experts=synth.experts,
+            k=synth.k,
             n_prompt=synth.prompt,
             n_decode=synth.decode,
             seed=synth.seed,
+            **knobs,
         )
         return synth_trace(spec)
     assert manifest.source is not None  # the profile has exactly one of from and synth

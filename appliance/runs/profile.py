@@ -25,6 +25,7 @@ from appliance.models.full_synth import DEFAULT_ROUTER, ROUTERS
 from appliance.planner.pages import is_demand_mapped
 from appliance.runs.memory_points import MemoryPoint, parse_memory_point
 from appliance.runs.placement import Placement, check_placement_args, parse_placement
+from appliance.trace.names import ROUTING_KNOBS
 
 PROFILES_DIR = PACKAGE_DIR / "profiles"
 MAX_PROFILE_BYTES = 64 << 10  # the built-in profiles are under 2 KiB
@@ -73,7 +74,8 @@ class ModelManifest(Record):
 
 @dataclass(frozen=True)
 class RoutesSynth:
-    """`routes.synth`: a calibrated synthetic trace (`trace synth --calibrated`) to force."""
+    """`routes.synth`: a synthetic trace to force, with the shape's calibrated knobs (`trace synth
+    --calibrated`) or, for a shape without a fit, the profile's own `knobs`."""
 
     layers: int
     experts: int
@@ -81,12 +83,17 @@ class RoutesSynth:
     prompt: int  # the profile's prompt's tokens in the synthetic byte vocabulary
     decode: int
     seed: int
+    knobs: tuple[tuple[str, float], ...] = ()  # the profile's routing knobs; (): the shape's fit
 
     def describe(self) -> str:
-        return (
-            f"a calibrated synthetic trace ({self.layers} layers x {self.experts} experts, k = {self.k}, "
-            f"{self.prompt} prompt + {self.decode} decode tokens, seed {self.seed})"
+        shape = (
+            f"{self.layers} layers x {self.experts} experts, k = {self.k}, "
+            f"{self.prompt} prompt + {self.decode} decode tokens, seed {self.seed}"
         )
+        if not self.knobs:
+            return f"a calibrated synthetic trace ({shape})"
+        knobs = ", ".join(f"{name} {value:g}" for name, value in self.knobs)
+        return f"a synthetic trace with the profile's knobs, not a calibrated fit ({shape}; {knobs})"
 
 
 @dataclass(frozen=True)
@@ -412,6 +419,7 @@ def _routes_synth(item: dict[str, Any], raw: dict[str, Any], path: Path) -> Rout
         prompt=len(prompt.encode()),
         decode=item["decode"],
         seed=item.get("seed", 0),
+        knobs=tuple((name, item["knobs"][name]) for name in ROUTING_KNOBS if name in item.get("knobs", {})),
     )
 
 

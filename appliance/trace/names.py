@@ -9,3 +9,15 @@ ADMISSIONS = ("during-event", "after-event")
 IMPORT_FORMATS = ("llamacpp-csv", "vllm", "route-trace-csv", "jsonl")
 MODEL_FREE_FORMATS = ("route-trace-csv",)  # the file names its model and expert sizes
 EXPORT_FORMATS = ("llamacpp-csv", "libcachesim")  # `trace export --to`
+
+# The routing knobs of appliance.trace.synth.TraceSynthSpec: what `trace synth --calibrated`
+# takes from a shape's fit, and what a profile's routes.synth.knobs sets for a shape without one.
+ROUTING_KNOBS = (
+    "skew",
+    "correlation",
+    "recall",
+    "recall_exponent",
+    "recall_window",
+    "recall_tail",
+    "skew_spread",
+)

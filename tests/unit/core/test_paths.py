@@ -13,6 +13,7 @@ from appliance.core import paths
 from appliance.engine.lock import load_lock
 from appliance.engine.patches import patches_dir
 from appliance.evidence.finding import load_findings
+from appliance.runs.profile import builtin_profiles
 from tests.conftest import REPO, run_cli
 
 
@@ -67,9 +68,7 @@ def test_a_copy_of_the_package_outside_any_checkout_works_from_variables(tmp_pat
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
         str(elsewhere),
-        "qwen3-30b-16,qwen3-30b-shape,qwen3-30b-shape-slice,qwen35-8g,qwen35-shape-8g,"
-        "qwen35-shape-8g-prefill,qwen35-shape-8g-verdict,qwen35-shape-slice,tiny-oversub,tiny-oversub-cache,"
-        "tiny-oversub-prefill,tiny-stand-in",
+        ",".join(builtin_profiles()),  # the same profiles as from the checkout
         "tiny-oversub",
     ]
     shown = subprocess.run(

@@ -21,6 +21,7 @@ def test_builtins_are_the_three_profiles_of_the_issue() -> None:
     assert builtin_profiles() == [
         "qwen3-30b-16",
         "qwen3-30b-shape",
+        "qwen3-30b-shape-prefill",
         "qwen3-30b-shape-slice",
         "qwen35-8g",
         "qwen35-shape-8g",
@@ -92,6 +93,28 @@ def test_qwen35_shape_8g_sweeps_exactly_8_gib_forced_from_calibrated_routes(tmp_
     head = struct.unpack_from("<8s7I", made.read_bytes())
     assert head[1:] == (1, 40, 256, 8, 40, 45, 64)
     assert len(p.schedule.prompt.encode()) == 45 and p.schedule.n_predict == 64
+
+
+def test_the_qwen3_30b_prefill_sweep_is_its_shape_with_the_long_prompt_and_uncalibrated_routes(
+    tmp_path: Path,
+) -> None:
+    """Issue 53's long prompt at the Qwen3-30B-A3B shape: qwen3-30b-shape's model and limits,
+    qwen35-shape-8g-prefill's 534-token prompt and variants, routes synthesized with the profile's
+    own knobs (the shape has no calibrated fit) for 534 + 32 tokens, no experimental patch."""
+    shape, prefill = load_profile("qwen3-30b-shape"), load_profile("qwen3-30b-shape-prefill")
+    qwen35 = load_profile("qwen35-shape-8g-prefill")
+    assert prefill.model == shape.model and prefill.limits == shape.limits
+    assert prefill.engine_args == shape.engine_args and prefill.experimental == ()
+    assert prefill.schedule.prompt == qwen35.schedule.prompt
+    assert [v.name for v in prefill.variants] == ["baseline", "demand-prefetch", "demand-prefill"]
+    for variant in prefill.variants:
+        assert variant == dataclasses.replace(shape.variant(variant.name), routes=prefill.routes.file)
+    synth = prefill.routes.synth
+    assert synth is not None and synth.knobs and (synth.layers, synth.experts, synth.k) == (48, 128, 6)
+    made = make_routes(prefill.routes, tmp_path)
+    assert made is not None and sha256_file(made) == prefill.routes.sha256
+    head = struct.unpack_from("<8s7I", made.read_bytes())
+    assert head[1:] == (1, 48, 128, 6, 48, 534, 32)
 
 
 def test_the_prefill_sweep_is_qwen35_shape_8g_with_a_prompt_of_two_micro_batches(tmp_path: Path) -> None:
@@ -471,6 +494,49 @@ def test_routes_from_a_calibrated_synth_are_the_same_bytes_every_time(tmp_path: 
             "--prompt", "19", "--decode", "8", check=True)  # fmt: skip
     run_cli("trace", "routes", str(trace), "--layers", "4", "--out", str(tmp_path / "cli.routes"), check=True)
     assert (tmp_path / "cli.routes").read_bytes() == made.read_bytes()
+
+
+def test_routes_from_a_synth_with_the_profiles_own_knobs_say_they_are_not_calibrated(tmp_path: Path) -> None:
+    """routes.synth.knobs, for a shape without a calibrated fit (48 x 128 x 6 has none): the
+    routes are those of `trace synth` with these knobs, named in every message, and the printed
+    commands make the same bytes; an unknown knob is refused naming the field."""
+    knobs = {"skew": 1.35, "recall": 0.5, "recall_window": 10}
+    shape = {"layers": 48, "experts": 128, "k": 6, "decode": 8, "knobs": knobs}
+    p = load_profile(str(_synth_routes_profile(tmp_path, shape)))
+    assert p.routes is not None and p.routes.synth is not None
+    assert p.routes.synth.knobs == (("skew", 1.35), ("recall", 0.5), ("recall_window", 10))
+    assert p.routes.origin == (
+        "a synthetic trace with the profile's knobs, not a calibrated fit (48 layers x 128 experts, "
+        "k = 6, 19 prompt + 8 decode tokens, seed 0; skew 1.35, recall 0.5, recall_window 10)"
+    )
+    with pytest.raises(IntegrityError, match=r"^routes made from a synthetic trace with the profile's knobs"):
+        make_routes(p.routes, tmp_path / "a")
+    with pytest.raises(ApplianceError, match="make it with: appliance trace synth") as missing:
+        check_routes(p.routes, tmp_path)
+    commands = str(missing.value).split("make it with: ", 1)[1]
+    assert commands.split(" && ")[0].split()[4:10] == [
+        "--skew",
+        "1.35",
+        "--recall",
+        "0.5",
+        "--recall-window",
+        "10",
+    ]
+    assert "--calibrated" not in commands
+    synth_cmd, routes_cmd = (part.split()[1:] for part in commands.split(" && "))
+    run_cli(*synth_cmd, check=True)
+    run_cli(*routes_cmd, check=True)
+    made = (tmp_path / "s.routes").read_bytes()
+    pinned = dataclasses.replace(p.routes, sha256=sha256_file(tmp_path / "s.routes"))
+    (tmp_path / "b").mkdir()
+    remade = make_routes(pinned, tmp_path / "b")
+    assert remade is not None and remade.read_bytes() == made
+    calibrated_shape = {"layers": 40, "experts": 256, "k": 8, "decode": 8}
+    calibrated = load_profile(str(_synth_routes_profile(tmp_path / "b", calibrated_shape)))
+    assert calibrated.routes is not None and calibrated.routes.synth is not None
+    assert calibrated.routes.synth.knobs == ()
+    with pytest.raises(ConfigError, match=r"/routes/synth/knobs/heat: unknown field"):
+        load_profile(str(_synth_routes_profile(tmp_path / "b", shape | {"knobs": {"heat": 1.0}})))
 
 
 @pytest.mark.parametrize(

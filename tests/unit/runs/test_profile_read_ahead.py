@@ -83,7 +83,12 @@ def test_the_full_shape_profiles_set_128_kib_and_the_others_only_observe() -> No
         for name in builtin_profiles()
         if load_profile(name).limits.read_ahead_mode == ReadAheadMode.SET
     }
-    assert setting == {"qwen35-shape-8g": 128, "qwen35-shape-8g-prefill": 128, "qwen3-30b-shape": 128}
+    assert setting == {
+        "qwen35-shape-8g": 128,
+        "qwen35-shape-8g-prefill": 128,
+        "qwen3-30b-shape": 128,
+        "qwen3-30b-shape-prefill": 128,
+    }
 
 
 def test_read_ahead_at_the_limit_and_one_page_past(tmp_path: Path) -> None:
