@@ -306,6 +306,8 @@ if mode != "cpu-only":
         "texts_traced_vs_no_trace": same("device", "device-no-trace", "txt"),
         "decode_tokens_per_s_traced": timing("device").get("decode_tokens_per_s"),
         "decode_tokens_per_s_no_trace": timing("device-no-trace").get("decode_tokens_per_s"),
+        "router_fusion_traced": (timing("device").get("kernel_path") or {}).get("router_fusion"),
+        "router_fusion_no_trace": (timing("device-no-trace").get("kernel_path") or {}).get("router_fusion"),
     }
     if have("device-unfused-no-trace"):
         tracing |= {

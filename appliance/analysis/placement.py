@@ -85,6 +85,7 @@ def trial_placement(
         "engine_buffers": {name: part["bytes"] for name, part in (engine.get("model") or {}).items()},
         "kv_cache_bytes": {name: part["bytes"] for name, part in (engine.get("kv_cache") or {}).items()},
         "compute_bytes": {name: part["bytes"] for name, part in (engine.get("compute") or {}).items()},
+        "router_fusion": timing.kernel_path.router_fusion if timing.kernel_path else None,
     }
     if accounting is None:
         return row

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from appliance.runs.run_dir import TIMING_FILE, TRIALS_DIR
 from appliance.runs.status import TrialStatus
+from appliance.runs.timing import ROUTER_FUSION
 
 MIB = 1 << 20
 
@@ -197,6 +198,10 @@ def placement_lines(results: dict[str, Any]) -> list[str]:
             f"{_sizes(row['kv_cache_bytes'])}; compute {_sizes(row['compute_bytes'])}; "
             f"{row['layers_offloaded']} layers offloaded"
         )
+        fusion = row.get("router_fusion")
+        if row["layers_offloaded"] and fusion:  # the device's kernels: what tracing left of them
+            meaning = ROUTER_FUSION.get(fusion, "unknown to this appliance")
+            lines.append(f"router kernels {row['variant']}: {fusion}, {meaning}")
     lines += planner_verdict_lines(results)
     if placement.get("worst") is None and not rows:
         lines.append("placement: the engine recorded none (an engine without patch 0001's placement record)")

@@ -51,6 +51,30 @@ class Residency(Record):
     anon_bytes: int | None = None  # anonymous memory: what the limit holds besides the model
 
 
+# timing.json kernel_path.router_fusion: what the eval callback's cuts leave of a router's fused
+# kernel (CUDA fuses softmax, argsort, get_rows and the weights' normalisation into one)
+ROUTER_FUSION = {
+    "not-cut": "no eval callback: the backend fuses as it would untraced",
+    "prevented": "each router's top-k view ends the CUDA graph: the fused router kernel never runs",
+    "server-backend": "the RPC server's backend decides, on graphs cut at each router's top-k view",
+    "no-fused-kernel": "the backend that routed has no fused router kernel",
+}
+
+
+@dataclass(frozen=True)
+class KernelPath(Record):
+    """timing.json `kernel_path`: what observing the router did to the graphs the engine ran
+    (patch 0001). The scheduler ends a backend's graph at every node the eval callback asks for,
+    so a traced run (or one whose prefetch, readers or cache need the routes) never runs a kernel
+    fused across a router's top-k view."""
+
+    eval_callback: bool  # installed: tracing, prefetch, prefill readers or the expert cache
+    graph_cuts: int  # nodes the callback asked for over the run
+    graph_cuts_per_decode_token: float
+    cut_buffer: str | None  # the buffer of the first node asked for: CPU, CUDA0, RPC0[HOST:PORT]
+    router_fusion: str  # a key of ROUTER_FUSION
+
+
 @dataclass(frozen=True)
 class ProbeMeasurement(Record):
     """One disk probe pass (`measurements[]`): cold random reads of one size at one depth."""
@@ -96,6 +120,7 @@ class TimingRecord(Record):
     trace_steps: int | None = None
     residency_after_load: Residency | None = None
     residency_at_end: Residency | None = None
+    kernel_path: KernelPath | None = None
     placement: dict[str, Any] | None = None  # appliance.analysis.placement reads it
     io: EngineIo | None = None
     probe: str | None = None  # the disk probe: "disk"

@@ -62,6 +62,8 @@ def test_stand_in_runs_every_check_on_the_rpc_device_and_writes_only_under_out(t
     assert checks["placement"]["device"] == "RPC0"
     assert checks["placement"]["placement"]["layers_offloaded"] >= 1
     assert checks["tracing"]["texts_traced_vs_no_trace"] is True
+    fusion = (checks["tracing"]["router_fusion_traced"], checks["tracing"]["router_fusion_no_trace"])
+    assert fusion == ("server-backend", "not-cut")  # on CUDA: prevented, not-cut
     assert "texts_fused_vs_unfused_no_trace" not in checks["tracing"]  # CUDA's alone
     prefetch, offload = checks["prefetch"], checks["op_offload"]
     assert prefetch["n_prompt_tokens"] >= 40  # a batch llama.cpp would offload (32+)

@@ -116,6 +116,43 @@ def test_a_partial_plan_puts_the_output_head_on_the_device_too(
     assert device_bytes(placement) == planned  # the last layer's dense part and experts, and the output head
 
 
+def test_tracing_cuts_the_device_graph_at_each_router_and_changes_no_text(
+    engine_bin: Path, device: str, tmp_path: Path
+) -> None:
+    """Issue 51's second defect: observing the router ends the device's graph at each top-k view,
+    so a backend's fused router kernel (CUDA's) cannot run in a traced trial. The record says so
+    (kernel_path): traced on the stand-in, one cut per MoE layer and step on the RPC device's
+    buffer; with --no-trace no callback and no cut; the texts are the same."""
+    model = tiny_model("qwen3moe")
+    acc = account_file(model)
+    plan = make_plan(acc, PlanLimits(ram_bytes=1 << 30, vram_bytes=1 << 30))
+    traced = on_device(engine_bin, model, tmp_path / "traced", device, plan)
+    placed = ("--rpc", device, *placement_options(tuple(plan.args)))
+    untraced = run_tracer(
+        engine_bin, model, tmp_path / "untraced", *ARGS, *placed, "--no-trace", prompt=PROMPT
+    )
+    host = run_tracer(engine_bin, model, tmp_path / "host", *ARGS, prompt=PROMPT)
+    assert traced.text == untraced.text == host.text and traced.text
+    steps = 1 + int(ARGS[ARGS.index("-n") + 1])  # the prompt's one ubatch, then each decode step
+    cut = traced.timings["kernel_path"]
+    assert cut.pop("cut_buffer") == f"RPC0[{device}]"
+    assert cut == {
+        "eval_callback": True,
+        "graph_cuts": steps * acc.facts.layers,
+        "graph_cuts_per_decode_token": acc.facts.layers,
+        "router_fusion": "server-backend",
+    }
+    assert untraced.timings["kernel_path"] == {
+        "eval_callback": False,
+        "graph_cuts": 0,
+        "graph_cuts_per_decode_token": 0,
+        "cut_buffer": None,
+        "router_fusion": "not-cut",
+    }
+    on_host = host.timings["kernel_path"]
+    assert (on_host["cut_buffer"], on_host["router_fusion"]) == ("CPU", "no-fused-kernel")
+
+
 def test_an_unreachable_device_server_is_one_line(engine_bin: Path, tmp_path: Path) -> None:
     closed = free_port()
     run = run_tracer(

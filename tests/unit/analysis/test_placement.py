@@ -102,3 +102,24 @@ def test_bundle_show_digest_carries_the_profile_and_the_engine(model: Path) -> N
         "within_goal": True,
     }
     assert placement_digest({}, None) is None and placement_lines({}) == []
+
+
+def test_a_device_trial_says_what_tracing_left_of_its_router_kernels() -> None:
+    """A trial with layers on a device prints its kernel_path's router_fusion beside its
+    placement; a CPU-only trial (nothing offloaded) does not."""
+    row = {
+        "trial": "001-x-traced-r1",
+        "variant": "traced",
+        "layers_offloaded": 5,
+        "engine_buffers": {"RPC0[127.0.0.1:1]": 1 << 20},
+        "kv_cache_bytes": {},
+        "compute_bytes": {},
+        "router_fusion": "prevented",
+    }
+    host = {**row, "variant": "host", "layers_offloaded": 0, "router_fusion": "no-fused-kernel"}
+    lines = placement_lines({"placement": {"goal_pct": 5, "trials": [row, host]}})
+    assert lines[1] == (
+        "router kernels traced: prevented, each router's top-k view ends the CUDA graph: the fused "
+        "router kernel never runs"
+    )
+    assert not any(line.startswith("router kernels host") for line in lines)

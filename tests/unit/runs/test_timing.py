@@ -12,8 +12,10 @@ from appliance.core.errors import ConfigError
 from appliance.core.validation import schema_problems
 from appliance.runs.run_dir import RunDir
 from appliance.runs.timing import (
+    ROUTER_FUSION,
     EngineIo,
     IoCounters,
+    KernelPath,
     ProbeMeasurement,
     TimingRecord,
     load_timing,
@@ -92,3 +94,21 @@ def test_a_loaded_trials_timing_reads_as_a_record_and_a_commands_own_as_none() -
     assert timing == load_timing(OLD_TIMINGS[1]) and timing.decode_s is not None
     assert timing_of({}) == TimingRecord() == timing_of({"timing": {}})
     assert timing_of({"timing": {"decode_tokens": 4}}) == TimingRecord()  # not the engine's record
+
+
+def test_the_kernel_path_reads_typed_and_an_unknown_key_in_it_is_refused() -> None:
+    """patch 0001's `kernel_path`: what the eval callback's cuts did to the kernels (a device run
+    traced on the stand-in, as the e2e test records it)."""
+    cut = {
+        "eval_callback": True,
+        "graph_cuts": 20,
+        "graph_cuts_per_decode_token": 4,
+        "cut_buffer": "RPC0[127.0.0.1:50991]",
+        "router_fusion": "server-backend",
+    }
+    record = TimingRecord.from_json({"tool": "llama-moe-trace", "kernel_path": cut}, "t")
+    assert record.kernel_path == KernelPath(True, 20, 4, "RPC0[127.0.0.1:50991]", "server-backend")
+    assert record.to_json()["kernel_path"] == cut
+    assert set(ROUTER_FUSION) == {"not-cut", "prevented", "server-backend", "no-fused-kernel"}
+    with pytest.raises(ConfigError, match=r"^t: kernel_path: unknown key 'fused'"):
+        TimingRecord.from_json({"kernel_path": {**cut, "fused": False}}, "t")
