@@ -120,6 +120,8 @@ class TimingRecord(Record):
     trace_steps: int | None = None
     residency_after_load: Residency | None = None
     residency_at_end: Residency | None = None
+    # demand mmap: the whole pages of tensors llama.cpp copied to a device, dropped after load
+    uploaded_pages_dropped_bytes: int | None = None
     kernel_path: KernelPath | None = None
     placement: dict[str, Any] | None = None  # appliance.analysis.placement reads it
     io: EngineIo | None = None

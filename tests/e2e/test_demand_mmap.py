@@ -1,23 +1,14 @@
 """LLAMA_MMAP_DEMAND=1 (patch 0002): a cold model is not read at load time, output is unchanged."""
 
-import os
 from pathlib import Path
 
 import pytest
 
+from appliance.host.pagecache import evict
 from tests.e2e.conftest import run_tracer
 from tests.models import tiny_model
 
 PROMPT = "Hello world, demand paging."
-
-
-def evict(path: Path) -> None:
-    """Drop the file's pages from the host page cache (never read it on the host afterwards)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 @pytest.mark.engine

@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from appliance.core.units import PAGE_BYTES
+from appliance.host.pagecache import evict
 from appliance.planner.accounting import account_file
+from appliance.planner.pages import DEMAND_ENV
 from appliance.planner.plan import Plan, PlanLimits, make_plan
 from appliance.runs.device_server import LOOPBACK, listening
 from appliance.runs.placement import placement_options
@@ -60,15 +63,22 @@ def device(engine_bin: Path) -> Iterator[str]:
         server.wait(timeout=10)
 
 
-def on_device(engine_bin: Path, model: Path, out: Path, device: str, plan: Plan) -> TracerRun:
+def on_device(
+    engine_bin: Path, model: Path, out: Path, device: str, plan: Plan, env: dict[str, str] | None = None
+) -> TracerRun:
     """The tracer on the stand-in device with the plan's placement."""
     args = (*ARGS, "--rpc", device, *placement_options(tuple(plan.args)))
-    return run_tracer(engine_bin, model, out, *args, prompt=PROMPT)
+    return run_tracer(engine_bin, model, out, *args, prompt=PROMPT, env=env)
 
 
 def device_bytes(placement: dict[str, Any]) -> int:
     """The model bytes the engine placed on the stand-in device."""
     return sum(int(p["bytes"]) for p in placement["model"].values() if p["device"] == "RPC0")
+
+
+def device_tensors(placement: dict[str, Any]) -> int:
+    """The model tensors the engine placed on the stand-in device."""
+    return sum(int(p["tensors"]) for p in placement["model"].values() if p["device"] == "RPC0")
 
 
 def test_the_plan_for_every_layer_offloads_every_slot_to_the_stand_in(
@@ -151,6 +161,41 @@ def test_tracing_cuts_the_device_graph_at_each_router_and_changes_no_text(
     }
     on_host = host.timings["kernel_path"]
     assert (on_host["cut_buffer"], on_host["router_fusion"]) == ("CPU", "no-fused-kernel")
+
+
+def test_a_demand_mapped_load_reads_the_device_tensors_once_and_keeps_none_of_their_pages(
+    engine_bin: Path, device: str, tmp_path: Path
+) -> None:
+    """Issue 51's third defect: with demand mmap llama.cpp copies each tensor placed on a device
+    out of the mapping and leaves its pages mapped and cached (it unmaps only the file's prefix
+    and suffix that no host tensor uses). With the last layer's experts kept on the host, so
+    that the host's mapped range spans every device tensor, from a cold page cache: the load
+    reads the device's bytes once (the goal: at most 1.1x what the device and the host's mapped
+    tensors need), the tracer drops every device tensor's whole pages after the load, and the
+    mapping then holds none of them (it held 49 MB before)."""
+    model = tiny_model("qwen3moe")
+    acc = account_file(model)
+    last = acc.facts.layers - 1
+    placed = ("--rpc", device, "-ngl", "99", "-ot", f"blk\\.{last}\\.ffn_.*_exps=CPU")
+    evict(model)
+    run = run_tracer(
+        engine_bin, model, tmp_path / "demand", *ARGS, *placed, prompt=PROMPT, env={DEMAND_ENV: "1"}
+    )
+    timings = run.timings
+    placement = timings["placement"]
+    on_device_bytes = device_bytes(placement)
+    host = [p for p in placement["model"].values() if p["device"] == "CPU"]
+    on_host_bytes = sum(int(p["bytes"]) for p in host)
+    assert sum(int(p["expert_bytes"]) for p in host) > 0 and on_device_bytes > 30 << 20
+    load_reads = timings["io"]["load_end"]["read_bytes"]
+    assert on_device_bytes <= load_reads <= 1.1 * (on_device_bytes + on_host_bytes)
+    # what stays of a device tensor is at most the page at each end, shared with a neighbour
+    edges = 2 * PAGE_BYTES * device_tensors(placement)
+    assert on_device_bytes - edges <= timings["uploaded_pages_dropped_bytes"] <= on_device_bytes
+    assert timings["residency_after_load"]["model_mapped_rss_bytes"] <= edges
+    cpu = run_tracer(engine_bin, model, tmp_path / "host", *ARGS, prompt=PROMPT, env={DEMAND_ENV: "1"})
+    assert run.text == cpu.text and run.text
+    assert cpu.timings["uploaded_pages_dropped_bytes"] == 0  # nothing on a device
 
 
 def test_an_unreachable_device_server_is_one_line(engine_bin: Path, tmp_path: Path) -> None:
