@@ -54,6 +54,27 @@ def locally_built(stand_in: str, experimental: tuple[str, ...] = ()) -> Path:
     return bin_dir
 
 
+CACHE_PATCH = "0004-expert-cache.patch"
+
+
+@pytest.fixture(scope="session")
+def cache_bin() -> Path:
+    """bin/ of b10229 with the active series and 0004, built locally (cached); or
+    APPLIANCE_ENGINE_BIN when that build has --expert-cache."""
+    override = os.environ.get("APPLIANCE_ENGINE_BIN")
+    if override:
+        tool = Path(override) / "llama-moe-trace"
+        helped = (
+            subprocess.run([str(tool), "--help"], capture_output=True, text=True) if tool.is_file() else None
+        )
+        if helped is None or "--expert-cache" not in helped.stderr:
+            pytest.fail(
+                f"APPLIANCE_ENGINE_BIN={override} has no llama-moe-trace with --expert-cache ({CACHE_PATCH})"
+            )
+        return Path(override)
+    return locally_built("b10229", (CACHE_PATCH,))
+
+
 @dataclass(frozen=True)
 class TracerRun:
     result: subprocess.CompletedProcess[bytes]

@@ -8,7 +8,6 @@ must be the replay's prediction for that trace and capacity; bad input gets one 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -16,37 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from appliance.host.pagecache import evict
 from appliance.trace import kernels
 from appliance.trace.events import trace_events
 from appliance.trace.format import Trace, read_trace, write_trace
 from appliance.trace.replay import pool_hits
 from appliance.trace.synth import TraceSynthSpec, synth_trace
-from tests.e2e.conftest import TracerRun, locally_built, run_tracer
-from tests.e2e.test_demand_mmap import evict
+from tests.e2e.conftest import TracerRun, run_tracer
 from tests.models import tiny_model
 
-CACHE_PATCH = "0004-expert-cache.patch"
 POLICIES = ("lru", "fifo", "least-stale", "belady")
 PROMPT = "The quick brown fox"
 DEMAND = {"LLAMA_MMAP_DEMAND": "1"}
-
-
-@pytest.fixture(scope="session")
-def cache_bin() -> Path:
-    """bin/ of b10229 with the active series and 0004, built locally (cached); or
-    APPLIANCE_ENGINE_BIN when that build has --expert-cache."""
-    override = os.environ.get("APPLIANCE_ENGINE_BIN")
-    if override:
-        tool = Path(override) / "llama-moe-trace"
-        helped = (
-            subprocess.run([str(tool), "--help"], capture_output=True, text=True) if tool.is_file() else None
-        )
-        if helped is None or "--expert-cache" not in helped.stderr:
-            pytest.fail(
-                f"APPLIANCE_ENGINE_BIN={override} has no llama-moe-trace with --expert-cache ({CACHE_PATCH})"
-            )
-        return Path(override)
-    return locally_built("b10229", (CACHE_PATCH,))
 
 
 def replay_in_tool(

@@ -198,6 +198,52 @@ def test_a_demand_mapped_load_reads_the_device_tensors_once_and_keeps_none_of_th
     assert cpu.timings["uploaded_pages_dropped_bytes"] == 0  # nothing on a device
 
 
+def test_the_expert_cache_holds_only_the_experts_left_on_the_host(
+    cache_bin: Path, device: str, tmp_path: Path
+) -> None:
+    """Issue 51's sixth defect: patch 0004 took its layout from the GGUF header, every layer's
+    experts, and refused a run whose device layers' experts are not in the mapping. Now it
+    caches the layers whose experts the engine left on the host (--n-cpu-moe 2: the first two),
+    lets the device compute the others, counts only host bytes beside the cached experts (the
+    auto capacity's budget), refuses a placement with no host experts in one line, and changes
+    no text."""
+    model = tiny_model("qwen3moe")
+    acc = account_file(model)
+    cache = ("--expert-cache", "lru", "--expert-cache-capacity", "8")
+    placed = ("--rpc", device, "-ngl", "99")
+    env = {DEMAND_ENV: "1"}
+    run = run_tracer(
+        cache_bin,
+        model,
+        tmp_path / "partial",
+        *ARGS,
+        *placed,
+        "--n-cpu-moe",
+        "2",
+        *cache,
+        prompt=PROMPT,
+        env=env,
+    )
+    record = run.timings["expert_cache"]
+    assert (record["host_layers"], record["device_layers"]) == (2, acc.facts.layers - 2)
+    k = acc.facts.experts_used
+    assert record["decode"]["hits"] + record["decode"]["misses"] == 8 * 2 * k  # -n 8, two host layers
+    on_rpc = [p for p in run.timings["placement"]["model"].values() if p["device"] == "RPC0"]
+    device_non_expert = sum(int(p["bytes"]) - int(p["expert_bytes"]) for p in on_rpc)
+    expert_total = sum(t.nbytes for t in acc.tensors if t.group == "routed_experts")
+    assert record["non_expert_bytes"] == model.stat().st_size - expert_total - device_non_expert
+    host = run_tracer(cache_bin, model, tmp_path / "host", *ARGS, *cache, prompt=PROMPT, env=env)
+    assert host.timings["expert_cache"]["device_layers"] == 0 and run.text == host.text and run.text
+    whole = run_tracer(
+        cache_bin, model, tmp_path / "whole", *ARGS, *placed, *cache, prompt=PROMPT, env=env, check=False
+    )
+    assert whole.result.returncode != 0
+    assert whole.result.stderr.decode().strip().splitlines()[-1] == (
+        "llama-moe-trace: error: --expert-cache: every MoE layer's experts are on a device, none in host "
+        "memory to cache (keep some on the host: --n-cpu-moe N or -ot)"
+    )
+
+
 def test_an_unreachable_device_server_is_one_line(engine_bin: Path, tmp_path: Path) -> None:
     closed = free_port()
     run = run_tracer(
