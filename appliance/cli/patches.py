@@ -242,7 +242,8 @@ def move(lock_path: Path | None, name: str, status: str) -> None:
 @patches_group.command("lock")
 @lock_option
 def lock_command(lock_path: Path | None) -> None:
-    """Re-pin the lock's sha256 for the patch files as they are now (after hand edits)."""
+    """Re-pin the lock's sha256 for the patch files as they are now (after hand edits): the
+    series, and each track's variants under patches/llama.cpp/tracks/."""
     lock = load_lock(lock_path)
     for status, entries in repin(lock).items():
         for entry in entries:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from appliance.core import atomic
 from appliance.core.errors import ApplianceError
-from appliance.core.strict_load import load_json
+from appliance.core.strict_load import load_json, parse_json, read_text
 from appliance.engine.lock import Lock
 from appliance.engine.patches import (
     NUMBER_PREFIX_RE,
@@ -30,6 +30,7 @@ from appliance.engine.patches import (
     patch_records,
     patches_dir,
     selected_patches,
+    write_lock_object,
     write_lock_patches,
 )
 from appliance.engine.source import SourceTree
@@ -152,13 +153,21 @@ def export_patches(lock: Lock, dev_dir: Path, new_status: str = "active") -> lis
 
 
 def repin(lock: Lock) -> dict[str, list[dict[str, str]]]:
-    """Re-pin the lock's sha256 for the patch files as they are now (after editing by hand)."""
+    """Re-pin the lock's sha256 for the patch files as they are now (after editing by hand): the
+    series by status, then each track's variants (as `tracks/TRACK`)."""
     directory = patches_dir(lock)
     pinned = {
         status: patch_records(directory, status, [e.file for e in lock.patches[status]])
         for status in ("active", "experimental", "rejected")
     }
     write_lock_patches(lock.path, pinned)
+    tracks = parse_json(read_text(lock.path), lock.path).get("tracks")
+    if tracks:
+        for name, track in tracks.items():
+            files = [v["file"] for v in track["variants"]]
+            track["variants"] = patch_records(directory, f"tracks/{name}", files)
+            pinned[f"tracks/{name}"] = track["variants"]
+        write_lock_object(lock.path, "tracks", tracks)
     return pinned
 
 

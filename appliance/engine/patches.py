@@ -285,14 +285,19 @@ def patch_records(directory: Path, status: str, files: Sequence[str]) -> list[di
 
 def write_lock_patches(lock_path: Path, patches: dict[str, list[dict[str, str]]]) -> None:
     """Replace only the lock's `"patches"` object, leaving the rest of the file's text alone."""
+    write_lock_object(lock_path, "patches", patches)
+
+
+def write_lock_object(lock_path: Path, key: str, value: dict[str, Any]) -> None:
+    """Replace only the lock's top-level object `key`, leaving the rest of the file's text alone."""
     text = read_text(lock_path)
-    start = text.find('\n  "patches": {')
+    start = text.find(f'\n  "{key}": {{')
     if start < 0:
-        raise ConfigError(f'{lock_path}: no top-level "patches" object to update')
+        raise ConfigError(f'{lock_path}: no top-level "{key}" object to update')
     end = text.find("\n  }", start + 1)
-    block = json.dumps(patches, indent=2).replace("\n", "\n  ")
-    new_text = f'{text[:start]}\n  "patches": {block}{text[end + len(chr(10) + "  }") :]}'
+    block = json.dumps(value, indent=2).replace("\n", "\n  ")
+    new_text = f'{text[:start]}\n  "{key}": {block}{text[end + len(chr(10) + "  }") :]}'
     parsed = parse_json(new_text, lock_path)
-    if parsed["patches"] != patches:
-        raise ConfigError(f"{lock_path}: could not rewrite the patches object safely")
+    if parsed[key] != value:
+        raise ConfigError(f"{lock_path}: could not rewrite the {key} object safely")
     atomic.write_text(lock_path, new_text)

@@ -87,3 +87,24 @@ def test_move_between_statuses_rewrites_series_and_lock(tmp_path: Path) -> None:
 
     run_cli("patches", "move", "--lock", str(lock_path), EXTRA, "experimental", check=True)
     assert (lock_path.read_bytes(), (patches / "series").read_bytes()) == before
+
+
+def test_lock_re_pins_the_tracks_variants_too(tmp_path: Path) -> None:
+    """`patches lock` after a hand edit of a track's variant: its pin follows the file (it did not,
+    and the track's series was refused until the lock was edited by hand); the rest of the lock
+    is unchanged, and a second run changes nothing."""
+    lock_path = checkout_copy(tmp_path)
+    run_cli("patches", "lock", "--lock", str(lock_path), check=True)
+    before = load_lock(lock_path)
+    track = next(iter(before.tracks.values()))
+    name = sorted(track.variants)[0]
+    variant = lock_path.parent.parent / "patches" / "llama.cpp" / "tracks" / track.name / name
+    variant.write_text(variant.read_text() + "\n")
+    shown = run_cli("patches", "lock", "--lock", str(lock_path), check=True).stdout
+    assert f"tracks/{track.name}/{name} sha256:{sha256_file(variant)}" in shown
+    after = load_lock(lock_path)
+    assert after.tracks[track.name].variants == {**track.variants, name: sha256_file(variant)}
+    assert after.patches == before.patches
+    text = lock_path.read_text()
+    run_cli("patches", "lock", "--lock", str(lock_path), check=True)
+    assert lock_path.read_text() == text
