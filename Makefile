@@ -14,7 +14,7 @@ LINT_TREES := appliance tests fuzz bench
 # with zizmor (offline, every audit); tests/unit/test_workflows.py runs the same two.
 WORKFLOWS := .github/workflows/*.yml
 
-.PHONY: help bootstrap venv test lint format demo demo-cache demo-prefill demo-gpu scale bench fuzz
+.PHONY: help bootstrap venv test lint format demo demo-cache demo-prefill demo-gpu demo-gpu-slice scale bench fuzz
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_ %-]+:.*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -82,6 +82,10 @@ demo-prefill: bootstrap ## the miniature sweep of a 534-token prompt: the prefil
 demo-gpu: bootstrap ## the miniature sweep on the stand-in GPU (llama.cpp's RPC device): planned placement
 	@$(MAKE) --no-print-directory venv
 	$(APPLIANCE) demo --profile tiny-stand-in $(DEMO_ARGS)
+
+demo-gpu-slice: bootstrap ## the GPU profile's shape on the stand-in: a 2.8 GB slice of the Qwen3.5 shape, routing forced, expert cache
+	@$(MAKE) --no-print-directory venv
+	$(APPLIANCE) demo --profile qwen35-shape-slice-stand-in $(DEMO_ARGS)
 
 # The experiment at its own scale (not in CI: up to an hour, about 35 GB of disk for two
 # synthesized models). It says first how long and how much disk; SCALE_ARGS=--dry-run stops there.

@@ -16,8 +16,15 @@ from typing import Any
 
 from appliance.analysis.capacity import model_experts
 from appliance.analysis.stats import ratio_or_none as _ratio
-from appliance.analysis.sweep_analysis import ModelExperts, phase_reads, predicted_reads, probe_summary
+from appliance.analysis.sweep_analysis import (
+    ModelExperts,
+    host_side,
+    phase_reads,
+    predicted_reads,
+    probe_summary,
+)
 from appliance.core.digests import sha256_file
+from appliance.planner.accounting import Accounting, account_file
 from appliance.runs.status import TrialStatus
 from appliance.runs.timing import TimingRecord, timing_of
 from appliance.trace.format import Trace, read_trace
@@ -208,11 +215,13 @@ def sweep_section(
     traces: dict[str, Path],
     experts: ModelExperts,
     probe: dict[str, Any] | None,
+    accounting: Accounting | None = None,
 ) -> dict[str, Any] | None:
     """results.json `sweep.expert_cache` for a sweep with cache trials (None without): a row per
     finished traced trial (`cache_row`, against demand mmap and prefetch of its limit and
     repeat), each trace's byte identity with the first variant's (the baseline's) trace of the
-    same limit and repeat, the medians per limit and variant, and the goals."""
+    same limit and repeat, the medians per limit and variant, and the goals. With the model's
+    `accounting` a trial with a device is replayed on its host layers only (`host_side`)."""
     if not any(is_cache_trial(t) for t in trials):
         return None
     done = [t for t in trials if t.get("status") == TrialStatus.OK and t["dir"] in loaded]
@@ -223,15 +232,11 @@ def sweep_section(
     }
     rows = []
     for t in done:
+        trace, read = host_side(t, loaded[t["dir"]], experts, accounting)
+        if trace is None:  # every layer's experts on the device: nothing read to replay
+            continue
         row = cache_row(
-            t["dir"],
-            t["variant"],
-            t["repeat"],
-            int(t["memory_limit"]),
-            timing_of(t),
-            loaded[t["dir"]],
-            experts,
-            probe,
+            t["dir"], t["variant"], t["repeat"], int(t["memory_limit"]), timing_of(t), trace, read, probe
         )
         expected = reference.get((t["memory_limit"], t["repeat"]))
         row["trace_identical_to_baseline"] = None if expected is None else digests[t["dir"]] == expected
@@ -262,4 +267,4 @@ def sweep_cache_analysis(
     loaded = {name: read_trace(path) for name, path in traces.items()}
     experts = model_experts(model_path, next(iter(loaded.values())))
     probe = probe_summary(probe_record) if probe_record is not None and probe_record.to_json() else None
-    return sweep_section(trials, loaded, traces, experts, probe)
+    return sweep_section(trials, loaded, traces, experts, probe, account_file(model_path))

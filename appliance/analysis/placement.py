@@ -109,9 +109,16 @@ def trial_placement(
     experts, cache = _routing(trace, accounting, timing.expert_cache) if demand else (None, None)
     predicted_peak = (
         None
-        if (demand and experts is None) or device
+        if demand and experts is None
         else predicted_peak_bytes(
-            accounting, ram_bytes, ctx=ctx, prompt_tokens=prompt, experts=experts, cache=cache
+            accounting,
+            ram_bytes,
+            ctx=ctx,
+            prompt_tokens=prompt,
+            experts=experts,
+            cache=cache,
+            vram_bytes=limits.vram_bytes,
+            device=limits.device,
         )
     )
     errors = {
@@ -127,13 +134,12 @@ def trial_placement(
             "measured_model_bytes": measured,
             "planner_peak_bytes": predicted_peak,
             "planner_peak_pages": (
-                "a trial with a device: the host pages its uploads read are not modelled yet"
-                if device
-                else "no route trace: a demand-mapped peak needs the router's choices"
+                "no route trace: a demand-mapped peak needs the router's choices"
                 if predicted_peak is None
                 else "the chosen experts' pages (route trace), those the expert cache holds at most whole"
                 if cache is not None
                 else "the chosen experts' pages (route trace)"
+                + (", or the device's tensors' while they load" if device else "")
                 if demand
                 else "every page of the model file"
             ),

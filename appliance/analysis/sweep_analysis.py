@@ -8,8 +8,11 @@ at (`disk_probe_depth`, appliance.runs.read_depth), and a roofline prediction of
 tokens/s. The model behind the numbers is written down in docs/sweeps.md. A trial whose routing
 was forced from a routes file (trial.json `routes`) says whether its trace holds exactly
 those routes (`trace_equals_routes`): then its replay is the replay of the routes' source.
+A trial with a device reads from disk only what its placement leaves on the host (`host_side`):
+its host layers' experts beside the host's non-expert bytes.
 """
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -25,10 +28,14 @@ from appliance.analysis.stats import ratio_or_none as _ratio
 from appliance.core.digests import sha256_bytes
 from appliance.core.errors import ConfigError
 from appliance.core.strict_load import read_bytes
+from appliance.planner.accounting import Accounting, account_file
+from appliance.planner.offload import host_non_expert_bytes
+from appliance.runs.placement import offload_of, placement_options
 from appliance.runs.read_depth import PROBE_DEPTHS, probe_depth
 from appliance.runs.status import TrialStatus
 from appliance.runs.timing import EngineIo, TimingRecord, timing_of
 from appliance.trace import kernels
+from appliance.trace.calibration import layer_slice
 from appliance.trace.events import EventStream, trace_events
 from appliance.trace.format import Trace, read_trace
 from appliance.trace.replay import pool_hits, pool_hits_bytes, pool_objects_bytes
@@ -36,6 +43,7 @@ from appliance.trace.routes import follows_routes
 
 POLICIES = ("lru", "fifo", "least-stale", "belady")
 DECODE_KIND = 1  # trace row kind of a decode step (0: prompt)
+HOST_BACKEND = "CPU"  # trial.json engine_backend of a trial without a device
 PHASE_TOLERANCE = 0.10  # phase reads must sum to within this of the cgroup's block reads
 
 
@@ -108,6 +116,33 @@ def engine_command(trial: dict[str, Any]) -> list[str]:
     tool's own arguments, the profile's and the variant's); [] when it recorded none."""
     command = (trial.get("container") or {}).get("command")
     return [str(a) for a in command] if isinstance(command, list) else []
+
+
+def host_side(
+    trial: dict[str, Any], trace: Trace | None, experts: ModelExperts, accounting: Accounting | None
+) -> tuple[Trace | None, ModelExperts]:
+    """What a trial reads from the model file: with a device (its placement options put tensors
+    there) its trace and the model's experts narrowed to the layers whose experts stay on the
+    host, the non-expert bytes to the host's (no trace when every layer's experts are on the
+    device); on the host's backend (placement options without a device offload nothing), or
+    without the model's accounting, both as they are."""
+    if accounting is None or trial.get("engine_backend") in (None, HOST_BACKEND):
+        return trace, experts
+    facts = accounting.facts
+    offload = offload_of(placement_options(tuple(engine_command(trial))), facts.layers + facts.nextn_layers)
+    if offload is None or not (offload.output_on_device or offload.first_device_layer < facts.layers):
+        return trace, experts
+    host = sorted(layer for layer in experts.expert_bytes if not offload.on_device(layer, "routed_experts"))
+    expert_bytes = {layer: experts.expert_bytes[layer] for layer in host}
+    non_expert = host_non_expert_bytes(accounting, offload, experts.file_bytes)
+    narrowed = dataclasses.replace(
+        experts,
+        file_bytes=non_expert + sum(expert_bytes.values()) * experts.n_experts,
+        expert_bytes=expert_bytes,
+    )
+    if trace is None or not host:
+        return None, narrowed
+    return layer_slice(trace, host), narrowed
 
 
 def predicted_reads(trace: Trace, capacity: int, experts: ModelExperts) -> dict[str, Any]:
@@ -379,10 +414,11 @@ def analyze_sweep(
     experts = model_experts(model_path, next(iter(loaded.values())))
     probe = probe_summary(probe_record) if probe_record is not None and probe_record.to_json() else None
     bandwidths = probe_bandwidths(probe)
+    accounting = account_file(model_path)
     rows = []
     for trial in trials:
         trace = loaded.get(trial["dir"])
-        row = trial_row(trial, trace, experts, bandwidths)
+        row = trial_row(trial, *host_side(trial, trace, experts, accounting), bandwidths)
         if isinstance(trial.get("routes"), dict):
             row["trace_equals_routes"] = trace_equals_routes(trial, trace, model_path.parent)
         rows.append(row)

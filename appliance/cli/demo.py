@@ -31,7 +31,7 @@ from appliance.workflows.demo import DEMO_PROFILES, demo
     "models_dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="Where the tiny model is synthesized (default: the cache).",
+    help="Where the profile's model is synthesized (default: the cache).",
 )
 @click.option("--repeats", type=REPEATS, default=None, help="Repeats of the sweep (default 1).")
 @click.option(
@@ -43,7 +43,10 @@ from appliance.workflows.demo import DEMO_PROFILES, demo
     help="tiny-oversub-cache (what `make demo-cache` runs): the engine's expert cache "
     "(experimental patch 0004, built into the image) beside demand mmap and prefetch; "
     "tiny-oversub-prefill (`make demo-prefill`): a 534-token prompt, the prefill readers "
-    "(patch 0006) beside demand mmap and prefetch, at a quarter and 1.2 times the model file.",
+    "(patch 0006) beside demand mmap and prefetch, at a quarter and 1.2 times the model file; "
+    "tiny-stand-in (`make demo-gpu`): planned placement on the stand-in GPU (llama.cpp's RPC "
+    "device); qwen35-shape-slice-stand-in (`make demo-gpu-slice`): a 2.8 GB slice of the "
+    "Qwen3.5-35B-A3B shape on the stand-in GPU, routing forced, with the expert cache.",
 )
 @lock_option
 def demo_command(

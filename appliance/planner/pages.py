@@ -13,6 +13,10 @@ The header is read with read(2) into the page cache, which the cgroup charges th
 A slice seldom starts or ends on a page boundary, so pages are counted as the union of the
 page-rounded byte ranges, never as bytes. The engine's expert cache (patch 0004) drops the whole
 pages of every expert it evicts; which experts it holds at most is `planner.cache_pages`.
+With a device, llama.cpp copies each tensor placed there out of the mapping at load, reading its
+pages; under demand mmap the tracer (patch 0001) drops them after the load, all but the partial
+pages a tensor shares with a host neighbour, so a demand-mapped run holds them only while it
+loads (`device_file_bytes`), and without demand mmap they stay like every other page.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Collection, Iterable
 
 from appliance.core.units import PAGE_BYTES
 from appliance.planner.accounting import Accounting, TensorBytes
+from appliance.planner.offload import Offload
 from appliance.trace.expert_bytes import expert_slice_bytes
 
 DEMAND_ENV = "LLAMA_MMAP_DEMAND"  # patch 0002's switch: "1" maps the model on demand
@@ -59,11 +64,29 @@ def _tied_output(acc: Accounting) -> bool:
     return not any(t.name == OUTPUT_TENSOR for t in acc.tensors)
 
 
+def _edge_ranges(start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of [start, end) on its partial first and last pages: what stays of a range whose
+    whole pages were dropped."""
+    return [
+        (start, min(end, -(-start // PAGE_BYTES) * PAGE_BYTES)),
+        (max(start, end // PAGE_BYTES * PAGE_BYTES), end),
+    ]
+
+
+def device_file_bytes(acc: Accounting, offload: Offload) -> int:
+    """Bytes of the file's pages that the tensors placed on the device cover: what their upload
+    reads through the mapping."""
+    return _page_union_bytes(
+        (t.offset, t.offset + t.nbytes) for t in acc.tensors if offload.on_device(t.layer, t.group)
+    )
+
+
 def resident_file_bytes(
     acc: Accounting,
     experts: Iterable[tuple[int, int]] | None = None,
     tokens: int | None = None,
     held: Collection[tuple[int, int]] | None = None,
+    offload: Offload | None = None,
 ) -> int:
     """Bytes of the model file's pages a run holds: the header and every tensor, or with
     `experts` (the (layer, expert) pairs a demand-mapped run's router chose) every non-expert
@@ -71,7 +94,8 @@ def resident_file_bytes(
     well (the tokens it looked up, at most) only their rows of an untied token embedding.
     With `held` (the experts the engine's expert cache holds, `planner.cache_pages`) only those
     of the chosen experts count whole: the cache drops the whole pages of an expert it evicts,
-    so of the others only the pages their slices share with a neighbour stay."""
+    so of the others only the pages their slices share with a neighbour stay. With `offload` as
+    well (a demand-mapped run with a device) the device's tensors keep only their edge pages."""
     chosen: dict[int, set[int]] | None = None
     if experts is not None:
         chosen = {}
@@ -81,6 +105,9 @@ def resident_file_bytes(
     ranges = [(0, acc.header_bytes)]
     extra = 0
     for tensor in acc.tensors:
+        if chosen is not None and offload is not None and offload.on_device(tensor.layer, tensor.group):
+            ranges += _edge_ranges(tensor.offset, tensor.offset + tensor.nbytes)
+            continue
         if rows_only and tensor.name == TOKEN_EMBEDDING:
             extra += embedding_rows_bytes(tensor, int(tokens or 0))
             continue
@@ -94,6 +121,5 @@ def resident_file_bytes(
             if held is None or (tensor.layer, expert) in held:
                 ranges.append((start, end))
             else:  # evicted: its partial first and last pages stay
-                ranges.append((start, min(end, -(-start // PAGE_BYTES) * PAGE_BYTES)))
-                ranges.append((max(start, end // PAGE_BYTES * PAGE_BYTES), end))
+                ranges += _edge_ranges(start, end)
     return _page_union_bytes(ranges) + extra

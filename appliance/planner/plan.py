@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from appliance.core.errors import ApplianceError
 from appliance.core.units import PAGE_BYTES, format_size
 from appliance.planner.accounting import Accounting, ArchFacts
-from appliance.planner.pages import DEMAND_ENV, resident_file_bytes
+from appliance.planner.offload import Offload
+from appliance.planner.pages import DEMAND_ENV, device_file_bytes, resident_file_bytes
 
 if TYPE_CHECKING:
     from appliance.planner.cache_pages import CachePeak
@@ -31,17 +32,17 @@ MiB = 1 << 20
 CUDA_CONTEXT_BYTES = 768 * MiB  # CUDA context, cuBLAS workspace, allocator slack on the GPU
 CUDA_HOST_BYTES = 1 * GiB  # CUDA runtime, driver and pinned staging buffers in host memory
 # the stand-in GPU (llama.cpp's RPC server, appliance.runs.device_server): beside its buffers,
-# the server's cgroup holds its process and the message of the largest tensor it is sent (it
-# receives a set_tensor whole before copying it into the buffer). Measured: 0.8 MB and 1.1 MB
-# beyond buffers and largest tensor (a 64 MiB qwen3moe wholly offloaded, 71.7 MB peak; the
-# tiny-stand-in sweep, 239.2 MB peak beside a 33.6 MB expert tensor). The engine's RPC client
-# adds nothing measurable to host memory.
+# the server's cgroup holds its process and a tensor's upload message while it copies it in
+# (upload_message_bytes). Measured: 0.8 MB and 1.1 MB beyond buffers and largest tensor (a
+# 64 MiB qwen3moe wholly offloaded, 71.7 MB peak; the tiny-stand-in sweep, 239.2 MB peak beside
+# a 33.6 MB expert tensor). The engine's RPC client builds the same message in host memory
+# (loading_bytes).
 RPC_SERVER_BYTES = 2 * MiB
 CUDA, RPC = "cuda", "rpc"
 # per device kind: (its fixed part in device memory, its runtime's part in host memory, label)
 DEVICE_OVERHEAD = {
     CUDA: (CUDA_CONTEXT_BYTES, CUDA_HOST_BYTES, "CUDA context and workspace"),
-    RPC: (RPC_SERVER_BYTES, 0, "RPC server process and its largest message"),
+    RPC: (RPC_SERVER_BYTES, 0, "RPC server process and an upload's message"),
 }
 # llama.cpp binary and libraries, thread stacks, allocator arenas (CPU build): make demo measured
 # at most 10.3 MiB of anonymous memory and charged library pages beside a 260-token model
@@ -225,6 +226,26 @@ def process_bytes(facts: ArchFacts) -> int:
     return PROCESS_BYTES + VOCAB_BYTES_PER_TOKEN * facts.vocab
 
 
+def upload_message_bytes(acc: Accounting, offload: Offload) -> int:
+    """What the RPC server holds beyond its buffers while the model loads: it receives each
+    tensor's upload whole before copying it in, when the tensors loaded before it are in its
+    buffers already. llama.cpp creates (and loads) the output head first, then the layers in
+    order, so a tensor's message counts beyond the device's final weights by what it exceeds the
+    device's bytes of the layers after its own (within a layer the order is the architecture's,
+    not modelled)."""
+    by_layer: dict[int, int] = {}
+    largest: dict[int, int] = {}
+    for t in acc.tensors:
+        if offload.on_device(t.layer, t.group):
+            by_layer[t.layer] = by_layer.get(t.layer, 0) + t.nbytes
+            largest[t.layer] = max(largest.get(t.layer, 0), t.nbytes)
+    extra, after = 0, 0
+    for layer in sorted(by_layer, reverse=True):  # the output head's -1 last: every layer after it
+        extra = max(extra, largest[layer] - after)
+        after += by_layer[layer]
+    return extra
+
+
 def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     check_limits(limits)
     f = acc.facts
@@ -237,33 +258,34 @@ def make_plan(acc: Accounting, limits: PlanLimits) -> Plan:
     vram_budget = int(limits.vram_bytes * (1 - VRAM_MARGIN))
     use_gpu = limits.vram_bytes > 0
     device_fixed, device_host, device_label = DEVICE_OVERHEAD[limits.device]
-    if limits.device == RPC:  # the largest tensor it may be sent (token embeddings stay on the host)
-        device_fixed += max((t.nbytes for t in acc.tensors if t.group != "embeddings"), default=0)
+
+    def vram_need(on_gpu: int, moe_host: int) -> int:
+        """Device bytes with the last `on_gpu` layers and the output head on the device and
+        the experts of layers below `moe_host` on the host."""
+        gpu = range(layers - on_gpu, layers)
+        weights = sum(dense.get(i, 0) for i in gpu) + sum(routed.get(i, 0) for i in gpu if i >= moe_host)
+        need = device_fixed + compute + output + weights + _cache_bytes(acc, limits.ctx, set(gpu))
+        if limits.device == RPC:
+            need += upload_message_bytes(acc, Offload.of_ngl(layers, on_gpu + 1, moe_host))
+        return need
 
     gpu_layers, cpu_moe = 0, layers
     vram_lines: list[BudgetLine] = []
-    gpu_fixed = device_fixed + compute + output
     if use_gpu:
-        all_dense = sum(dense.values())
-        cache_all = _cache_bytes(acc, limits.ctx, all_layers)
-        if gpu_fixed + all_dense + cache_all <= vram_budget:
+        if vram_need(layers, layers) <= vram_budget:
             gpu_layers = layers
-            room = vram_budget - gpu_fixed - all_dense - cache_all
             cpu_moe = 0
             for layer in range(layers - 1, -1, -1):  # experts of the top layers go first
-                if routed.get(layer, 0) > room:
+                if vram_need(layers, layer) > vram_budget:
                     cpu_moe = layer + 1
                     break
-                room -= routed.get(layer, 0)
         else:
-            room = vram_budget - gpu_fixed
-            for layer in range(layers - 1, -1, -1):
-                need = dense.get(layer, 0) + _cache_bytes(acc, limits.ctx, {layer})
-                if need > room:
-                    break
-                room -= need
+            while gpu_layers < layers and vram_need(gpu_layers + 1, layers) <= vram_budget:
                 gpu_layers += 1
             cpu_moe = layers
+    gpu_fixed = vram_need(0, layers)  # the output head's slot alone
+    if limits.device == RPC:
+        device_fixed += upload_message_bytes(acc, Offload.of_ngl(layers, gpu_layers + 1, cpu_moe))
     gpu_set = set(range(layers - gpu_layers, layers))
     host_set = all_layers - gpu_set
     experts_gpu = sum(routed.get(i, 0) for i in gpu_set if i >= cpu_moe)
@@ -459,8 +481,10 @@ def predicted_peak_bytes(
     prompt_tokens: int | None = None,
     experts: Iterable[tuple[int, int]] | None = None,
     cache: CachePeak | None = None,
+    vram_bytes: int = 0,
+    device: str = CUDA,
 ) -> int:
-    """Predicted cgroup memory peak of a CPU-only llama.cpp run of this model under `ram_bytes`:
+    """Predicted cgroup memory peak of a llama.cpp run of this model under `ram_bytes`:
     anonymous memory plus the model file's resident pages (`appliance.planner.pages`: all of
     them, or for a demand-mapped run only the `experts` its router chose, and with the engine's
     expert cache only those it holds at most, `cache`, whose readers' buffers are anonymous
@@ -469,22 +493,48 @@ def predicted_peak_bytes(
     compute buffer is touched only as far as the largest batch actually decoded, so a known
     prompt length narrows it; the output buffer holds a logits row for every prompt token (the
     tracer asks for them all; unknown: one ubatch's), and the mapped file pages cost their page
-    tables. For the runner's predicted-versus-measured table."""
+    tables. With `vram_bytes` of a `device` the model is placed as the planner places it there,
+    and the peak is the larger of the load's (`loading_bytes`) and the run's, which under demand
+    mmap holds host pages only (planner.pages). For the runner's predicted-versus-measured
+    table."""
     touched_ubatch = min(n_ubatch, prompt_tokens) if prompt_tokens else n_ubatch
     limits = PlanLimits(
         ram_bytes=ram_bytes,
-        vram_bytes=0,
+        vram_bytes=vram_bytes,
         ctx=ctx,
         n_ubatch=max(touched_ubatch, 1),
         n_outputs=max(prompt_tokens or n_ubatch, 1),
+        device=device,
     )
     plan = make_plan(acc, limits)
+    layers = acc.facts.layers + acc.facts.nextn_layers
+    placed = Offload.of_ngl(layers, plan.ngl, plan.cpu_moe_layers) if plan.ngl else None
+    demand = experts is not None
+    offload = placed if demand else None
     tokens = (
         None if experts is None else ctx
     )  # a demand-mapped run reads embedding rows of at most ctx tokens
     if cache is None:
-        pages = resident_file_bytes(acc, experts, tokens)
-        return min(ram_bytes, plan.ram_anon + pages + page_table_bytes(pages))
-    chosen = list(experts or ())
-    held_pages = max(resident_file_bytes(acc, chosen, tokens, held) for held in cache.held)
-    return min(ram_bytes, plan.ram_anon + cache.reader_bytes + held_pages + page_table_bytes(held_pages))
+        pages = resident_file_bytes(acc, experts, tokens, offload=offload)
+        running = pages + page_table_bytes(pages)
+    else:
+        chosen = list(experts or ())
+        held_pages = max(resident_file_bytes(acc, chosen, tokens, held, offload) for held in cache.held)
+        running = cache.reader_bytes + held_pages + page_table_bytes(held_pages)
+    loading = 0 if placed is None else loading_bytes(acc, placed, demand, device)
+    return min(ram_bytes, plan.ram_anon + max(running, loading))
+
+
+def loading_bytes(acc: Accounting, placed: Offload, demand: bool, device: str) -> int:
+    """What a run with a device holds beside its anonymous memory while it uploads: the file's
+    pages read so far (under demand mmap those of the device's tensors, dropped after the load;
+    without it every page, populated before the upload) and, on the stand-in, the message the
+    engine's RPC client builds for the tensor it sends (a copy of it, in the engine's memory):
+    the largest, or under demand mmap the bound on what a message adds to the pages read before
+    it (upload_message_bytes)."""
+    pages = device_file_bytes(acc, placed) if demand else resident_file_bytes(acc)
+    message = 0
+    if device == RPC:
+        on_device = [t.nbytes for t in acc.tensors if placed.on_device(t.layer, t.group)]
+        message = upload_message_bytes(acc, placed) if demand else max(on_device, default=0)
+    return pages + page_table_bytes(pages) + message

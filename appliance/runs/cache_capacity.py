@@ -2,7 +2,8 @@
 limit, checked before any trial starts.
 
 Inside the trial the engine's cache keeps N whole experts of the model's largest expert size
-resident in the trial's cgroup, beside every model byte that is not a routed expert, the experts
+resident in the trial's cgroup, beside every model byte on the host that is not a routed expert
+(with a device, the trial's placement decides which: runs.placement.Offload), the experts
 read ahead (`--expert-lookahead L`: L x k of them) and the engine's own memory, which the
 profile's `engine_min_memory` bounds from below. A capacity more than that leaves room for can
 only end in reclaim inside the resident set (or an OOM kill), so it is refused in one line;
@@ -16,6 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from appliance.core.errors import ConfigError
+from appliance.planner.accounting import account_file
+from appliance.planner.offload import host_non_expert_bytes
+from appliance.runs.placement import offload_of
 from appliance.runs.plan import Trial
 from appliance.runs.profile import Profile
 from appliance.trace.expert_bytes import gguf_expert_layout
@@ -49,20 +53,24 @@ def check_cache_capacity(
 ) -> None:
     """ConfigError, in one line, for the first trial whose variant asks for more experts than
     its memory limit leaves room for; nothing for variants without an explicit capacity.
-    `model_bytes` is the model's size (a header-only skeleton's file is smaller)."""
+    `model_bytes` is the model's size (a header-only skeleton's file is smaller); each trial
+    carries its placement (prepare.place_trials)."""
     asked = {trial.variant.name: explicit_capacity(trial.variant.args) for trial in trials}
     if not any(capacity is not None for capacity in asked.values()):
         return
-    n_experts, n_used, per_layer = gguf_expert_layout(model_path)
+    _, n_used, per_layer = gguf_expert_layout(model_path)
     one_expert = max(per_layer.values())
-    non_expert = max(0, model_bytes - n_experts * sum(per_layer.values()))
-    seen: set[tuple[str, int]] = set()
+    accounting = account_file(model_path)
+    seen: set[tuple[str, int, tuple[str, ...]]] = set()
     for trial in trials:
         capacity = asked.get(trial.variant.name)
         limit = trial.memory_limit(profile)
-        if capacity is None or (trial.variant.name, limit) in seen:
+        if capacity is None or (trial.variant.name, limit, trial.placement) in seen:
             continue
-        seen.add((trial.variant.name, limit))
+        seen.add((trial.variant.name, limit, trial.placement))
+        facts = accounting.facts
+        offload = offload_of(trial.placement, facts.layers + facts.nextn_layers)
+        non_expert = host_non_expert_bytes(accounting, offload, model_bytes)
         lookahead = flag_value(trial.variant.args, LOOKAHEAD_FLAG)
         ahead = int(lookahead) * n_used * one_expert if lookahead and lookahead.isdigit() else 0
         fixed = non_expert + profile.limits.engine_min_memory + ahead

@@ -18,6 +18,7 @@ from pathlib import Path
 from appliance.core.errors import ConfigError
 from appliance.core.units import format_size
 from appliance.planner.accounting import Accounting
+from appliance.planner.offload import Offload
 from appliance.planner.plan import CUDA, PlanLimits, PlanVerdict, make_plan
 
 AUTO, CPU_MOE, PLAN = "auto", "cpu-moe", "plan"
@@ -150,6 +151,24 @@ def placement_options(args: tuple[str, ...]) -> tuple[str, ...]:
         elif arg in (*GPU_LAYERS, *N_CPU_MOE, *OVERRIDE) and i + 1 < len(args):
             kept += [arg, args[i + 1]]
     return tuple(kept)
+
+
+def offload_of(args: tuple[str, ...], layers: int) -> Offload | None:
+    """The offload placement options give a model of `layers` layers (MTP/NextN included); None
+    where they are not modelled here: tensor overrides, or -ngl -1 (llama.cpp's own choice)."""
+    ngl, cpu_moe = 0, 0
+    for i, arg in enumerate(args):
+        if arg in OVERRIDE:
+            return None
+        if arg in CPU_MOE_FLAGS:
+            cpu_moe = layers
+        elif i + 1 < len(args) and arg in GPU_LAYERS:
+            ngl = int(args[i + 1])
+        elif i + 1 < len(args) and arg in N_CPU_MOE:
+            cpu_moe = max(cpu_moe, int(args[i + 1]))
+    if ngl < 0:
+        return None
+    return Offload.of_ngl(layers, ngl, cpu_moe)
 
 
 def placement_text(placement: Placement, args: tuple[str, ...]) -> str:

@@ -360,7 +360,6 @@ def prepare_run(
         located=located,
         skeleton=skeleton,
     )
-    check_cache_capacity(profile, trials, model.path, profile.model.bytes or model.bytes)
     settings = ContainerSettings(
         models_dir=models_dir,
         block_device=device,
@@ -373,6 +372,7 @@ def prepare_run(
         if variant.routes is not None:
             routes_path(variant.routes, models_dir, variant.name)
     placed = place_trials(profile, list(trials), model.path)
+    check_cache_capacity(profile, placed, model.path, profile.model.bytes or model.bytes)
     prepared = PreparedRun(
         profile,
         model,

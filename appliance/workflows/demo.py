@@ -28,7 +28,13 @@ from appliance.workflows.sweep import execute_sweep
 DEMO_REPEATS = 1  # the demo sweeps 3 limits x 3 variants; one round keeps it within minutes
 # `make demo` runs the first; `make demo-cache` the second (the engine's expert cache, 0004);
 # `make demo-gpu` the third (the GPU half on the stand-in device: planned placement, RAM limit)
-DEMO_PROFILES = ("tiny-oversub", "tiny-oversub-cache", "tiny-oversub-prefill", "tiny-stand-in")
+DEMO_PROFILES = (
+    "tiny-oversub",
+    "tiny-oversub-cache",
+    "tiny-oversub-prefill",
+    "tiny-stand-in",
+    "qwen35-shape-slice-stand-in",
+)
 
 
 def demo(

@@ -10,6 +10,7 @@ from appliance.analysis.sweep_analysis import (
     _ratio,
     add_roofline,
     analyze_sweep,
+    host_side,
     phase_reads,
     predicted_budget_reads,
     predicted_reads,
@@ -17,8 +18,10 @@ from appliance.analysis.sweep_analysis import (
     summary_rows,
     trial_row,
 )
+from appliance.planner.accounting import account_file
 from appliance.runs.timing import TimingRecord
 from appliance.trace.synth import TraceSynthSpec, synth_trace
+from tests.models import tiny_model
 from tests.unit.runs.independent_traces import (
     hand_trace,
     reference_budget_decode_reads,
@@ -683,3 +686,36 @@ def test_with_one_size_the_budget_replay_is_the_count_replay() -> None:
         by_bytes = predicted_budget_reads(trace, budget, EXPERTS)
         assert by_bytes == predicted_reads(trace, capacity, EXPERTS)
         assert by_bytes["belady_bound"]["capacity"] == capacity
+
+
+def test_a_trial_with_a_device_reads_only_what_its_placement_leaves_on_the_host() -> None:
+    """host_side: the tiny model with -ngl 5 --n-cpu-moe 2 (every layer's dense part and the
+    output head on the device, layers 2 and 3's experts too) reads layers 0 and 1's experts and
+    the host's non-expert bytes (token embeddings, header, padding); with --cpu-moe every
+    layer's experts; with every expert on the device nothing to replay; without a device, or
+    without the model's accounting, the trace and experts as they are."""
+    acc = account_file(tiny_model("qwen3moe"))
+    facts = acc.facts
+    experts = ModelExperts(acc.file_size, dict(acc.expert_bytes_by_layer), facts.experts, facts.experts_used)
+    trace = synth_trace(TraceSynthSpec(n_layers=4, n_experts=facts.experts, k=facts.experts_used, n_decode=8))
+
+    def on(*placement: str) -> dict[str, Any]:
+        command = ["llama-moe-trace", "-m", "/models/m.gguf", *placement]
+        return {"engine_backend": "RPC", "container": {"command": command}}
+
+    routed = acc.groups["routed_experts"]
+    embeddings = sum(t.nbytes for t in acc.tensors if t.group == "embeddings")
+    host_fixed = acc.file_size - sum(t.nbytes for t in acc.tensors) + embeddings  # header, padding, table
+    sliced, read = host_side(on("-ngl", "5", "--n-cpu-moe", "2"), trace, experts, acc)
+    assert sliced is not None and sliced.moe_layers == [0, 1]
+    assert sorted(read.expert_bytes) == [0, 1] and (read.n_experts, read.k) == (experts.n_experts, experts.k)
+    assert read.non_expert_bytes == host_fixed
+    assert read.file_bytes == host_fixed + routed // 2  # two of four equal layers' experts
+    whole, all_experts = host_side(on("-ngl", "5", "--cpu-moe"), trace, experts, acc)
+    assert whole is not None and whole.moe_layers == [0, 1, 2, 3]
+    assert all_experts.non_expert_bytes == host_fixed and all_experts.file_bytes == host_fixed + routed
+    assert host_side(on("-ngl", "99"), trace, experts, acc)[0] is None
+    assert host_side(on(), trace, experts, acc) == (trace, experts)
+    assert host_side(on("-ngl", "5", "--cpu-moe"), trace, experts, None) == (trace, experts)
+    on_the_host = on("-ngl", "5", "--cpu-moe") | {"engine_backend": "CPU"}  # a build without a device
+    assert host_side(on_the_host, trace, experts, acc) == (trace, experts)

@@ -10,7 +10,14 @@ from gguf import GGUFReader
 from appliance.core.errors import ApplianceError
 from appliance.core.units import PAGE_BYTES
 from appliance.planner.accounting import TensorBytes, account_file
-from appliance.planner.pages import embedding_rows_bytes, is_demand_mapped, resident_file_bytes
+from appliance.planner.offload import Offload
+from appliance.planner.pages import (
+    device_file_bytes,
+    embedding_rows_bytes,
+    is_demand_mapped,
+    resident_file_bytes,
+)
+from appliance.planner.plan import RPC, PlanLimits, make_plan, page_table_bytes, predicted_peak_bytes
 from tests.models import tiny_model
 
 
@@ -207,3 +214,55 @@ def test_a_tied_output_head_reads_the_whole_embedding_table(model: Path) -> None
     hand = _embedding_layout(model, tied=True)
     table_pages = 248_320 * 2_176 // PAGE_BYTES
     assert resident_file_bytes(hand, [], tokens=28) == (1 + table_pages) * PAGE_BYTES
+
+
+def test_a_demand_mapped_run_with_a_device_keeps_only_the_edges_of_its_tensors() -> None:
+    """By hand: a device tensor's pages are read at load (device_file_bytes) and dropped after
+    it, all but the partial pages it shares with a host neighbour; its experts never count."""
+    acc = account_file(tiny_model("qwen3moe"))
+    tensors = [
+        TensorBytes("blk.0.attn_q.weight", "F16", (2, 2), 5000, 100, "attention_ssm", 0),  # pages 0, 1
+        TensorBytes("blk.1.attn_q.weight", "F16", (2, 2), 12000, 5100, "attention_ssm", 1),  # pages 1-4
+        TensorBytes("blk.1.ffn_up_exps.weight", "F16", (2, 1500, 3), 18000, 20480, "routed_experts", 1),
+    ]
+    hand = dataclasses.replace(acc, header_bytes=100, tensors=tensors)
+    layer_1 = Offload(first_device_layer=1, output_on_device=True, host_expert_layers=0)
+    # layer 1 on the device: its attention's first page (1) is shared with layer 0, its last (4)
+    # is partial, and so is its experts' last (9); their whole pages 5 to 8 are gone
+    assert resident_file_bytes(hand, [(1, 0), (1, 2)], offload=layer_1) == 4 * PAGE_BYTES  # 0, 1, 4, 9
+    assert resident_file_bytes(hand, [(1, 0), (1, 2)]) == 10 * PAGE_BYTES  # on the host: pages 0 to 9
+    assert device_file_bytes(hand, layer_1) == 9 * PAGE_BYTES  # pages 1 to 9
+    experts_home = Offload(first_device_layer=1, output_on_device=True, host_expert_layers=2)
+    assert device_file_bytes(hand, experts_home) == 4 * PAGE_BYTES  # pages 1 to 4
+    assert resident_file_bytes(hand, [(1, 0)], offload=experts_home) == 3 * PAGE_BYTES + 2 * PAGE_BYTES
+
+
+def test_the_peak_with_a_device_is_the_load_or_the_run_whichever_holds_more() -> None:
+    """On the stand-in the whole tiny model fits the device: a demand-mapped run holds, while it
+    loads, every device tensor's pages and the RPC client's message of the last layer's largest
+    tensor (more than the chosen experts' pages after it); without demand mmap, the whole file
+    and the largest message."""
+    acc = account_file(tiny_model("qwen3moe"))
+    layers = acc.facts.layers
+    chosen = [(layer, expert) for layer in range(layers) for expert in range(acc.facts.experts_used)]
+    roomy = 1 << 30
+    on_device = {"vram_bytes": roomy, "device": RPC}
+    plan = make_plan(acc, PlanLimits(ram_bytes=roomy, ctx=64, n_ubatch=8, n_outputs=8, **on_device))
+    assert plan.ngl == layers + 1 and plan.cpu_moe_layers == 0  # the whole model on the device
+    whole = Offload.of_ngl(layers, plan.ngl, plan.cpu_moe_layers)
+    loading = device_file_bytes(acc, whole)
+    assert loading > resident_file_bytes(acc, chosen, 64, offload=whole)  # the load holds more
+    last = max(t.nbytes for t in acc.tensors if t.layer == layers - 1)
+    demand = predicted_peak_bytes(acc, roomy, ctx=64, prompt_tokens=8, experts=chosen, **on_device)
+    assert demand == plan.ram_anon + loading + page_table_bytes(loading) + last
+    cpu = predicted_peak_bytes(acc, roomy, ctx=64, prompt_tokens=8, experts=chosen)
+    assert demand > cpu  # every tensor's pages while it loads, not only the chosen experts'
+    baseline = predicted_peak_bytes(acc, roomy, ctx=64, prompt_tokens=8, **on_device)
+    file_pages = resident_file_bytes(acc)
+    largest = max(t.nbytes for t in acc.tensors if t.group != "embeddings")
+    assert baseline == plan.ram_anon + file_pages + page_table_bytes(file_pages) + largest
+    room = 4 << 30  # beside the CUDA runtime's host memory
+    cuda = predicted_peak_bytes(acc, room, ctx=64, prompt_tokens=8, vram_bytes=roomy)
+    cuda_plan = make_plan(acc, PlanLimits(ram_bytes=room, vram_bytes=roomy, ctx=64, n_ubatch=8, n_outputs=8))
+    assert cuda == cuda_plan.ram_anon + file_pages + page_table_bytes(file_pages)  # no message: a copy
+    assert predicted_peak_bytes(acc, 1 << 20, ctx=64, experts=chosen, **on_device) == 1 << 20

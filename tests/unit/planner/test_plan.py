@@ -11,6 +11,7 @@ from gguf import GGUFReader
 from appliance.core.errors import ApplianceError
 from appliance.core.units import PAGE_BYTES
 from appliance.planner.accounting import account_file
+from appliance.planner.offload import Offload
 from appliance.planner.plan import (
     CUDA,
     CUDA_CONTEXT_BYTES,
@@ -24,6 +25,7 @@ from appliance.planner.plan import (
     page_table_bytes,
     predicted_peak_bytes,
     process_bytes,
+    upload_message_bytes,
 )
 from tests.conftest import run_cli
 from tests.models import tiny_model
@@ -193,11 +195,30 @@ def test_the_stand_in_device_reserves_its_server_process_not_a_cuda_context() ->
         "CUDA context and workspace (estimate)",
         CUDA_CONTEXT_BYTES,
     )
-    largest = max(t.nbytes for t in acc.tensors if t.group != "embeddings")  # an expert tensor here
-    assert fixed[RPC].item == "RPC server process and its largest message (estimate)"
+    top = acc.facts.layers - 1  # its largest tensor's message, received after every other layer's
+    largest = max(t.nbytes for t in acc.tensors if t.layer == top)
+    assert fixed[RPC].item == "RPC server process and an upload's message (estimate)"
     assert fixed[RPC].bytes == RPC_SERVER_BYTES + largest
     assert cuda.vram_total - rpc.vram_total == CUDA_CONTEXT_BYTES - RPC_SERVER_BYTES - largest
     assert cuda.ram_anon - rpc.ram_anon == CUDA_HOST_BYTES  # no CUDA runtime in the engine's memory
     assert rpc.args == cuda.args  # the same placement: both hold the whole model
     with pytest.raises(ApplianceError, match="^unknown device kind 'vulkan' \\(one of cuda, rpc\\)$"):
         make_plan(acc, PlanLimits(**limits, device="vulkan"))
+
+
+def test_an_upload_message_counts_by_what_it_exceeds_the_layers_loaded_after_it() -> None:
+    """The RPC server holds a tensor's message beside the buffers of the tensors loaded before
+    it: the output head first, then the layers in order. The last layer's largest tensor counts
+    whole; an earlier tensor only by what it exceeds the device's bytes of the layers after it."""
+    acc = account_file(tiny_model("qwen3moe"))
+    layers = acc.facts.layers
+    head = max(t.nbytes for t in acc.tensors if t.group in ("output", "other"))
+    assert upload_message_bytes(acc, Offload.of_ngl(layers, 1, layers)) == head  # the head alone
+    of_layer = {
+        i: [t.nbytes for t in acc.tensors if t.layer == i and t.group != "routed_experts"]
+        for i in range(layers)
+    }
+    dense_top = upload_message_bytes(acc, Offload.of_ngl(layers, 2, layers))  # the last layer's dense part
+    assert dense_top == max(max(of_layer[layers - 1]), head - sum(of_layer[layers - 1]))
+    everything = upload_message_bytes(acc, Offload.of_ngl(layers, layers + 1, 0))
+    assert everything == max(t.nbytes for t in acc.tensors if t.layer == layers - 1)

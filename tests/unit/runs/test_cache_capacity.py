@@ -3,6 +3,7 @@ refused before any trial, in one line; `auto`, a capacity that fits and profiles
 cache pass. The room is worked out here from the planner's byte accounting (another reader of
 the same GGUF), not from the module under test."""
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -104,3 +105,35 @@ def test_appliance_run_refuses_it_in_one_line_before_writing_anything(tmp_path: 
     assert not (tmp_path / "run").exists()
     planned = run_cli("run", str(_profile(tmp_path, str(room))), *argv[2:], check=True)
     assert f"--expert-cache-capacity {room}" in planned.stdout
+
+
+def test_with_a_device_only_the_host_s_non_expert_bytes_take_room(tmp_path: Path) -> None:
+    """A trial placed with -ngl 5 --n-cpu-moe 2 keeps every layer's dense part and the output
+    head on the device: the room is the limit less the host's non-expert bytes (the token
+    embeddings, header and padding), so a capacity refused without the device fits with it;
+    one past the larger room is refused still."""
+    model = tiny_model("qwen3moe", size="64MiB")
+    acc = account_file(model)
+    one = max(acc.expert_bytes_by_layer.values())
+    on_device = sum(
+        t.nbytes for t in acc.tensors if t.group not in ("routed_experts", "embeddings")
+    )  # every layer's dense part and the output head
+    host_fixed = model.stat().st_size - sum(acc.routed_by_layer.values()) - on_device + parse_size(ENGINE_MIN)
+    room = (parse_size("96MiB") - host_fixed) // one
+    assert room > _room(model, "96MiB")
+    profile = load_profile(str(_profile(tmp_path, str(room))))
+    placed = [
+        dataclasses.replace(t, placement=("-ngl", "5", "--n-cpu-moe", "2")) for t in trial_plan(profile, 1)
+    ]
+    check_cache_capacity(profile, placed, model, model.stat().st_size)
+    with pytest.raises(
+        ConfigError,
+        match=rf"does not fit in 100,663,296 bytes of memory: .* at most {_room(model, '96MiB')};",
+    ):
+        check_cache_capacity(profile, trial_plan(profile, 1), model, model.stat().st_size)
+    over = load_profile(str(_profile(tmp_path, str(room + 1))))
+    placed = [
+        dataclasses.replace(t, placement=("-ngl", "5", "--n-cpu-moe", "2")) for t in trial_plan(over, 1)
+    ]
+    with pytest.raises(ConfigError, match=rf"leave room for at most {room};"):
+        check_cache_capacity(over, placed, model, model.stat().st_size)

@@ -7,8 +7,9 @@ import pytest
 
 from appliance.core.errors import ConfigError
 from appliance.planner.accounting import account_file
+from appliance.planner.offload import Offload
 from appliance.planner.plan import PlanLimits, PlanVerdict, make_plan
-from appliance.runs.placement import Placement, placement_text, planned_args
+from appliance.runs.placement import Placement, offload_of, placement_text, planned_args
 from appliance.runs.profile import PROFILES_DIR
 from tests.conftest import REPO, run_cli
 from tests.unit.runs.test_profile_strict import TINY, refused, write
@@ -173,3 +174,12 @@ def test_dry_run_only_flags_need_a_dry_run(skeleton: Path, flag: tuple[str, ...]
     result = run_cli("run", "qwen35-8g", "--models", str(skeleton), *flag)
     assert result.returncode == 2
     assert f"error: {flag[0]} needs --dry-run: " in result.stderr
+
+
+def test_placement_options_give_the_offload_or_none_where_not_modelled() -> None:
+    assert offload_of(("-ngl", "5", "--n-cpu-moe", "2"), 4) == Offload(0, True, 2)
+    assert offload_of(("--n-gpu-layers", "3", "-ncmoe", "1"), 4) == Offload(2, True, 1)
+    assert offload_of(("-ngl", "999", "--cpu-moe"), 4) == Offload(0, True, 4)
+    assert offload_of((), 4) == Offload(5, False, 0)  # nothing offloaded
+    assert offload_of(("-ngl", "-1"), 4) is None  # llama.cpp's own choice
+    assert offload_of(("-ngl", "5", "-ot", "ffn_.*_exps=CPU"), 4) is None  # overrides

@@ -28,11 +28,24 @@ def test_builtins_are_the_three_profiles_of_the_issue() -> None:
         "qwen35-shape-8g-prefill",
         "qwen35-shape-8g-verdict",
         "qwen35-shape-slice",
+        "qwen35-shape-slice-stand-in",
         "tiny-oversub",
         "tiny-oversub-cache",
         "tiny-oversub-prefill",
         "tiny-stand-in",
     ]
+
+
+def test_the_slice_on_the_stand_in_is_qwen35_shape_slice_with_a_device() -> None:
+    """The same model, routes, prompt and engine options as the CPU-only slice, so its traces
+    are that run's routes; placed by the planner on a device budget."""
+    stand_in, cpu = load_profile("qwen35-shape-slice-stand-in"), load_profile("qwen35-shape-slice")
+    assert (stand_in.target, stand_in.gpu, stand_in.placement.mode) == ("cpu", "stand-in", "plan")
+    assert (stand_in.model, stand_in.routes) == (cpu.model, cpu.routes)
+    assert stand_in.schedule == cpu.schedule and stand_in.engine_args == cpu.engine_args
+    assert stand_in.experimental == cpu.experimental
+    assert {v.routes for v in stand_in.variants} == {cpu.routes.file if cpu.routes else None}
+    assert stand_in.limits.memory < cpu.limits.memory
 
 
 def test_tiny_stand_in_is_tiny_oversub_on_the_stand_in_gpu() -> None:
