@@ -130,7 +130,7 @@ def host_side(
         return trace, experts
     facts = accounting.facts
     offload = offload_of(placement_options(tuple(engine_command(trial))), facts.layers + facts.nextn_layers)
-    if offload is None or not (offload.output_on_device or offload.first_device_layer < facts.layers):
+    if offload is None or not offload.offloads(facts.layers):
         return trace, experts
     host = sorted(layer for layer in experts.expert_bytes if not offload.on_device(layer, "routed_experts"))
     expert_bytes = {layer: experts.expert_bytes[layer] for layer in host}

@@ -5,11 +5,12 @@ experts of layers below M on the host. Token embeddings stay on the host."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from appliance.planner.accounting import Accounting
+    from appliance.planner.accounting import Accounting, TensorBytes
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,14 @@ class Offload:
             return False
         return layer >= self.first_device_layer
 
+    def tensors(self, accounting: Accounting) -> Iterator[TensorBytes]:
+        """The model's tensors placed on the device, in file order."""
+        return (t for t in accounting.tensors if self.on_device(t.layer, t.group))
+
+    def offloads(self, layers: int) -> bool:
+        """Whether anything of a model of `layers` main layers goes to the device."""
+        return self.output_on_device or self.first_device_layer < layers
+
     @classmethod
     def of_ngl(cls, layers: int, ngl: int, host_expert_layers: int) -> Offload:
         """The placement `-ngl ngl --n-cpu-moe host_expert_layers` gives a model of `layers`."""
@@ -43,8 +52,4 @@ def host_non_expert_bytes(accounting: Accounting, offload: Offload | None, model
     non_expert = max(0, model_bytes - accounting.groups["routed_experts"])
     if offload is None:
         return non_expert
-    return non_expert - sum(
-        t.nbytes
-        for t in accounting.tensors
-        if t.group != "routed_experts" and offload.on_device(t.layer, t.group)
-    )
+    return non_expert - sum(t.nbytes for t in offload.tensors(accounting) if t.group != "routed_experts")

@@ -76,9 +76,7 @@ def _edge_ranges(start: int, end: int) -> list[tuple[int, int]]:
 def device_file_bytes(acc: Accounting, offload: Offload) -> int:
     """Bytes of the file's pages that the tensors placed on the device cover: what their upload
     reads through the mapping."""
-    return _page_union_bytes(
-        (t.offset, t.offset + t.nbytes) for t in acc.tensors if offload.on_device(t.layer, t.group)
-    )
+    return _page_union_bytes((t.offset, t.offset + t.nbytes) for t in offload.tensors(acc))
 
 
 def resident_file_bytes(

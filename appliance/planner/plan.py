@@ -235,10 +235,9 @@ def upload_message_bytes(acc: Accounting, offload: Offload) -> int:
     not modelled)."""
     by_layer: dict[int, int] = {}
     largest: dict[int, int] = {}
-    for t in acc.tensors:
-        if offload.on_device(t.layer, t.group):
-            by_layer[t.layer] = by_layer.get(t.layer, 0) + t.nbytes
-            largest[t.layer] = max(largest.get(t.layer, 0), t.nbytes)
+    for t in offload.tensors(acc):
+        by_layer[t.layer] = by_layer.get(t.layer, 0) + t.nbytes
+        largest[t.layer] = max(largest.get(t.layer, 0), t.nbytes)
     extra, after = 0, 0
     for layer in sorted(by_layer, reverse=True):  # the output head's -1 last: every layer after it
         extra = max(extra, largest[layer] - after)
@@ -535,6 +534,6 @@ def loading_bytes(acc: Accounting, placed: Offload, demand: bool, device: str) -
     pages = device_file_bytes(acc, placed) if demand else resident_file_bytes(acc)
     message = 0
     if device == RPC:
-        on_device = [t.nbytes for t in acc.tensors if placed.on_device(t.layer, t.group)]
-        message = upload_message_bytes(acc, placed) if demand else max(on_device, default=0)
+        largest = max((t.nbytes for t in placed.tensors(acc)), default=0)
+        message = upload_message_bytes(acc, placed) if demand else largest
     return pages + page_table_bytes(pages) + message
